@@ -1,0 +1,93 @@
+"""Process-wide settings read from the environment.
+
+Each variable is read when it is needed (at teardown, at exit), so a program
+may still set it in ``os.environ`` before it exits.  A bad value is reported
+once per process through the ``exitsafe`` logger and the documented default is
+used instead; it never raises.
+
+``EXITSAFE_AT_EXIT``          ``release`` | ``leak`` | ``policy`` (default ``policy``).
+``EXITSAFE_TRACE``            ``1``/``true``/``yes``/``on`` prints the teardown to stderr.
+``EXITSAFE_LEDGER``           a path; the ledger is written there as JSON at exit
+                              (``{pid}`` in the path is replaced by the process id).
+``EXITSAFE_STEP_TIMEOUT``     seconds (float > 0) each teardown step may take.
+``EXITSAFE_TEARDOWN_TIMEOUT`` seconds (float > 0) the whole teardown may take.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+_warned: set[tuple[str, str]] = set()
+
+AT_EXIT_CHOICES = ("release", "leak", "policy")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def warn_once(var: str, value: str, message: str) -> None:
+    """Log ``message`` about ``var=value`` once per process."""
+    key = (var, value)
+    if key in _warned:
+        return
+    _warned.add(key)
+    import logging
+
+    logging.getLogger("exitsafe").warning("%s=%r is not valid: %s", var, value, message)
+
+
+def at_exit_override() -> Optional[str]:
+    """``"release"`` or ``"leak"`` when ``EXITSAFE_AT_EXIT`` overrides policies, else ``None``."""
+    raw = os.environ.get("EXITSAFE_AT_EXIT")
+    if raw is None:
+        return None
+    value = raw.strip().lower()
+    if value in ("release", "leak"):
+        return value
+    if value in ("policy", ""):
+        return None
+    warn_once(
+        "EXITSAFE_AT_EXIT",
+        raw,
+        "expected one of release, leak, policy; using 'policy' (each handle's own exit policy)",
+    )
+    return None
+
+
+def trace_enabled() -> bool:
+    """Whether ``EXITSAFE_TRACE`` asks for the teardown trace on stderr."""
+    raw = os.environ.get("EXITSAFE_TRACE")
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value not in _FALSE:
+        warn_once("EXITSAFE_TRACE", raw, "expected 1 or 0; tracing stays off")
+    return False
+
+
+def seconds(var: str) -> Optional[float]:
+    """A positive number of seconds from ``var``, or ``None`` when unset or invalid."""
+    raw = os.environ.get(var)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        warn_once(var, raw, "expected a positive number of seconds; no timeout is applied")
+        return None
+    return value
+
+
+def ledger_path() -> Optional[str]:
+    """Where to write the ledger at exit (``EXITSAFE_LEDGER``), with ``{pid}`` expanded."""
+    raw = os.environ.get("EXITSAFE_LEDGER")
+    if not raw:
+        return None
+    return raw.replace("{pid}", str(os.getpid()))

@@ -1,0 +1,67 @@
+"""The exception hierarchy of exitsafe.
+
+Every error exitsafe raises on purpose derives from :class:`ExitsafeError`, so a
+binding can catch "anything exitsafe refused" in one clause.  Errors that are
+also a wrong *kind* of argument additionally derive from the matching builtin
+(``TypeError`` / ``ValueError``) so that generic argument checking still works.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class ExitsafeError(Exception):
+    """Base class of every error raised by exitsafe."""
+
+
+class HandleClosedError(ExitsafeError):
+    """The handle was released or leaked; its native object must not be used.
+
+    Raised by :attr:`Handle.raw`, :meth:`Handle.retain`, :meth:`Handle.borrow`
+    and by ``depends_on=`` when they name a handle that is no longer usable.
+    """
+
+
+class DependencyCycleError(ExitsafeError, ValueError):
+    """A dependency would close a cycle in the handle graph.
+
+    ``cycle`` holds the display names of the handles on the cycle, starting and
+    ending with the same handle (``("a", "b", "a")``).
+    """
+
+    def __init__(self, message: str, cycle: Sequence[str]) -> None:
+        super().__init__(message)
+        self.cycle: tuple[str, ...] = tuple(cycle)
+
+
+class RegistryClosedError(ExitsafeError):
+    """Strict mode only: a registration arrived after the registry's teardown began.
+
+    Outside strict mode the registration succeeds but the new handle is leaked
+    at once (recorded as ``leaked_after_close``) and its release never runs.
+    """
+
+
+class LiveDependentsError(ExitsafeError):
+    """Strict mode only: a handle was released while handles depending on it live.
+
+    ``dependents`` holds the display names of the live dependents.  The
+    release did not happen and the handle's owner count is unchanged.
+    Outside strict mode the native release is deferred until the last
+    dependent is gone instead.
+    """
+
+    def __init__(self, message: str, dependents: Sequence[str]) -> None:
+        super().__init__(message)
+        self.dependents: tuple[str, ...] = tuple(dependents)
+
+
+class ForeignHandleError(ExitsafeError, ValueError):
+    """A handle of another registry was used where this registry's was needed.
+
+    Dependencies never cross registries: each registry tears down on its own,
+    so an edge between two of them could not be honoured.
+    """

@@ -1,0 +1,47 @@
+"""Guarded callbacks: Python callables handed to native code that go quiet at teardown."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from .lifetime import Registry
+
+
+class Guarded:
+    """A callable that forwards to ``fn`` until its registry's teardown begins.
+
+    From the moment teardown begins (at exit, or an explicit
+    :func:`exitsafe.teardown`) every call returns ``default`` without calling
+    ``fn``, on whatever thread the native code calls from, so a native thread
+    that calls back late finds a harmless no-op.  Exceptions raised by ``fn``
+    before that propagate unchanged.  The check reads one attribute and no
+    module global, so it stays safe while the interpreter finalizes modules.
+
+    Keeping the native side's function pointer alive is the FFI adapter's job
+    (:func:`exitsafe.cffi.callback`); a ``Guarded`` only decides whether to call.
+    """
+
+    __slots__ = ("__wrapped__", "_registry", "default")
+
+    def __init__(self, fn: Callable[..., Any], default: Any, registry: Registry) -> None:
+        if not callable(fn):
+            raise TypeError(f"guard() needs a callable, got {type(fn).__name__}")
+        self.__wrapped__ = fn
+        self.default = default
+        self._registry = registry
+
+    @property
+    def active(self) -> bool:
+        """``True`` until teardown begins; then calls return ``default``."""
+        return not self._registry._phase
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._registry._phase:
+            return self.default
+        return self.__wrapped__(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "silenced"
+        return f"<exitsafe.Guarded {self.__wrapped__!r} {state}>"

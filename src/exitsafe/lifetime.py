@@ -1,0 +1,1241 @@
+"""The lifetime core: handle graph, explicit owner counts, ordered teardown, ledger.
+
+A :class:`Registry` owns a graph of native handles.  Each handle has a release
+function, a kind, an owner count, and the handles it *depends on* (which must
+outlive it).  The native release of a handle runs exactly once, when its owner
+count is zero **and** no handle depending on it is still alive, or never when
+the handle is leaked.
+
+At process exit (an :mod:`atexit` callback, so after non-daemon threads were
+joined and before the interpreter finalizes modules) every registry still
+holding live handles runs its **teardown**: hooks and handles in dependency
+order, each handle released or leaked according to its exit policy.  After
+teardown the registry is *closed*: every later release request, from any
+thread and from finalizers running during interpreter shutdown, is a recorded
+no-op that never calls native code.
+
+Thread rules: every public method may be called from any thread.  Release
+functions, hooks and policies run *outside* the registry's lock, on the thread
+that caused them (the thread dropping the last owner, or the thread running
+the teardown; with a step timeout, a teardown worker thread).  They may call
+back into exitsafe.
+
+Fork: a child created by ``os.fork()`` never releases handles it inherited;
+they end as ``leaked_inherited`` there.  Handles the child creates itself are
+released normally.
+"""
+
+from __future__ import annotations
+
+import _thread
+import atexit
+import os
+import sys
+import time
+from _weakref import ref as _weakref
+
+from . import _config
+from ._errors import (
+    DependencyCycleError,
+    ForeignHandleError,
+    HandleClosedError,
+    LiveDependentsError,
+    RegistryClosedError,
+)
+from ._ledger import LedgerEntry, Outcome
+from ._planner import ROLE_HANDLE, ROLE_HOOK, ROLE_LIBRARY, dependency_path, teardown_order, unique
+from ._steps import StepRunner
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import TracebackType
+    from typing import Any, Callable, Optional, Union
+
+    ExitPolicy = Union[str, Callable[["HandleInfo"], str]]
+
+__all__ = [
+    "Handle",
+    "HandleInfo",
+    "Registry",
+    "default_registry",
+    "registries",
+]
+
+# Native-object states.  RELEASING: a thread has claimed the release and is running it.
+_LIVE, _RELEASING, _RELEASED, _LEAKED = 0, 1, 2, 3
+_STATE_NAMES = ("live", "live", "released", "leaked")
+
+# Registry phases.
+_OPEN, _TEARING, _CLOSED = 0, 1, 2
+
+#: Outcomes after which the native object may still exist: whatever it depends on
+#: must then be leaked too, never released from under it.
+_TAINTING = frozenset(
+    {
+        Outcome.LEAKED_POLICY,
+        Outcome.LEAKED_IN_USE,
+        Outcome.LEAKED_TIMEOUT,
+        Outcome.LEAKED_DEPENDENT,
+        Outcome.LEAKED_AFTER_CLOSE,
+        Outcome.LEAKED_INHERITED,
+        Outcome.RELEASE_FAILED,
+        Outcome.HOOK_TIMEOUT,
+    }
+)
+
+_get_ident = _thread.get_ident
+_monotonic = time.perf_counter
+
+#: Incremented in every child after ``os.fork()``; a node remembers the value it was created under.
+_fork_generation = 0
+
+#: Objects deliberately kept referenced for the life of the process: pinned libraries
+#: without a close function and the raw objects of leaked handles.
+_kept_alive: list[object] = []
+
+
+def _check_policy(policy: object, what: str) -> None:
+    if policy in ("release", "leak") or callable(policy):
+        return
+    raise ValueError(f"{what} must be 'release', 'leak' or a callable, got {policy!r}")
+
+
+def _check_timeout(timeout: object, what: str) -> Optional[float]:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds or None, got {type(timeout).__name__}")
+    if not timeout > 0 or timeout == float("inf"):
+        raise ValueError(f"{what} must be a positive, finite number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _call_no_arg(fn: Callable[[], object]) -> Callable[[object], object]:
+    return lambda _unused: fn()
+
+
+class HandleInfo:
+    """The registry's record of one handle; a read-only view handed to exit policies.
+
+    Attributes a policy may read: ``raw``, ``kind``, ``name`` (display name),
+    ``state``, ``registry`` (the :class:`Registry`), ``thread_id`` (ident of the
+    creating thread), ``created_on_main_thread``, ``inherited`` (created in a
+    process this one was forked from), ``owners`` and ``borrowed``.
+    Everything else is private to exitsafe.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_borrows",
+        "_children",
+        "_fn",
+        "_gen",
+        "_name",
+        "_parents",
+        "_policy",
+        "_refs",
+        "_role",
+        "_seq",
+        "_state",
+        "_taint",
+        "_timeout",
+        "kind",
+        "raw",
+        "registry",
+        "thread_id",
+    )
+
+    def __init__(
+        self,
+        registry: Registry,
+        raw: object,
+        fn: Optional[Callable[[Any], object]],
+        kind: str,
+        name: Optional[str],
+        parents: tuple[HandleInfo, ...],
+        policy: Optional[ExitPolicy],
+        timeout: Optional[float],
+        role: int,
+    ) -> None:
+        self.registry = registry
+        self.raw = raw
+        self._fn = fn
+        self.kind = kind
+        self._name = name
+        self._parents = parents
+        self._policy = policy
+        self._timeout = timeout
+        self._role = role
+        self._refs = 1
+        self._children = 0
+        self._borrows = 0
+        self._state = _LIVE
+        self._taint: Optional[str] = None
+        self._seq = 0
+        self._gen = _fork_generation
+        self.thread_id = _get_ident()
+
+    @property
+    def name(self) -> str:
+        """The name given at registration, or ``"<kind>#<n>"``."""
+        name = self._name
+        return name if name is not None else f"{self.kind}#{self._seq}"
+
+    @property
+    def state(self) -> str:
+        """``"live"``, ``"released"`` or ``"leaked"`` (the native object's fate)."""
+        return _STATE_NAMES[self._state]
+
+    @property
+    def owners(self) -> int:
+        """The current owner count (0 once every owner released it)."""
+        return self._refs
+
+    @property
+    def borrowed(self) -> bool:
+        """Whether some thread is inside :meth:`Handle.borrow` for this handle."""
+        return self._borrows > 0
+
+    @property
+    def inherited(self) -> bool:
+        """Whether the handle was created before a fork that produced this process."""
+        return self._gen != _fork_generation
+
+    @property
+    def created_on_main_thread(self) -> bool:
+        """Whether the creating thread was the interpreter's main thread."""
+        import threading
+
+        return self.thread_id == threading.main_thread().ident
+
+    def __repr__(self) -> str:
+        return f"<HandleInfo {self.kind} {self.name!r} {self.state} owners={self._refs}>"
+
+
+class _Borrow:
+    """Context manager returned by :meth:`Handle.borrow`."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: HandleInfo) -> None:
+        self._node = node
+
+    def __enter__(self) -> Any:
+        node = self._node
+        registry = node.registry
+        with registry._lock:
+            if node._state != _LIVE or not node._refs:
+                raise HandleClosedError(registry._closed_message(node))
+            node._borrows += 1
+            return node.raw
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._node.registry._end_borrow(self._node)
+
+
+class Handle:
+    """One owned native object: its raw value plus the registry's bookkeeping.
+
+    Created by :meth:`Registry.track`, :meth:`Registry.pin` (kind
+    ``"library"``) or :meth:`Registry.on_teardown` (kind ``"hook"``); never
+    construct one directly.
+
+    Owners: ``track`` starts with one owner; :meth:`retain` adds one and
+    :meth:`release` removes one.  When the count reaches zero the native
+    release runs on the calling thread, unless handles depending on this one
+    are still alive (then it runs right after the last of them is released) or
+    the handle is borrowed (then it runs when the last borrow ends).  When the
+    last Python reference to the ``Handle`` object disappears (garbage
+    collection), every remaining owner is dropped at once, since nobody can
+    release it any more; with the usual single owner that is exactly one
+    :meth:`release`.  Handles a dependent still needs are kept alive by the
+    dependent, not by Python references, exactly like a ``shared_ptr`` held by
+    each child.
+
+    The handle is a context manager: ``with registry.track(...) as h:``
+    releases one owner when the block ends.
+    """
+
+    __slots__ = ("__weakref__", "_node")
+
+    def __init__(self, node: HandleInfo) -> None:
+        self._node = node
+
+    @property
+    def raw(self) -> Any:
+        """The tracked raw object.
+
+        Raises :class:`HandleClosedError` once the handle was released, leaked,
+        or once its last owner let go (even while its native release is still
+        deferred behind live dependents).
+        """
+        node = self._node
+        if node._state == _LIVE and node._refs:
+            return node.raw
+        raise HandleClosedError(node.registry._closed_message(node))
+
+    @property
+    def kind(self) -> str:
+        """The kind given at registration (``"library"`` for pins, ``"hook"`` for hooks)."""
+        return self._node.kind
+
+    @property
+    def name(self) -> str:
+        """The name given at registration, or ``"<kind>#<n>"``."""
+        return self._node.name
+
+    @property
+    def state(self) -> str:
+        """``"live"``, ``"released"`` or ``"leaked"``: what happened to the native object."""
+        return _STATE_NAMES[self._node._state]
+
+    @property
+    def owners(self) -> int:
+        """The current owner count."""
+        return self._node._refs
+
+    @property
+    def registry(self) -> Registry:
+        """The registry this handle belongs to."""
+        return self._node.registry
+
+    @property
+    def info(self) -> HandleInfo:
+        """The registry's read-only record of this handle (what exit policies receive)."""
+        return self._node
+
+    def retain(self) -> Handle:
+        """Add one owner and return this handle.
+
+        Raises :class:`HandleClosedError` when the handle has no owner left
+        (it is released, leaked, or its release is already pending).
+        """
+        node = self._node
+        registry = node.registry
+        with registry._lock:
+            if node._state != _LIVE or not node._refs:
+                raise HandleClosedError(registry._closed_message(node))
+            node._refs += 1
+        return self
+
+    def release(self) -> None:
+        """Remove one owner; release natively when none is left and no dependent lives.
+
+        Calls beyond the last owner are no-ops, so releasing twice is safe.
+        The native release runs on this thread, then, iteratively, those of
+        any parents it was the last dependent of.  If a release function
+        raises, the exception propagates here after the bookkeeping is done
+        (the handle ends as ``release_failed`` and the handles it depends on
+        are leaked rather than released from under it).  After the registry's
+        teardown began this is a recorded no-op.  In strict mode, dropping the
+        last owner while dependents live raises :class:`LiveDependentsError`
+        and changes nothing.
+        """
+        node = self._node
+        node.registry._drop_owner(node, False)
+
+    def borrow(self) -> _Borrow:
+        """Mark the handle in use for the duration of a ``with`` block; yields ``raw``.
+
+        While borrowed, the native release never runs: a release request
+        waits for the borrow to end, and a teardown leaks the handle (and
+        what it depends on) rather than release it under a running call.
+        Raises :class:`HandleClosedError` if the handle is no longer usable.
+        """
+        return _Borrow(self._node)
+
+    def add_dependency(self, *others: Handle) -> None:
+        """Declare that this handle depends on ``others``: they will outlive it.
+
+        Raises :class:`DependencyCycleError` (naming the cycle) when an edge
+        would close a cycle, :class:`ForeignHandleError` for a handle of
+        another registry, :class:`HandleClosedError` for a handle no longer
+        usable.  All edges are added or none.
+        """
+        self._node.registry._add_dependencies(self._node, others)
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        # Uses no module globals: during interpreter finalization they may already be None.
+        node = self._node
+        if node._refs:
+            node.registry._collected(node)
+
+    def __repr__(self) -> str:
+        node = self._node
+        return (
+            f"<exitsafe.Handle {node.kind} {node.name!r} {_STATE_NAMES[node._state]}"
+            f" owners={node._refs} registry={node.registry.name!r}>"
+        )
+
+
+class _HookHandle(Handle):
+    """The handle of a teardown hook: owned by the registry, not by Python references."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        """Cancel the hook: it will not run.  A no-op once it ran or teardown began."""
+        node = self._node
+        node.registry._cancel_hook(node)
+
+    def __del__(self) -> None:
+        # A hook stays registered when its handle is dropped: registering and
+        # forgetting is the normal way to use on_teardown.
+        pass
+
+
+class Registry:
+    """An independent graph of handles with its own teardown.
+
+    ``name`` labels the registry in the ledger and the trace.  ``strict``
+    turns misuse that is otherwise absorbed into exceptions:
+    :class:`LiveDependentsError` for releasing a handle with live dependents,
+    :class:`RegistryClosedError` for registering after teardown.
+    ``exit_policy`` is the default for handles that name none (``"release"``,
+    ``"leak"`` or a callable ``(HandleInfo) -> "release" | "leak"``).
+    ``step_timeout`` / ``teardown_timeout`` bound one teardown step / the
+    whole teardown in seconds (``EXITSAFE_STEP_TIMEOUT`` and
+    ``EXITSAFE_TEARDOWN_TIMEOUT`` apply where these are ``None``).
+    ``ledger_limit`` caps how many ledger entries are kept (oldest dropped
+    first; :meth:`ledger_counts` stays exact); ``None`` keeps all.
+
+    Every registry is torn down at process exit, newest registry first, each
+    in its own dependency order.
+    """
+
+    def __init__(
+        self,
+        name: str = "registry",
+        *,
+        strict: bool = False,
+        exit_policy: ExitPolicy = "release",
+        step_timeout: Optional[float] = None,
+        teardown_timeout: Optional[float] = None,
+        ledger_limit: Optional[int] = 100_000,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        _check_policy(exit_policy, "exit_policy")
+        if ledger_limit is not None and (
+            isinstance(ledger_limit, bool) or not isinstance(ledger_limit, int) or ledger_limit < 0
+        ):
+            raise ValueError(
+                f"ledger_limit must be a non-negative int or None, got {ledger_limit!r}"
+            )
+        self.name = name
+        self.strict = bool(strict)
+        self.exit_policy: ExitPolicy = exit_policy
+        self.step_timeout = _check_timeout(step_timeout, "step_timeout")
+        self.teardown_timeout = _check_timeout(teardown_timeout, "teardown_timeout")
+        self._ledger_limit = ledger_limit
+        self._lock = _thread.allocate_lock()
+        self._teardown_lock = _thread.allocate_lock()
+        self._teardown_thread: Optional[int] = None
+        self._phase = _OPEN
+        self._seq = 0
+        self._live: dict[HandleInfo, None] = {}
+        self._gc_queue: list[HandleInfo] = []
+        self._entries: list[tuple[int, str, str, str, Optional[str], bool]] = []
+        self._dropped_entries = 0
+        self._counts: dict[str, int] = {}
+        self._late_requests = 0
+        self._trace = False
+        self._is_closed = False
+        _register(self)
+
+    # ------------------------------------------------------------------ registration
+
+    def track(
+        self,
+        raw: object,
+        release: Callable[[Any], object],
+        *,
+        kind: str = "handle",
+        depends_on: Iterable[Handle] = (),
+        exit_policy: Optional[ExitPolicy] = None,
+        name: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Handle:
+        """Start owning ``raw``; ``release(raw)`` is called exactly once, or never if leaked.
+
+        ``depends_on``: handles (or pins) of this registry that must outlive
+        this one.  ``exit_policy`` overrides the registry's default for this
+        handle at teardown.  ``timeout`` bounds its release step at teardown.
+        ``kind="library"`` makes it a library: released after everything
+        else at teardown.  After teardown began, the new handle is leaked at
+        once (``leaked_after_close``; strict mode raises
+        :class:`RegistryClosedError`).
+        """
+        if not callable(release):
+            raise TypeError(f"release must be callable, got {type(release).__name__}")
+        if type(kind) is not str:
+            raise TypeError(f"kind must be a str, got {type(kind).__name__}")
+        if name is not None and type(name) is not str:
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        if exit_policy is not None:
+            _check_policy(exit_policy, "exit_policy")
+        if timeout is not None:
+            timeout = _check_timeout(timeout, "timeout")
+        parents = self._parent_nodes(depends_on, "depends_on") if depends_on else ()
+        role = ROLE_LIBRARY if kind == "library" else ROLE_HANDLE
+        node = HandleInfo(self, raw, release, kind, name, parents, exit_policy, timeout, role)
+        return self._register_node(node, Handle)
+
+    def pin(
+        self,
+        library: object,
+        *,
+        close: Optional[Callable[[Any], object]] = None,
+        name: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Handle:
+        """Hold a loaded library so it is not unloaded while anything depending on it lives.
+
+        Returns a handle of kind ``"library"``: pass it in ``depends_on`` of
+        every handle whose release runs the library's code.  At teardown
+        libraries go last.  ``close(library)`` (for example ``ffi.dlclose``)
+        runs when the pin is released; without ``close`` the library object
+        stays referenced for the rest of the process, so it is never
+        unloaded by exitsafe's doing.
+        """
+        if library is None:
+            raise TypeError("pin() needs a loaded library object, got None")
+        if close is None:
+            release: Callable[[Any], object] = _kept_alive.append
+        elif callable(close):
+            release = close
+        else:
+            raise TypeError(f"close must be callable or None, got {type(close).__name__}")
+        return self.track(library, release, kind="library", name=name, timeout=timeout)
+
+    def on_teardown(
+        self,
+        fn: Callable[[], object],
+        *,
+        before: Iterable[Handle] = (),
+        after: Iterable[Handle] = (),
+        name: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Handle:
+        """Register ``fn()`` to run once during this registry's teardown.
+
+        The hook is a node of the same graph: it runs before every handle in
+        ``before`` is released (e.g. "flush the queue" before the buffers go)
+        and after every handle in ``after`` is released or leaked.  Hooks with
+        no such constraint run first.  An exception is logged and recorded
+        (``hook_failed``); a hook overrunning ``timeout`` is abandoned
+        (``hook_timeout``) and the handles in ``before`` are then leaked.
+        ``release()`` on the returned handle cancels the hook; dropping the
+        handle does not.
+        """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if name is not None and type(name) is not str:
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        if timeout is not None:
+            timeout = _check_timeout(timeout, "timeout")
+        parents = self._parent_nodes(before, "before") if before else ()
+        children = self._parent_nodes(after, "after") if after else ()
+        hook_name = name if name is not None else getattr(fn, "__qualname__", None)
+        node = HandleInfo(
+            self, None, _call_no_arg(fn), "hook", hook_name, parents, None, timeout, ROLE_HOOK
+        )
+        return self._register_node(node, _HookHandle, children)
+
+    def _parent_nodes(self, handles: Iterable[Handle], what: str) -> tuple[HandleInfo, ...]:
+        if isinstance(handles, Handle):
+            handles = (handles,)
+        try:
+            items = tuple(handles)
+        except TypeError:
+            raise TypeError(
+                f"{what} must be a Handle or an iterable of Handles, got {type(handles).__name__}"
+            ) from None
+        nodes = []
+        for item in items:
+            if not isinstance(item, Handle):
+                raise TypeError(
+                    f"{what} must contain exitsafe Handles (from track/pin/on_teardown), "
+                    f"got {type(item).__name__}"
+                )
+            node = item._node
+            if node.registry is not self:
+                raise ForeignHandleError(
+                    f"{what}: {node.name!r} belongs to registry {node.registry.name!r}, "
+                    f"not {self.name!r}; dependencies cannot cross registries"
+                )
+            nodes.append(node)
+        return unique(nodes)
+
+    def _register_node(
+        self,
+        node: HandleInfo,
+        handle_type: type[Handle],
+        children: tuple[HandleInfo, ...] = (),
+    ) -> Handle:
+        parents = node._parents
+        with self._lock:
+            if self._phase == _OPEN:
+                for parent in parents:
+                    if parent._state != _LIVE or not parent._refs:
+                        raise HandleClosedError("depends_on: " + self._closed_message(parent))
+                for child in children:
+                    if child._state != _LIVE:
+                        raise HandleClosedError("after: " + self._closed_message(child))
+                    for parent in parents:
+                        path = dependency_path(parent, child)
+                        if path is not None:
+                            raise self._cycle_error(node, path)
+                self._seq += 1
+                node._seq = self._seq
+                if node._role != ROLE_HOOK:
+                    # A hook's "before" edges order the teardown only; they must not keep
+                    # those handles alive during normal operation.
+                    for parent in parents:
+                        parent._children += 1
+                for child in children:
+                    child._parents = (*child._parents, node)
+                    node._children += 1
+                self._live[node] = None
+                handle = handle_type(node)
+            else:
+                handle = None
+        if handle is None:
+            return self._registered_after_close(node, handle_type)
+        if self._gc_queue:
+            self._drain_gc_queue()
+        return handle
+
+    def _registered_after_close(self, node: HandleInfo, handle_type: type[Handle]) -> Handle:
+        if self.strict:
+            raise RegistryClosedError(
+                f"registry {self.name!r} is closed (its teardown began); "
+                f"cannot register {node.kind} {node.name!r}"
+            )
+        with self._lock:
+            self._seq += 1
+            node._seq = self._seq
+            node._state = _LEAKED
+            node._refs = 0
+            self._record(node, Outcome.LEAKED_AFTER_CLOSE, "registered after teardown began", True)
+            if node.raw is not None:
+                _kept_alive.append(node.raw)
+        _log().info("%s %r registered after teardown began: leaked", node.kind, node.name)
+        return handle_type(node)
+
+    def _cycle_error(self, new: HandleInfo, path: list[HandleInfo]) -> DependencyCycleError:
+        # path: before-target ... -> after-handle; the new hook closes it.
+        names = [new.name, *(n.name for n in path), new.name]
+        return DependencyCycleError(
+            "dependency cycle: " + " -> ".join(names) + " (each depends on the next)", names
+        )
+
+    def _add_dependencies(self, node: HandleInfo, others: tuple[Handle, ...]) -> None:
+        parents = self._parent_nodes(others, "add_dependency")
+        with self._lock:
+            if node._state != _LIVE or not node._refs:
+                raise HandleClosedError(self._closed_message(node))
+            if self._phase != _OPEN:
+                raise RegistryClosedError(f"registry {self.name!r} is closed")
+            new = []
+            for parent in parents:
+                if parent._state != _LIVE or not parent._refs:
+                    raise HandleClosedError("add_dependency: " + self._closed_message(parent))
+                if parent in node._parents:
+                    continue
+                path = dependency_path(parent, node)
+                if path is not None:
+                    names = [node.name, *(n.name for n in path)]
+                    raise DependencyCycleError(
+                        "dependency cycle: " + " -> ".join(names) + " (each depends on the next)",
+                        names,
+                    )
+                new.append(parent)
+            for parent in new:
+                parent._children += 1
+            node._parents = (*node._parents, *new)
+
+    # ------------------------------------------------------------------ releasing
+
+    def _closed_message(self, node: HandleInfo) -> str:
+        state = node._state
+        if state == _RELEASED:
+            what = "was released"
+        elif state == _LEAKED:
+            what = "was leaked"
+        elif state == _RELEASING:
+            what = "is being released"
+        else:
+            what = "has no owner left (its release is pending"
+            if node._children:
+                what += f" until {node._children} dependent(s) are released"
+            what += ")"
+        return f"{node.kind} {node.name!r} {what}; its native object must not be used"
+
+    def _drop_owner(self, node: HandleInfo, all_owners: bool) -> None:
+        if self._is_closed:
+            # Checked first and through an attribute only: this may run from a finalizer
+            # during interpreter shutdown, when module globals can already be None.
+            self._late_requests += 1
+            if self._trace:
+                self._trace_late(node)
+            return
+        with self._lock:
+            if node._state != _LIVE or not node._refs:
+                target = None
+            elif self.strict and not all_owners and node._refs == 1 and node._children:
+                raise LiveDependentsError(
+                    f"{node.kind} {node.name!r} still has live dependents: "
+                    + ", ".join(self._dependent_names(node))
+                    + "; release them first",
+                    self._dependent_names(node),
+                )
+            else:
+                node._refs = 0 if all_owners else node._refs - 1
+                if node._refs or node._children or node._borrows or self._phase:
+                    target = None  # deferred (or left to the running teardown)
+                else:
+                    node._state = _RELEASING
+                    target = node
+        error = self._release_chain(target) if target is not None else None
+        if self._gc_queue:
+            self._drain_gc_queue()
+        if error is not None:
+            if all_owners:
+                _log().error(
+                    "release of %s %r failed after its last reference was dropped: %r",
+                    node.kind,
+                    node.name,
+                    error,
+                )
+            else:
+                raise error
+
+    def _dependent_names(self, node: HandleInfo) -> list[str]:
+        return [n.name for n in self._live if node in n._parents and n._state <= _RELEASING]
+
+    def _collected(self, node: HandleInfo) -> None:
+        # Called from Handle.__del__, on any thread, possibly while this very thread is
+        # inside one of our critical sections (GC can run on any allocation).  So never
+        # block on the lock here: queue the node; whoever holds the lock drains the
+        # queue right after releasing it.
+        if self._is_closed:
+            self._late_requests += 1
+            if self._trace:
+                self._trace_late(node)
+            return
+        if node._state:
+            return
+        self._gc_queue.append(node)
+        self._drain_gc_queue()
+
+    def _drain_gc_queue(self) -> None:
+        lock = self._lock
+        while self._gc_queue:
+            if not lock.acquire(False):
+                return  # the holder drains after releasing
+            try:
+                queue, self._gc_queue = self._gc_queue, []
+                targets = []
+                for node in queue:
+                    if node._state == _LIVE and node._refs:
+                        node._refs = 0
+                        if not (node._children or node._borrows or self._phase):
+                            node._state = _RELEASING
+                            targets.append(node)
+            finally:
+                lock.release()
+            for node in targets:
+                error = self._release_chain(node)
+                if error is not None:
+                    _log().error(
+                        "release of %s %r failed after its last reference was dropped: %r",
+                        node.kind,
+                        node.name,
+                        error,
+                    )
+
+    def _end_borrow(self, node: HandleInfo) -> None:
+        with self._lock:
+            node._borrows -= 1
+            if node._state == _LIVE and not (
+                node._refs or node._children or node._borrows or self._phase
+            ):
+                node._state = _RELEASING
+                target = node
+            else:
+                target = None
+        if target is not None:
+            error = self._release_chain(target)
+            if error is not None:
+                raise error
+
+    def _cancel_hook(self, node: HandleInfo) -> None:
+        with self._lock:
+            if node._state != _LIVE or self._phase != _OPEN:
+                return
+            self._finish_locked(node, Outcome.HOOK_CANCELLED, None, False)
+
+    def _release_chain(self, first: HandleInfo) -> Optional[BaseException]:
+        """Release ``first`` (already claimed) and every parent it frees, iteratively."""
+        pending = [first]
+        error: Optional[BaseException] = None
+        while pending:
+            node = pending.pop()
+            if node._gen != _fork_generation:
+                outcome, detail = Outcome.LEAKED_INHERITED, "inherited from the parent process"
+            elif node._taint is not None:
+                outcome, detail = Outcome.LEAKED_DEPENDENT, node._taint
+            else:
+                fn = node._fn
+                assert fn is not None
+                try:
+                    fn(node.raw)
+                except BaseException as exc:  # recorded, then re-raised to the caller
+                    outcome, detail = Outcome.RELEASE_FAILED, repr(exc)
+                    if error is None:
+                        error = exc
+                else:
+                    outcome, detail = Outcome.RELEASED, None
+            with self._lock:
+                pending.extend(self._finish_locked(node, outcome, detail, False))
+        return error
+
+    def _finish_locked(
+        self, node: HandleInfo, outcome: str, detail: Optional[str], at_exit: bool
+    ) -> list[HandleInfo]:
+        """Record ``node``'s outcome; return the parents it was the last obstacle for."""
+        tainting = outcome in _TAINTING
+        node._state = _LEAKED if tainting else _RELEASED
+        self._live.pop(node, None)
+        self._record(node, outcome, detail, at_exit)
+        if tainting:
+            if node.raw is not None:
+                _kept_alive.append(node.raw)
+            reason = f"{node.kind} {node.name!r} depending on it ended {outcome}"
+        node.raw = None
+        node._fn = None
+        ready: list[HandleInfo] = []
+        if node._role == ROLE_HOOK:
+            return ready
+        open_ = self._phase == _OPEN
+        for parent in node._parents:
+            parent._children -= 1
+            if tainting and parent._taint is None:
+                parent._taint = reason
+            if (
+                open_
+                and parent._state == _LIVE
+                and not (parent._children or parent._refs or parent._borrows)
+            ):
+                parent._state = _RELEASING
+                ready.append(parent)
+        return ready
+
+    def _record(self, node: HandleInfo, outcome: str, detail: Optional[str], at_exit: bool) -> None:
+        counts = self._counts
+        counts[outcome] = counts.get(outcome, 0) + 1
+        limit = self._ledger_limit
+        if limit == 0:
+            self._dropped_entries += 1
+            return
+        entries = self._entries
+        entries.append((node._seq, node.kind, node.name, outcome, detail, at_exit))
+        if limit is not None and len(entries) > 2 * limit:
+            drop = len(entries) - limit
+            del entries[:drop]
+            self._dropped_entries += drop
+
+    # ------------------------------------------------------------------ teardown
+
+    @property
+    def closed(self) -> bool:
+        """Whether teardown has completed: every release request is now a no-op."""
+        return self._phase == _CLOSED
+
+    @property
+    def tearing_down(self) -> bool:
+        """Whether teardown has begun (guarded callbacks are already no-ops)."""
+        return self._phase != _OPEN
+
+    def teardown(self, reason: str = "explicit") -> None:
+        """Release or leak every live handle in dependency order, run the hooks, then close.
+
+        Order: a step runs only after every handle depending on it is done;
+        among ready steps hooks go first, libraries last, newest first
+        otherwise.  Each handle is released or leaked by its exit policy,
+        the registry's default, or ``EXITSAFE_AT_EXIT``; a borrowed handle is
+        leaked (``leaked_in_use``), and whatever a leaked handle depends on is
+        leaked too.  A release that raises is logged and recorded and
+        teardown goes on.  Idempotent: a second call returns at once; a call
+        from another thread while a teardown runs waits for it to finish.
+        Runs automatically at process exit.
+        """
+        me = _get_ident()
+        with self._lock:
+            phase = self._phase
+            if phase == _OPEN:
+                self._phase = _TEARING
+                self._teardown_thread = me
+                self._teardown_lock.acquire()
+                snapshot = list(self._live)
+        if phase != _OPEN:
+            if phase == _TEARING and self._teardown_thread != me:
+                total = self._total_timeout()
+                if self._teardown_lock.acquire(True, -1 if total is None else total):
+                    self._teardown_lock.release()
+            return
+        try:
+            self._run_teardown(snapshot, reason)
+        finally:
+            with self._lock:
+                self._phase = _CLOSED
+                self._is_closed = True
+                self._teardown_thread = None
+            self._teardown_lock.release()
+
+    def _total_timeout(self) -> Optional[float]:
+        if self.teardown_timeout is not None:
+            return self.teardown_timeout
+        return _config.seconds("EXITSAFE_TEARDOWN_TIMEOUT")
+
+    def _run_teardown(self, snapshot: list[HandleInfo], reason: str) -> None:
+        started = _monotonic()
+        trace = self._trace = _config.trace_enabled()
+        override = _config.at_exit_override()
+        step_timeout = self.step_timeout
+        if step_timeout is None:
+            step_timeout = _config.seconds("EXITSAFE_STEP_TIMEOUT")
+        total = self._total_timeout()
+        deadline = None if total is None else started + total
+        order = teardown_order(snapshot)
+        if trace:
+            hooks = sum(1 for n in snapshot if n._role == ROLE_HOOK)
+            _emit(
+                f"exitsafe: teardown-begin registry={_q(self.name)} reason={_q(reason)}"
+                f" live={len(snapshot) - hooks} hooks={hooks}"
+            )
+            _emit(f"exitsafe: plan registry={_q(self.name)} steps={len(order)}")
+        runner = StepRunner()
+        failed = 0
+        try:
+            for index, node in enumerate(order, 1):
+                t0 = _monotonic()
+                result = self._teardown_step(node, override, step_timeout, deadline, runner)
+                if result is None:
+                    continue
+                action, outcome, detail = result
+                if outcome in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED):
+                    failed += 1
+                if trace:
+                    error = f" error={_q(detail)}" if detail else ""
+                    _emit(
+                        f"exitsafe: step registry={_q(self.name)} index={index} of={len(order)}"
+                        f" action={action} kind={_q(node.kind)} name={_q(node.name)}"
+                        f" outcome={outcome} ms={(_monotonic() - t0) * 1000:.3f}{error}"
+                    )
+        finally:
+            runner.close()
+        if trace:
+            counts = self._counts
+            released = counts.get(Outcome.RELEASED_AT_EXIT, 0)
+            leaked = sum(v for k, v in counts.items() if k.startswith("leaked_"))
+            _emit(
+                f"exitsafe: teardown-end registry={_q(self.name)} released={released}"
+                f" leaked={leaked} failed={failed} ms={(_monotonic() - started) * 1000:.3f}"
+            )
+
+    def _teardown_step(
+        self,
+        node: HandleInfo,
+        override: Optional[str],
+        step_timeout: Optional[float],
+        deadline: Optional[float],
+        runner: StepRunner,
+    ) -> Optional[tuple[str, str, Optional[str]]]:
+        if node._state == _RELEASING:
+            self._wait_for_other_thread(node, step_timeout, deadline)
+        with self._lock:
+            if node._state != _LIVE:
+                return None  # finished meanwhile by another thread; its outcome is recorded
+            node._state = _RELEASING
+            borrowed = node._borrows > 0
+        is_hook = node._role == ROLE_HOOK
+        action = "hook" if is_hook else "release"
+        detail: Optional[str] = None
+        if node._gen != _fork_generation:
+            outcome, detail = Outcome.LEAKED_INHERITED, "inherited from the parent process"
+        elif node._taint is not None and not is_hook:
+            outcome, detail = Outcome.LEAKED_DEPENDENT, node._taint
+        elif borrowed:
+            outcome, detail = Outcome.LEAKED_IN_USE, "borrowed at teardown"
+        elif deadline is not None and _monotonic() >= deadline:
+            outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
+            detail = "teardown deadline passed before this step"
+        else:
+            decision = "release" if is_hook else self._decide(node, override)
+            if decision == "release":
+                timeout = node._timeout if node._timeout is not None else step_timeout
+                if deadline is not None:
+                    left = deadline - _monotonic()
+                    timeout = left if timeout is None else min(timeout, left)
+                fn = node._fn
+                assert fn is not None
+                finished, error = runner.call(fn, node.raw, timeout)
+                if not finished:
+                    outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
+                    detail = f"still running after {timeout:.3g} s; abandoned"
+                    _log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)
+                elif error is not None:
+                    outcome = Outcome.HOOK_FAILED if is_hook else Outcome.RELEASE_FAILED
+                    detail = repr(error)
+                    _log().error(
+                        "exitsafe: %s of %s %r failed at teardown: %s",
+                        action,
+                        node.kind,
+                        node.name,
+                        detail,
+                    )
+                else:
+                    outcome = Outcome.HOOK_RAN if is_hook else Outcome.RELEASED_AT_EXIT
+            else:
+                outcome, detail = Outcome.LEAKED_POLICY, decision[5:] or None
+                action = "leak"
+        if outcome.startswith("leaked_"):
+            action = "leak"
+        with self._lock:
+            self._finish_locked(node, outcome, detail, True)
+        return action, outcome, detail
+
+    def _wait_for_other_thread(
+        self, node: HandleInfo, step_timeout: Optional[float], deadline: Optional[float]
+    ) -> None:
+        limit = step_timeout if step_timeout is not None else 5.0
+        end = _monotonic() + limit
+        if deadline is not None:
+            end = min(end, deadline)
+        while node._state == _RELEASING and _monotonic() < end:
+            time.sleep(0.001)
+        if node._state == _RELEASING:
+            # Still running elsewhere: what it depends on must not go from under it.
+            with self._lock:
+                for parent in node._parents:
+                    if parent._taint is None:
+                        parent._taint = f"{node.kind} {node.name!r} was still being released"
+
+    def _decide(self, node: HandleInfo, override: Optional[str]) -> str:
+        """``"release"`` or ``"leak<detail>"`` for ``node`` at teardown."""
+        if override == "release":
+            return "release"
+        if override == "leak":
+            return "leak:EXITSAFE_AT_EXIT=leak"
+        policy = node._policy if node._policy is not None else self.exit_policy
+        if policy == "release":
+            return "release"
+        if policy == "leak":
+            return "leak:exit_policy='leak'"
+        try:
+            verdict = policy(node)  # type: ignore[operator]
+        except BaseException as exc:  # a broken policy must not stop the teardown
+            _log().error(
+                "exitsafe: exit policy for %s %r raised %r; leaking it", node.kind, node.name, exc
+            )
+            return f"leak:exit policy raised {exc!r}"
+        if verdict == "release":
+            return "release"
+        if verdict == "leak":
+            return f"leak:exit policy {getattr(policy, '__name__', policy)!s}"
+        _log().error(
+            "exitsafe: exit policy for %s %r returned %r (not 'release' or 'leak'); leaking it",
+            node.kind,
+            node.name,
+            verdict,
+        )
+        return f"leak:exit policy returned {verdict!r}"
+
+    def _trace_late(self, node: HandleInfo) -> None:
+        try:
+            _emit(
+                f"exitsafe: late-release registry={_q(self.name)} kind={_q(node.kind)}"
+                f" name={_q(node.name)}"
+            )
+        except Exception:
+            # Late in interpreter finalization this module's globals may be None; the
+            # trace line is best effort and must never turn into shutdown noise.
+            pass
+
+    # ------------------------------------------------------------------ inspection
+
+    def ledger(self) -> list[LedgerEntry]:
+        """The recorded outcomes, oldest first (at most ``ledger_limit`` of the newest)."""
+        with self._lock:
+            entries = list(self._entries)
+            limit = self._ledger_limit
+        if limit is not None and len(entries) > limit:
+            entries = entries[len(entries) - limit :]
+        name = self.name
+        return [LedgerEntry(name, *entry) for entry in entries]
+
+    def ledger_counts(self) -> dict[str, int]:
+        """How many handles ended in each outcome (exact, never truncated)."""
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def late_requests(self) -> int:
+        """How many release requests arrived after close and were ignored."""
+        return self._late_requests
+
+    def live_handles(self) -> list[HandleInfo]:
+        """A snapshot of the records of every handle and hook not yet ended, oldest first."""
+        with self._lock:
+            return [n for n in self._live if n._state <= _RELEASING]
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __repr__(self) -> str:
+        phase = ("open", "tearing down", "closed")[self._phase]
+        return f"<exitsafe.Registry {self.name!r} {phase} live={len(self._live)}>"
+
+    def _as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "counts": self.ledger_counts(),
+            "late_requests": self._late_requests,
+            "dropped_entries": self._dropped_entries,
+            "entries": [e.as_dict() for e in self.ledger()],
+        }
+
+
+# ---------------------------------------------------------------------- process level
+
+_registries: list[Any] = []  # weak references, oldest first
+_registries_lock = _thread.allocate_lock()
+_default: Optional[Registry] = None
+
+
+def _register(registry: Registry) -> None:
+    with _registries_lock:
+        _registries[:] = [r for r in _registries if r() is not None]
+        _registries.append(_weakref(registry))
+
+
+def registries() -> list[Registry]:
+    """Every registry still alive, oldest first (the exit teardown goes newest first)."""
+    with _registries_lock:
+        found = [r() for r in _registries]
+    return [r for r in found if r is not None]
+
+
+def default_registry() -> Registry:
+    """The process-wide registry that the module-level functions act on (created on first use)."""
+    global _default
+    registry = _default
+    if registry is None:
+        with _registries_lock:
+            registry = _default
+        if registry is None:
+            created = Registry("default")
+            with _registries_lock:
+                if _default is None:
+                    _default = created
+                registry = _default
+    return registry
+
+
+def _log() -> Any:
+    import logging
+
+    return logging.getLogger("exitsafe")
+
+
+def _q(text: str) -> str:
+    """Quote a trace value the way the trace parser expects (a JSON string)."""
+    out = ['"']
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch < " ":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _emit(line: str) -> None:
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        # stderr closed or broken at exit: the trace is best effort and must not
+        # turn a clean exit into a crash.
+        pass
+
+
+def _at_exit() -> None:
+    """The atexit callback: tear down every registry, newest first, then write the ledger."""
+    for registry in reversed(registries()):
+        try:
+            registry.teardown(reason="atexit")
+        except BaseException as exc:  # keep tearing down the other registries
+            _log().error("exitsafe: teardown of registry %r failed: %r", registry.name, exc)
+    path = _config.ledger_path()
+    if path:
+        _write_ledger(path)
+
+
+def _write_ledger(path: str) -> None:
+    import json
+
+    data = {
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "registries": [r._as_json() for r in registries()],
+    }
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _log().error("exitsafe: could not write the ledger to %r: %s", path, exc)
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation, _registries_lock
+    _fork_generation += 1
+    _registries_lock = _thread.allocate_lock()
+    for registry in registries():
+        # Another thread of the parent may have held these at fork time.
+        registry._lock = _thread.allocate_lock()
+        if registry._phase == _TEARING:
+            registry._phase = _CLOSED
+        registry._teardown_lock = _thread.allocate_lock()
+        registry._teardown_thread = None
+
+
+atexit.register(_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

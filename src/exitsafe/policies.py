@@ -1,0 +1,68 @@
+"""Ready-made exit policies and a way to combine them.
+
+An exit policy decides, at teardown, whether a live handle is released
+natively (``"release"``) or deliberately leaked (``"leak"``: no native call,
+the OS reclaims the memory at process exit).  A policy is ``"release"``,
+``"leak"`` or a callable taking the handle's :class:`exitsafe.HandleInfo` and
+returning one of the two strings; it runs on the thread doing the teardown,
+outside the registry's lock.  ``EXITSAFE_AT_EXIT=release|leak`` overrides
+every policy of every registry.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Union
+
+    from .lifetime import HandleInfo
+
+    Policy = Union[str, Callable[[HandleInfo], str]]
+
+__all__ = ["any_leak", "leak_if_foreign_thread", "leak_in_forked_child"]
+
+
+def leak_if_foreign_thread(info: HandleInfo) -> str:
+    """Leak a handle created on a thread other than the main thread; release the rest.
+
+    The Node.js binding fix in the seeds: objects born on worker threads may
+    belong to per-thread runtime state that is already gone at exit.
+    """
+    return "release" if info.created_on_main_thread else "leak"
+
+
+def leak_in_forked_child(info: HandleInfo) -> str:
+    """Leak every handle when the teardown runs in a process produced by ``os.fork()``.
+
+    Handles *inherited* from the parent are never released in a child in
+    any case; this policy also leaks the handles the child created itself,
+    for runtimes that are not fork-safe at all.
+    """
+    from . import lifetime
+
+    return "leak" if lifetime._fork_generation else "release"
+
+
+def any_leak(*policies: Policy) -> Callable[[HandleInfo], str]:
+    """Combine policies: leak when any of them says leak, release otherwise.
+
+    Each element may be ``"release"``, ``"leak"`` or a callable policy; they
+    are consulted in order and the first ``"leak"`` wins.
+    """
+    for policy in policies:
+        if policy not in ("release", "leak") and not callable(policy):
+            raise ValueError(f"not an exit policy: {policy!r}")
+
+    def combined(info: HandleInfo) -> str:
+        for policy in policies:
+            verdict = policy if isinstance(policy, str) else policy(info)
+            if verdict == "leak":
+                return "leak"
+        return "release"
+
+    combined.__name__ = (
+        "any_leak("
+        + ", ".join(p if isinstance(p, str) else getattr(p, "__name__", repr(p)) for p in policies)
+        + ")"
+    )
+    return combined
