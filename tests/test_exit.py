@@ -1,0 +1,208 @@
+"""Subprocess tests of what happens at real interpreter exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = textwrap.dedent(
+    """
+    import os, sys, gc, threading
+    import exitsafe
+    LOG = os.environ["ORDER_LOG"]
+
+    def record(raw):
+        with open(LOG, "a") as fh:
+            fh.write(str(raw) + "\\n")
+    """
+)
+
+
+def run_program(body: str, tmp_path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    log = tmp_path / "order.log"
+    script = tmp_path / "prog.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    child_env = {**os.environ, "ORDER_LOG": str(log), **env}
+    for var in ("EXITSAFE_AT_EXIT", "EXITSAFE_TRACE", "EXITSAFE_LEDGER"):
+        if var not in env:
+            child_env.pop(var, None)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    order = log.read_text().split() if log.exists() else []
+    return proc, order
+
+
+def assert_clean(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_globals_and_cycles_are_released_at_exit_in_dependency_order(tmp_path):
+    proc, order = run_program(
+        """
+        lib = exitsafe.pin("lib", close=record)
+        inst = exitsafe.track("instance", record, kind="instance", depends_on=[lib])
+        dev = exitsafe.track("device", record, kind="device", depends_on=[inst])
+
+        class Session:
+            def __init__(self):
+                self.me = self   # a reference cycle, collected in arbitrary GC order
+                self.h = exitsafe.track("session", record, depends_on=[dev])
+
+        s = Session()
+        del s
+        buf = exitsafe.track("buffer", record, kind="buffer", depends_on=[dev])
+        exitsafe.on_teardown(lambda: record("hook"), before=[buf])
+        print("work done")
+        """,
+        tmp_path,
+    )
+    assert_clean(proc)
+    assert proc.stdout == "work done\n"
+    assert order == ["hook", "buffer", "session", "device", "instance", "lib"]
+
+
+def test_late_release_from_a_finalizer_does_not_run(tmp_path):
+    proc, order = run_program(
+        """
+        class Wrapper:
+            def __init__(self):
+                self.h = exitsafe.track("dev", record, exit_policy="leak")
+            def __del__(self):
+                # the naive binding's finalizer, run during interpreter shutdown
+                self.h.release()
+
+        w = Wrapper()            # a module global: finalized after teardown
+        """,
+        tmp_path,
+        EXITSAFE_TRACE="1",
+    )
+    assert_clean(proc)
+    assert order == []
+    assert "outcome=leaked_policy" in proc.stderr
+    assert 'late-release registry="default" kind="handle" name="handle#1"' in proc.stderr
+
+
+def test_ledger_json_written_at_exit(tmp_path):
+    ledger = tmp_path / "ledger-{pid}.json"
+    proc, order = run_program(
+        """
+        a = exitsafe.track("a", record, name="a")
+        b = exitsafe.track("b", record, name="b", exit_policy="leak")
+        c = exitsafe.track("c", record, name="c")
+        c.release()
+        print(os.getpid())
+        """,
+        tmp_path,
+        EXITSAFE_LEDGER=str(ledger),
+    )
+    assert_clean(proc)
+    data = json.loads((tmp_path / f"ledger-{proc.stdout.strip()}.json").read_text())
+    (default,) = [r for r in data["registries"] if r["name"] == "default"]
+    outcomes = {e["name"]: e["outcome"] for e in default["entries"]}
+    assert outcomes == {"a": "released_at_exit", "b": "leaked_policy", "c": "released"}
+    assert default["counts"] == {"released": 1, "released_at_exit": 1, "leaked_policy": 1}
+
+
+def test_at_exit_leak_override_never_calls_native_code(tmp_path):
+    proc, order = run_program(
+        """
+        a = exitsafe.track("a", record)
+        b = exitsafe.track("b", record, depends_on=[a])
+        """,
+        tmp_path,
+        EXITSAFE_AT_EXIT="leak",
+    )
+    assert_clean(proc)
+    assert order == []
+
+
+def test_bad_env_value_is_reported_once(tmp_path):
+    proc, order = run_program(
+        """
+        a = exitsafe.track("a", record)
+        r = exitsafe.Registry("second")
+        b = r.track("b", record)
+        """,
+        tmp_path,
+        EXITSAFE_AT_EXIT="sometimes",
+    )
+    assert proc.returncode == 0
+    assert proc.stderr.count("EXITSAFE_AT_EXIT='sometimes' is not valid") == 1
+    assert sorted(order) == ["a", "b"]
+
+
+def test_registries_tear_down_newest_first(tmp_path):
+    proc, order = run_program(
+        """
+        first = exitsafe.Registry("first")
+        second = exitsafe.Registry("second")
+        a = first.track("first", record)
+        b = second.track("second", record)
+        """,
+        tmp_path,
+    )
+    assert_clean(proc)
+    assert order == ["second", "first"]
+
+
+def test_worker_thread_finishing_does_not_tear_down(tmp_path):
+    proc, order = run_program(
+        """
+        box = []
+        t = threading.Thread(target=lambda: box.append(exitsafe.track("w", record)))
+        t.start(); t.join()
+        assert box[0].raw == "w"
+        record("after-join")
+        """,
+        tmp_path,
+    )
+    assert_clean(proc)
+    assert order == ["after-join", "w"]
+
+
+def test_non_daemon_threads_finish_before_teardown(tmp_path):
+    proc, order = run_program(
+        """
+        import time
+        h = exitsafe.track("h", record)
+        def worker():
+            time.sleep(0.2)
+            record("worker-used:" + h.raw)
+        threading.Thread(target=worker).start()
+        """,
+        tmp_path,
+    )
+    assert_clean(proc)
+    assert order == ["worker-used:h", "h"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_never_releases_inherited_handles(tmp_path):
+    proc, order = run_program(
+        """
+        inherited = exitsafe.track("parent-handle", record)
+        pid = os.fork()
+        if pid == 0:
+            own = exitsafe.track("child-handle", record)
+            inherited.release()          # explicit: still never released in the child
+            sys.exit(0)                  # normal exit: atexit teardown runs in the child
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 if hasattr(os, "waitstatus_to_exitcode") else True
+        record("parent-continues")
+        """,
+        tmp_path,
+    )
+    assert_clean(proc)
+    assert order == ["child-handle", "parent-continues", "parent-handle"]

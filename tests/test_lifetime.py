@@ -1,0 +1,547 @@
+"""Unit tests of the lifetime core: each rule of the API contract, and bad input."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import exitsafe
+from exitsafe import (
+    DependencyCycleError,
+    ExitsafeError,
+    ForeignHandleError,
+    HandleClosedError,
+    LiveDependentsError,
+    Outcome,
+    Registry,
+    RegistryClosedError,
+)
+
+
+class Recorder:
+    """Release functions that write what they release into one shared log."""
+
+    def __init__(self) -> None:
+        self.log: list[object] = []
+
+    def __call__(self, raw: object) -> None:
+        self.log.append(raw)
+
+
+@pytest.fixture
+def reg() -> Registry:
+    return Registry("test", ledger_limit=None)
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+#: Handles a test must keep referenced: dropping the last reference releases a handle.
+KEEP: list[object] = []
+
+
+@pytest.fixture(autouse=True)
+def _clear_keep():
+    yield
+    KEEP.clear()
+
+
+def outcomes(registry: Registry) -> dict[str, str]:
+    return {e.name: e.outcome for e in registry.ledger()}
+
+
+# ---------------------------------------------------------------- owners and release
+
+
+def test_release_calls_the_release_function_once(reg, rec):
+    h = reg.track("a", rec, name="a")
+    assert h.raw == "a" and h.state == "live" and h.owners == 1
+    h.release()
+    h.release()
+    assert rec.log == ["a"]
+    assert h.state == "released"
+    assert outcomes(reg) == {"a": Outcome.RELEASED}
+
+
+def test_raw_after_release_raises(reg, rec):
+    h = reg.track("a", rec, name="a")
+    h.release()
+    with pytest.raises(HandleClosedError, match="'a' was released"):
+        h.raw  # noqa: B018
+    with pytest.raises(HandleClosedError):
+        h.retain()
+    with pytest.raises(HandleClosedError):
+        h.borrow().__enter__()
+
+
+def test_retain_adds_an_owner(reg, rec):
+    h = reg.track("a", rec)
+    assert h.retain() is h
+    h.release()
+    assert rec.log == [] and h.raw == "a"
+    h.release()
+    assert rec.log == ["a"]
+
+
+def test_context_manager_releases(reg, rec):
+    with reg.track("a", rec) as h:
+        assert h.raw == "a"
+    assert rec.log == ["a"]
+
+
+def test_gc_of_last_reference_releases(reg, rec):
+    h = reg.track("a", rec, name="a")
+    del h
+    gc.collect()
+    assert rec.log == ["a"]
+    assert outcomes(reg) == {"a": Outcome.RELEASED}
+
+
+def test_gc_drops_every_remaining_owner(reg, rec):
+    h = reg.track("a", rec)
+    h.retain()
+    del h
+    gc.collect()
+    assert rec.log == ["a"]
+
+
+def test_gc_in_reference_cycle_releases(reg, rec):
+    class Wrapper:
+        pass
+
+    w = Wrapper()
+    w.self = w
+    w.handle = reg.track("cyc", rec)
+    del w
+    gc.collect()
+    assert rec.log == ["cyc"]
+
+
+# ---------------------------------------------------------------- dependencies
+
+
+def test_parent_outlives_children(reg, rec):
+    inst = reg.track("inst", rec, name="inst")
+    dev = reg.track("dev", rec, depends_on=[inst])
+    buf = reg.track("buf", rec, depends_on=[dev])
+    inst.release()
+    dev.release()
+    assert rec.log == []
+    assert inst.state == "live"
+    with pytest.raises(HandleClosedError, match="pending until 1 dependent"):
+        inst.raw  # noqa: B018
+    buf.release()
+    assert rec.log == ["buf", "dev", "inst"]
+
+
+def test_depends_on_accepts_a_single_handle(reg, rec):
+    inst = reg.track("inst", rec)
+    dev = reg.track("dev", rec, depends_on=inst)
+    inst.release()
+    dev.release()
+    assert rec.log == ["dev", "inst"]
+
+
+def test_gc_of_parent_handle_defers_to_children(reg, rec):
+    inst = reg.track("inst", rec)
+    dev = reg.track("dev", rec, depends_on=[inst])
+    del inst
+    gc.collect()
+    assert rec.log == []
+    dev.release()
+    assert rec.log == ["dev", "inst"]
+
+
+def test_long_chain_releases_iteratively(reg):
+    count = 100_000
+    log: list[int] = []
+    head = reg.track(0, log.append)
+    handles = [head]
+    for i in range(1, count):
+        handles.append(reg.track(i, log.append, depends_on=[handles[-1]]))
+    for h in handles[:-1]:
+        h.release()
+    assert log == []
+    handles[-1].release()
+    assert log == list(range(count - 1, -1, -1))
+
+
+def test_strict_mode_names_live_dependents(rec):
+    reg = Registry("strict", strict=True)
+    inst = reg.track("inst", rec, name="inst")
+    dev = reg.track("dev", rec, name="dev0", depends_on=[inst])
+    with pytest.raises(LiveDependentsError, match="dev0") as info:
+        inst.release()
+    assert info.value.dependents == ("dev0",)
+    assert inst.owners == 1 and inst.raw == "inst"
+    dev.release()
+    inst.release()
+    assert rec.log == ["dev", "inst"]
+
+
+def test_cycle_via_add_dependency_is_rejected(reg, rec):
+    a = reg.track("a", rec, name="a")
+    b = reg.track("b", rec, name="b", depends_on=[a])
+    c = reg.track("c", rec, name="c", depends_on=[b])
+    with pytest.raises(DependencyCycleError, match="a -> c -> b -> a") as info:
+        a.add_dependency(c)
+    assert info.value.cycle == ("a", "c", "b", "a")
+    with pytest.raises(DependencyCycleError):
+        a.add_dependency(a)
+    # nothing was added: releasing in the natural order still works
+    for h in (a, b, c):
+        h.release()
+    assert rec.log == ["c", "b", "a"]
+
+
+def test_add_dependency_orders_release(reg, rec):
+    a = reg.track("a", rec)
+    b = reg.track("b", rec)
+    b.add_dependency(a)
+    a.release()
+    assert rec.log == []
+    b.release()
+    assert rec.log == ["b", "a"]
+
+
+def test_hook_cycle_is_rejected(reg, rec):
+    a = reg.track("a", rec, name="a")
+    b = reg.track("b", rec, name="b", depends_on=[a])
+    with pytest.raises(DependencyCycleError, match="flush"):
+        # flush must run before a goes, and after b goes, but b depends on a: fine.
+        # The reverse (before b, after a) is a cycle: a -> flush -> b -> a.
+        reg.on_teardown(lambda: None, before=[b], after=[a], name="flush")
+    reg.on_teardown(lambda: None, before=[a], after=[b], name="ok")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input_is_rejected_clearly(reg, rec):
+    with pytest.raises(TypeError, match="release must be callable"):
+        reg.track("a", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="depends_on must contain exitsafe Handles"):
+        reg.track("a", rec, depends_on=["x"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="iterable of Handles"):
+        reg.track("a", rec, depends_on=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="kind must be a str"):
+        reg.track("a", rec, kind=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exit_policy"):
+        reg.track("a", rec, exit_policy="sometimes")
+    with pytest.raises(ValueError, match="timeout"):
+        reg.track("a", rec, timeout=-1)
+    with pytest.raises(TypeError, match="needs a loaded library"):
+        reg.pin(None)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        reg.on_teardown(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Registry("x", exit_policy="maybe")
+    with pytest.raises(TypeError):
+        exitsafe.guard(42)  # type: ignore[arg-type]
+    assert len(reg) == 0, "a rejected registration must not leave anything behind"
+
+
+def test_handle_from_another_registry_is_rejected(reg, rec):
+    other = Registry("other")
+    foreign = other.track("f", rec, name="f")
+    with pytest.raises(ForeignHandleError, match="belongs to registry 'other'"):
+        reg.track("a", rec, depends_on=[foreign])
+    assert isinstance(ForeignHandleError("x"), (ExitsafeError, ValueError))
+
+
+def test_depends_on_a_released_handle_is_rejected(reg, rec):
+    a = reg.track("a", rec, name="a")
+    a.release()
+    with pytest.raises(HandleClosedError, match="depends_on: handle 'a' was released"):
+        reg.track("b", rec, depends_on=[a])
+
+
+def test_release_from_a_foreign_thread(reg, rec):
+    h = reg.track("a", rec)
+    t = threading.Thread(target=h.release)
+    t.start()
+    t.join()
+    assert rec.log == ["a"]
+
+
+def test_failing_release_is_recorded_and_raised(reg):
+    def boom(raw):
+        raise RuntimeError("driver said no")
+
+    parent = reg.track("p", lambda r: None, name="p")
+    h = reg.track("a", boom, name="a", depends_on=[parent])
+    parent.release()
+    with pytest.raises(RuntimeError, match="driver said no"):
+        h.release()
+    h.release()  # never called again
+    got = outcomes(reg)
+    assert got["a"] == Outcome.RELEASE_FAILED
+    assert got["p"] == Outcome.LEAKED_DEPENDENT, "a parent is never released from under a failure"
+
+
+def test_borrow_defers_release(reg, rec):
+    h = reg.track("a", rec)
+    with h.borrow() as raw:
+        assert raw == "a"
+        h.release()
+        assert rec.log == []
+    assert rec.log == ["a"]
+
+
+# ---------------------------------------------------------------- teardown
+
+
+def test_teardown_order_children_first_libraries_last(reg, rec):
+    lib = reg.pin("lib", close=rec, name="lib")
+    inst = reg.track("inst", rec, kind="instance")
+    dev = reg.track("dev", rec, kind="device", depends_on=[inst, lib])
+    buf = reg.track("buf", rec, kind="buffer", depends_on=[dev])
+    other = reg.track("other", rec)
+    reg.on_teardown(lambda: rec.log.append("flush"), name="flush", before=[dev])
+    del other
+    reg.teardown()
+    assert rec.log == ["other", "flush", "buf", "dev", "inst", "lib"]
+    assert (lib.state, inst.state, dev.state, buf.state) == ("released",) * 4
+    assert reg.closed
+    assert {e.outcome for e in reg.ledger() if e.at_exit} == {
+        Outcome.RELEASED_AT_EXIT,
+        Outcome.HOOK_RAN,
+    }
+
+
+def test_hook_after_runs_after_handle(reg, rec):
+    h = reg.track("h", rec)
+    reg.on_teardown(lambda: rec.log.append("unregister"), after=[h])
+    reg.teardown()
+    assert rec.log == ["h", "unregister"]
+
+
+def test_hook_does_not_keep_its_before_handles_alive(reg, rec):
+    buf = reg.track("buf", rec)
+    reg.on_teardown(lambda: rec.log.append("flush"), before=[buf])
+    buf.release()
+    assert rec.log == ["buf"]
+    reg.teardown()
+    assert rec.log == ["buf", "flush"]
+
+
+def test_cancelled_hook_does_not_run(reg, rec):
+    hook = reg.on_teardown(lambda: rec.log.append("hook"), name="hook")
+    hook.release()
+    reg.teardown()
+    assert rec.log == []
+    assert outcomes(reg) == {"hook": Outcome.HOOK_CANCELLED}
+
+
+def test_teardown_is_idempotent_and_closes(reg, rec):
+    h = reg.track("a", rec, name="a")
+    reg.teardown()
+    reg.teardown()
+    assert rec.log == ["a"]
+    h.release()
+    assert rec.log == ["a"]
+    assert reg.late_requests == 1
+    assert outcomes(reg) == {"a": Outcome.RELEASED_AT_EXIT}
+
+
+def test_registration_after_close_is_leaked_at_once(reg, rec):
+    reg.teardown()
+    h = reg.track("late", rec, name="late")
+    assert h.state == "leaked"
+    with pytest.raises(HandleClosedError):
+        h.raw  # noqa: B018
+    h.release()
+    assert rec.log == []
+    assert outcomes(reg) == {"late": Outcome.LEAKED_AFTER_CLOSE}
+
+
+def test_registration_after_close_raises_in_strict_mode(rec):
+    reg = Registry("strict", strict=True)
+    reg.teardown()
+    with pytest.raises(RegistryClosedError):
+        reg.track("late", rec)
+
+
+def test_exception_in_one_release_does_not_stop_teardown(reg, rec, caplog):
+    def boom(raw):
+        raise ValueError("bad handle")
+
+    KEEP.append(reg.track("ok1", rec, name="ok1"))
+    KEEP.append(reg.track("bad", boom, name="bad"))
+    KEEP.append(reg.track("ok2", rec, name="ok2"))
+    reg.teardown()
+    assert sorted(rec.log) == ["ok1", "ok2"]
+    assert outcomes(reg)["bad"] == Outcome.RELEASE_FAILED
+    assert "bad handle" in caplog.text
+
+
+def test_exit_policies(reg, rec):
+    KEEP.append(reg.track("keep", rec, name="keep", exit_policy="leak"))
+    KEEP.append(reg.track("rel", rec, name="rel"))
+    KEEP.append(reg.track("fn-leak", rec, name="fn-leak", exit_policy=lambda info: "leak"))
+    KEEP.append(reg.track("fn-rel", rec, name="fn-rel", exit_policy=lambda info: "release"))
+    KEEP.append(reg.track("fn-bad", rec, name="fn-bad", exit_policy=lambda info: "maybe"))
+    reg.teardown()
+    assert sorted(rec.log) == ["fn-rel", "rel"]
+    got = outcomes(reg)
+    assert got["keep"] == got["fn-leak"] == got["fn-bad"] == Outcome.LEAKED_POLICY
+
+
+def test_leak_propagates_to_dependencies(reg, rec):
+    lib = reg.pin("lib", close=rec, name="lib")
+    inst = reg.track("inst", rec, name="inst", depends_on=[lib])
+    KEEP.append(reg.track("dev", rec, name="dev", depends_on=[inst], exit_policy="leak"))
+    reg.teardown()
+    assert rec.log == []
+    got = outcomes(reg)
+    assert got == {
+        "dev": Outcome.LEAKED_POLICY,
+        "inst": Outcome.LEAKED_DEPENDENT,
+        "lib": Outcome.LEAKED_DEPENDENT,
+    }
+
+
+def test_borrowed_handle_is_leaked_at_teardown(reg, rec):
+    inst = reg.track("inst", rec, name="inst")
+    dev = reg.track("dev", rec, name="dev", depends_on=[inst])
+    with dev.borrow():
+        reg.teardown()
+    assert rec.log == []
+    assert outcomes(reg) == {"dev": Outcome.LEAKED_IN_USE, "inst": Outcome.LEAKED_DEPENDENT}
+
+
+def test_registry_default_policy_leak(rec):
+    reg = Registry("leaky", exit_policy="leak")
+    KEEP.append(reg.track("a", rec))
+    reg.teardown()
+    assert rec.log == []
+
+
+def test_env_override_release_and_leak(monkeypatch, rec):
+    monkeypatch.setenv("EXITSAFE_AT_EXIT", "release")
+    reg = Registry("r1", exit_policy="leak")
+    KEEP.append(reg.track("a", rec))
+    reg.teardown()
+    assert rec.log == ["a"]
+    monkeypatch.setenv("EXITSAFE_AT_EXIT", "leak")
+    reg2 = Registry("r2")
+    KEEP.append(reg2.track("b", rec))
+    reg2.on_teardown(lambda: rec.log.append("hook"))
+    reg2.teardown()
+    assert rec.log == ["a", "hook"], "leak override leaks handles but still runs hooks"
+
+
+def test_bad_env_value_warns_once_and_uses_default(monkeypatch, rec, caplog):
+    from exitsafe import _config
+
+    monkeypatch.setattr(_config, "_warned", set())
+    monkeypatch.setenv("EXITSAFE_AT_EXIT", "bogus")
+    for name in ("r1", "r2"):
+        reg = Registry(name)
+        reg.track(name, rec)
+        reg.teardown()
+    assert rec.log == ["r1", "r2"]
+    assert caplog.text.count("EXITSAFE_AT_EXIT='bogus' is not valid") == 1
+
+
+def test_trace_lines(monkeypatch, capsys, rec):
+    monkeypatch.setenv("EXITSAFE_TRACE", "1")
+    reg = Registry("traced")
+    KEEP.append(reg.track("a", rec, name='dev "0"', kind="device"))
+    reg.teardown()
+    h = reg.track("b", rec)
+    h.release()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == 'exitsafe: teardown-begin registry="traced" reason="explicit" live=1 hooks=0'
+    assert err[1] == 'exitsafe: plan registry="traced" steps=1'
+    assert err[2].startswith(
+        'exitsafe: step registry="traced" index=1 of=1 action=release kind="device" '
+        'name="dev \\"0\\"" outcome=released_at_exit ms='
+    )
+    assert err[3].startswith('exitsafe: teardown-end registry="traced" released=1 leaked=0')
+    assert err[4] == 'exitsafe: late-release registry="traced" kind="handle" name="handle#2"'
+
+
+def test_step_timeout_abandons_a_blocked_release(rec):
+    gate = threading.Event()
+    reg = Registry("slow", step_timeout=0.2)
+    inst = reg.track("inst", rec, name="inst")
+    KEEP.append(reg.track("stuck", lambda raw: gate.wait(), name="stuck", depends_on=[inst]))
+    KEEP.append(reg.track("other", rec, name="other"))
+    reg.teardown()
+    gate.set()
+    got = outcomes(reg)
+    assert got["stuck"] == Outcome.LEAKED_TIMEOUT
+    assert got["inst"] == Outcome.LEAKED_DEPENDENT
+    assert got["other"] == Outcome.RELEASED_AT_EXIT
+
+
+def test_guard_goes_quiet_at_teardown(reg):
+    calls = []
+    g = exitsafe.guard(lambda x: calls.append(x) or x * 2, default=-1, registry=reg)
+    assert g(2) == 4 and g.active
+    reg.teardown()
+    assert g(3) == -1 and not g.active
+    assert calls == [2]
+
+
+def test_policies_compose(reg, rec):
+    from exitsafe.policies import any_leak, leak_if_foreign_thread, leak_in_forked_child
+
+    policy = any_leak(leak_in_forked_child, leak_if_foreign_thread)
+    KEEP.append(reg.track("main", rec, name="main", exit_policy=policy))
+    box = []
+    t = threading.Thread(target=lambda: box.append(reg.track("w", rec, name="w", exit_policy=policy)))
+    t.start()
+    t.join()
+    reg.teardown()
+    assert rec.log == ["main"]
+    assert outcomes(reg)["w"] == Outcome.LEAKED_POLICY
+    with pytest.raises(ValueError):
+        any_leak("sometimes")
+
+
+def test_ledger_limit_keeps_counts_exact(rec):
+    reg = Registry("bounded", ledger_limit=10)
+    for i in range(100):
+        reg.track(i, rec).release()
+    assert len(reg.ledger()) == 10
+    assert reg.ledger_counts() == {Outcome.RELEASED: 100}
+    assert [e.seq for e in reg.ledger()] == list(range(91, 101))
+
+
+def test_ledger_entry_is_data(reg, rec):
+    reg.track("a", rec, name="a", kind="device").release()
+    (entry,) = reg.ledger()
+    assert entry.as_dict() == {
+        "at_exit": False,
+        "detail": None,
+        "kind": "device",
+        "name": "a",
+        "outcome": "released",
+        "registry": "test",
+        "seq": 1,
+    }
+
+
+def test_module_level_functions_use_default_registry():
+    assert exitsafe.default_registry() is exitsafe.default_registry()
+    assert exitsafe.default_registry() in exitsafe.registries()
+    log: list[object] = []
+    h = exitsafe.track("x", log.append)
+    assert h.registry is exitsafe.default_registry()
+    h.release()
+    assert log == ["x"]
+    assert any(e.outcome == Outcome.RELEASED for e in exitsafe.ledger())
+
+
+def test_handle_repr_and_info(reg, rec):
+    h = reg.track("a", rec, name="a", kind="device")
+    assert "device" in repr(h) and "'a'" in repr(h)
+    assert h.info.kind == "device" and h.info.created_on_main_thread
+    assert not h.info.inherited and not h.info.borrowed
+    assert "live" in repr(reg)
