@@ -495,7 +495,9 @@ def test_policies_compose(reg, rec):
     policy = any_leak(leak_in_forked_child, leak_if_foreign_thread)
     KEEP.append(reg.track("main", rec, name="main", exit_policy=policy))
     box = []
-    t = threading.Thread(target=lambda: box.append(reg.track("w", rec, name="w", exit_policy=policy)))
+    t = threading.Thread(
+        target=lambda: box.append(reg.track("w", rec, name="w", exit_policy=policy))
+    )
     t.start()
     t.join()
     reg.teardown()
