@@ -544,6 +544,6 @@ def test_module_level_functions_use_default_registry():
 def test_handle_repr_and_info(reg, rec):
     h = reg.track("a", rec, name="a", kind="device")
     assert "device" in repr(h) and "'a'" in repr(h)
-    assert h.info.kind == "device" and h.info.created_on_main_thread
-    assert not h.info.inherited and not h.info.borrowed
+    assert h.kind == "device" and h.created_on_main_thread
+    assert not h.inherited and not h.borrowed
     assert "live" in repr(reg)

@@ -115,14 +115,56 @@ def _call_no_arg(fn: Callable[[], object]) -> Callable[[object], object]:
     return lambda _unused: fn()
 
 
-class HandleInfo:
-    """The registry's record of one handle; a read-only view handed to exit policies.
+class _Borrow:
+    """Context manager returned by :meth:`Handle.borrow`."""
 
-    Attributes a policy may read: ``raw``, ``kind``, ``name`` (display name),
-    ``state``, ``registry`` (the :class:`Registry`), ``thread_id`` (ident of the
-    creating thread), ``created_on_main_thread``, ``inherited`` (created in a
-    process this one was forked from), ``owners`` and ``borrowed``.
-    Everything else is private to exitsafe.
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: Handle) -> None:
+        self._handle = handle
+
+    def __enter__(self) -> Any:
+        handle = self._handle
+        registry = handle._registry
+        with registry._lock:
+            if handle._state != _LIVE or not handle._refs:
+                raise HandleClosedError(registry._closed_message(handle))
+            handle._borrows += 1
+            return handle._raw
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._handle._registry._end_borrow(self._handle)
+
+
+class Handle:
+    """One owned native object: its raw value plus the registry's bookkeeping.
+
+    Created by :meth:`Registry.track`, :meth:`Registry.pin` (kind
+    ``"library"``) or :meth:`Registry.on_teardown` (kind ``"hook"``); never
+    construct one directly.
+
+    Owners: ``track`` starts with one owner; :meth:`retain` adds one and
+    :meth:`release` removes one.  When the count reaches zero the native
+    release runs on the calling thread, unless handles depending on this one
+    are still alive (then it runs right after the last of them is released) or
+    the handle is borrowed (then it runs when the last borrow ends).
+
+    Garbage collection: the registry refers to a handle only weakly, so when
+    the last Python reference to it disappears every remaining owner is
+    dropped at once (nobody can release it any more); with the usual single
+    owner that is exactly one :meth:`release`.  A handle that others depend on
+    is referenced by each dependent, so it lives at least as long as they do,
+    like a ``shared_ptr`` held by each child.
+
+    The handle is a context manager: ``with registry.track(...) as h:``
+    releases one owner when the block ends.  Exit policies receive the handle
+    itself and may read ``raw``, ``kind``, ``name``, ``thread_id``,
+    ``created_on_main_thread`` and ``inherited``.
     """
 
     __slots__ = (
@@ -134,15 +176,15 @@ class HandleInfo:
         "_name",
         "_parents",
         "_policy",
+        "_raw",
         "_refs",
+        "_registry",
         "_role",
         "_seq",
         "_state",
         "_taint",
         "_timeout",
         "kind",
-        "raw",
-        "registry",
         "thread_id",
     )
 
@@ -153,13 +195,13 @@ class HandleInfo:
         fn: Optional[Callable[[Any], object]],
         kind: str,
         name: Optional[str],
-        parents: tuple[HandleInfo, ...],
+        parents: tuple[Handle, ...],
         policy: Optional[ExitPolicy],
         timeout: Optional[float],
         role: int,
     ) -> None:
-        self.registry = registry
-        self.raw = raw
+        self._registry = registry
+        self._raw = raw
         self._fn = fn
         self.kind = kind
         self._name = name
@@ -177,6 +219,18 @@ class HandleInfo:
         self.thread_id = _get_ident()
 
     @property
+    def raw(self) -> Any:
+        """The tracked raw object.
+
+        Raises :class:`HandleClosedError` once the handle was released, leaked,
+        or once its last owner let go (even while its native release is still
+        deferred behind live dependents).
+        """
+        if self._state == _LIVE and self._refs:
+            return self._raw
+        raise HandleClosedError(self._registry._closed_message(self))
+
+    @property
     def name(self) -> str:
         """The name given at registration, or ``"<kind>#<n>"``."""
         name = self._name
@@ -184,17 +238,22 @@ class HandleInfo:
 
     @property
     def state(self) -> str:
-        """``"live"``, ``"released"`` or ``"leaked"`` (the native object's fate)."""
+        """``"live"``, ``"released"`` or ``"leaked"``: what happened to the native object."""
         return _STATE_NAMES[self._state]
 
     @property
     def owners(self) -> int:
-        """The current owner count (0 once every owner released it)."""
+        """The current owner count (0 once every owner let go)."""
         return self._refs
 
     @property
+    def registry(self) -> Registry:
+        """The registry this handle belongs to."""
+        return self._registry
+
+    @property
     def borrowed(self) -> bool:
-        """Whether some thread is inside :meth:`Handle.borrow` for this handle."""
+        """Whether some thread is inside :meth:`borrow` for this handle."""
         return self._borrows > 0
 
     @property
@@ -209,106 +268,10 @@ class HandleInfo:
 
         return self.thread_id == threading.main_thread().ident
 
-    def __repr__(self) -> str:
-        return f"<HandleInfo {self.kind} {self.name!r} {self.state} owners={self._refs}>"
-
-
-class _Borrow:
-    """Context manager returned by :meth:`Handle.borrow`."""
-
-    __slots__ = ("_node",)
-
-    def __init__(self, node: HandleInfo) -> None:
-        self._node = node
-
-    def __enter__(self) -> Any:
-        node = self._node
-        registry = node.registry
-        with registry._lock:
-            if node._state != _LIVE or not node._refs:
-                raise HandleClosedError(registry._closed_message(node))
-            node._borrows += 1
-            return node.raw
-
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self._node.registry._end_borrow(self._node)
-
-
-class Handle:
-    """One owned native object: its raw value plus the registry's bookkeeping.
-
-    Created by :meth:`Registry.track`, :meth:`Registry.pin` (kind
-    ``"library"``) or :meth:`Registry.on_teardown` (kind ``"hook"``); never
-    construct one directly.
-
-    Owners: ``track`` starts with one owner; :meth:`retain` adds one and
-    :meth:`release` removes one.  When the count reaches zero the native
-    release runs on the calling thread, unless handles depending on this one
-    are still alive (then it runs right after the last of them is released) or
-    the handle is borrowed (then it runs when the last borrow ends).  When the
-    last Python reference to the ``Handle`` object disappears (garbage
-    collection), every remaining owner is dropped at once, since nobody can
-    release it any more; with the usual single owner that is exactly one
-    :meth:`release`.  Handles a dependent still needs are kept alive by the
-    dependent, not by Python references, exactly like a ``shared_ptr`` held by
-    each child.
-
-    The handle is a context manager: ``with registry.track(...) as h:``
-    releases one owner when the block ends.
-    """
-
-    __slots__ = ("__weakref__", "_node")
-
-    def __init__(self, node: HandleInfo) -> None:
-        self._node = node
-
     @property
-    def raw(self) -> Any:
-        """The tracked raw object.
-
-        Raises :class:`HandleClosedError` once the handle was released, leaked,
-        or once its last owner let go (even while its native release is still
-        deferred behind live dependents).
-        """
-        node = self._node
-        if node._state == _LIVE and node._refs:
-            return node.raw
-        raise HandleClosedError(node.registry._closed_message(node))
-
-    @property
-    def kind(self) -> str:
-        """The kind given at registration (``"library"`` for pins, ``"hook"`` for hooks)."""
-        return self._node.kind
-
-    @property
-    def name(self) -> str:
-        """The name given at registration, or ``"<kind>#<n>"``."""
-        return self._node.name
-
-    @property
-    def state(self) -> str:
-        """``"live"``, ``"released"`` or ``"leaked"``: what happened to the native object."""
-        return _STATE_NAMES[self._node._state]
-
-    @property
-    def owners(self) -> int:
-        """The current owner count."""
-        return self._node._refs
-
-    @property
-    def registry(self) -> Registry:
-        """The registry this handle belongs to."""
-        return self._node.registry
-
-    @property
-    def info(self) -> HandleInfo:
-        """The registry's read-only record of this handle (what exit policies receive)."""
-        return self._node
+    def depends_on(self) -> tuple[Handle, ...]:
+        """The handles this one depends on (empty once it ended)."""
+        return self._parents
 
     def retain(self) -> Handle:
         """Add one owner and return this handle.
@@ -316,12 +279,11 @@ class Handle:
         Raises :class:`HandleClosedError` when the handle has no owner left
         (it is released, leaked, or its release is already pending).
         """
-        node = self._node
-        registry = node.registry
+        registry = self._registry
         with registry._lock:
-            if node._state != _LIVE or not node._refs:
-                raise HandleClosedError(registry._closed_message(node))
-            node._refs += 1
+            if self._state != _LIVE or not self._refs:
+                raise HandleClosedError(registry._closed_message(self))
+            self._refs += 1
         return self
 
     def release(self) -> None:
@@ -337,8 +299,7 @@ class Handle:
         last owner while dependents live raises :class:`LiveDependentsError`
         and changes nothing.
         """
-        node = self._node
-        node.registry._drop_owner(node, False)
+        self._registry._drop_owner(self)
 
     def borrow(self) -> _Borrow:
         """Mark the handle in use for the duration of a ``with`` block; yields ``raw``.
@@ -348,7 +309,7 @@ class Handle:
         what it depends on) rather than release it under a running call.
         Raises :class:`HandleClosedError` if the handle is no longer usable.
         """
-        return _Borrow(self._node)
+        return _Borrow(self)
 
     def add_dependency(self, *others: Handle) -> None:
         """Declare that this handle depends on ``others``: they will outlive it.
@@ -358,7 +319,7 @@ class Handle:
         another registry, :class:`HandleClosedError` for a handle no longer
         usable.  All edges are added or none.
         """
-        self._node.registry._add_dependencies(self._node, others)
+        self._registry._add_dependencies(self, others)
 
     def __enter__(self) -> Handle:
         return self
@@ -373,16 +334,18 @@ class Handle:
 
     def __del__(self) -> None:
         # Uses no module globals: during interpreter finalization they may already be None.
-        node = self._node
-        if node._refs:
-            node.registry._collected(node)
+        if self._refs:
+            self._registry._collected(self)
 
     def __repr__(self) -> str:
-        node = self._node
         return (
-            f"<exitsafe.Handle {node.kind} {node.name!r} {_STATE_NAMES[node._state]}"
-            f" owners={node._refs} registry={node.registry.name!r}>"
+            f"<exitsafe.Handle {self.kind} {self.name!r} {_STATE_NAMES[self._state]}"
+            f" owners={self._refs} registry={self._registry.name!r}>"
         )
+
+
+#: Exit policies receive the handle itself; the name documents that role.
+HandleInfo = Handle
 
 
 class _HookHandle(Handle):
@@ -392,12 +355,10 @@ class _HookHandle(Handle):
 
     def release(self) -> None:
         """Cancel the hook: it will not run.  A no-op once it ran or teardown began."""
-        node = self._node
-        node.registry._cancel_hook(node)
+        self._registry._cancel_hook(self)
 
     def __del__(self) -> None:
-        # A hook stays registered when its handle is dropped: registering and
-        # forgetting is the normal way to use on_teardown.
+        # The registry holds hooks strongly until teardown; nothing to do here.
         pass
 
 
@@ -409,7 +370,7 @@ class Registry:
     :class:`LiveDependentsError` for releasing a handle with live dependents,
     :class:`RegistryClosedError` for registering after teardown.
     ``exit_policy`` is the default for handles that name none (``"release"``,
-    ``"leak"`` or a callable ``(HandleInfo) -> "release" | "leak"``).
+    ``"leak"`` or a callable ``(Handle) -> "release" | "leak"``).
     ``step_timeout`` / ``teardown_timeout`` bound one teardown step / the
     whole teardown in seconds (``EXITSAFE_STEP_TIMEOUT`` and
     ``EXITSAFE_TEARDOWN_TIMEOUT`` apply where these are ``None``).
@@ -450,9 +411,12 @@ class Registry:
         self._teardown_thread: Optional[int] = None
         self._phase = _OPEN
         self._seq = 0
-        self._live: dict[HandleInfo, None] = {}
-        self._gc_queue: list[HandleInfo] = []
-        self._entries: list[tuple[int, str, str, str, Optional[str], bool]] = []
+        # Handles are referenced weakly (dropping the last reference releases them);
+        # hooks strongly (they are owned by the registry until teardown).
+        self._live: dict[int, Any] = {}
+        self._hooks: dict[int, Handle] = {}
+        self._gc_queue: list[Handle] = []
+        self._entries: list[tuple[int, str, Optional[str], str, Optional[str], bool]] = []
         self._dropped_entries = 0
         self._counts: dict[str, int] = {}
         self._late_requests = 0
@@ -495,8 +459,8 @@ class Registry:
             timeout = _check_timeout(timeout, "timeout")
         parents = self._parent_nodes(depends_on, "depends_on") if depends_on else ()
         role = ROLE_LIBRARY if kind == "library" else ROLE_HANDLE
-        node = HandleInfo(self, raw, release, kind, name, parents, exit_policy, timeout, role)
-        return self._register_node(node, Handle)
+        node = Handle(self, raw, release, kind, name, parents, exit_policy, timeout, role)
+        return self._register_node(node)
 
     def pin(
         self,
@@ -554,12 +518,12 @@ class Registry:
         parents = self._parent_nodes(before, "before") if before else ()
         children = self._parent_nodes(after, "after") if after else ()
         hook_name = name if name is not None else getattr(fn, "__qualname__", None)
-        node = HandleInfo(
+        node = _HookHandle(
             self, None, _call_no_arg(fn), "hook", hook_name, parents, None, timeout, ROLE_HOOK
         )
-        return self._register_node(node, _HookHandle, children)
+        return self._register_node(node, children)
 
-    def _parent_nodes(self, handles: Iterable[Handle], what: str) -> tuple[HandleInfo, ...]:
+    def _parent_nodes(self, handles: Iterable[Handle], what: str) -> tuple[Handle, ...]:
         if isinstance(handles, Handle):
             handles = (handles,)
         try:
@@ -575,21 +539,16 @@ class Registry:
                     f"{what} must contain exitsafe Handles (from track/pin/on_teardown), "
                     f"got {type(item).__name__}"
                 )
-            node = item._node
-            if node.registry is not self:
+            node = item
+            if node._registry is not self:
                 raise ForeignHandleError(
-                    f"{what}: {node.name!r} belongs to registry {node.registry.name!r}, "
+                    f"{what}: {node.name!r} belongs to registry {node._registry.name!r}, "
                     f"not {self.name!r}; dependencies cannot cross registries"
                 )
             nodes.append(node)
         return unique(nodes)
 
-    def _register_node(
-        self,
-        node: HandleInfo,
-        handle_type: type[Handle],
-        children: tuple[HandleInfo, ...] = (),
-    ) -> Handle:
+    def _register_node(self, node: Handle, children: tuple[Handle, ...] = ()) -> Handle:
         parents = node._parents
         with self._lock:
             if self._phase == _OPEN:
@@ -613,17 +572,19 @@ class Registry:
                 for child in children:
                     child._parents = (*child._parents, node)
                     node._children += 1
-                self._live[node] = None
-                handle = handle_type(node)
+                self._live[node._seq] = _weakref(node)
+                if node._role == ROLE_HOOK:
+                    self._hooks[node._seq] = node
+                is_open = True
             else:
-                handle = None
-        if handle is None:
-            return self._registered_after_close(node, handle_type)
+                is_open = False
+        if not is_open:
+            return self._registered_after_close(node)
         if self._gc_queue:
             self._drain_gc_queue()
-        return handle
+        return node
 
-    def _registered_after_close(self, node: HandleInfo, handle_type: type[Handle]) -> Handle:
+    def _registered_after_close(self, node: Handle) -> Handle:
         if self.strict:
             raise RegistryClosedError(
                 f"registry {self.name!r} is closed (its teardown began); "
@@ -635,19 +596,19 @@ class Registry:
             node._state = _LEAKED
             node._refs = 0
             self._record(node, Outcome.LEAKED_AFTER_CLOSE, "registered after teardown began", True)
-            if node.raw is not None:
-                _kept_alive.append(node.raw)
+            if node._raw is not None:
+                _kept_alive.append(node._raw)
         _log().info("%s %r registered after teardown began: leaked", node.kind, node.name)
-        return handle_type(node)
+        return node
 
-    def _cycle_error(self, new: HandleInfo, path: list[HandleInfo]) -> DependencyCycleError:
+    def _cycle_error(self, new: Handle, path: list[Handle]) -> DependencyCycleError:
         # path: before-target ... -> after-handle; the new hook closes it.
         names = [new.name, *(n.name for n in path), new.name]
         return DependencyCycleError(
             "dependency cycle: " + " -> ".join(names) + " (each depends on the next)", names
         )
 
-    def _add_dependencies(self, node: HandleInfo, others: tuple[Handle, ...]) -> None:
+    def _add_dependencies(self, node: Handle, others: tuple[Handle, ...]) -> None:
         parents = self._parent_nodes(others, "add_dependency")
         with self._lock:
             if node._state != _LIVE or not node._refs:
@@ -674,7 +635,7 @@ class Registry:
 
     # ------------------------------------------------------------------ releasing
 
-    def _closed_message(self, node: HandleInfo) -> str:
+    def _closed_message(self, node: Handle) -> str:
         state = node._state
         if state == _RELEASED:
             what = "was released"
@@ -689,7 +650,7 @@ class Registry:
             what += ")"
         return f"{node.kind} {node.name!r} {what}; its native object must not be used"
 
-    def _drop_owner(self, node: HandleInfo, all_owners: bool) -> None:
+    def _drop_owner(self, node: Handle) -> None:
         if self._is_closed:
             # Checked first and through an attribute only: this may run from a finalizer
             # during interpreter shutdown, when module globals can already be None.
@@ -700,7 +661,7 @@ class Registry:
         with self._lock:
             if node._state != _LIVE or not node._refs:
                 target = None
-            elif self.strict and not all_owners and node._refs == 1 and node._children:
+            elif self.strict and node._refs == 1 and node._children:
                 raise LiveDependentsError(
                     f"{node.kind} {node.name!r} still has live dependents: "
                     + ", ".join(self._dependent_names(node))
@@ -708,7 +669,7 @@ class Registry:
                     self._dependent_names(node),
                 )
             else:
-                node._refs = 0 if all_owners else node._refs - 1
+                node._refs -= 1
                 if node._refs or node._children or node._borrows or self._phase:
                     target = None  # deferred (or left to the running teardown)
                 else:
@@ -718,20 +679,17 @@ class Registry:
         if self._gc_queue:
             self._drain_gc_queue()
         if error is not None:
-            if all_owners:
-                _log().error(
-                    "release of %s %r failed after its last reference was dropped: %r",
-                    node.kind,
-                    node.name,
-                    error,
-                )
-            else:
-                raise error
+            raise error
 
-    def _dependent_names(self, node: HandleInfo) -> list[str]:
-        return [n.name for n in self._live if node in n._parents and n._state <= _RELEASING]
+    def _dependent_names(self, node: Handle) -> list[str]:
+        return [n.name for n in self._snapshot() if node in n._parents and n._state <= _RELEASING]
 
-    def _collected(self, node: HandleInfo) -> None:
+    def _snapshot(self) -> list[Handle]:
+        """The handles and hooks not yet ended, oldest first (caller holds the lock)."""
+        found = [r() for r in self._live.values()]
+        return [n for n in found if n is not None]
+
+    def _collected(self, node: Handle) -> None:
         # Called from Handle.__del__, on any thread, possibly while this very thread is
         # inside one of our critical sections (GC can run on any allocation).  So never
         # block on the lock here: queue the node; whoever holds the lock drains the
@@ -772,7 +730,7 @@ class Registry:
                         error,
                     )
 
-    def _end_borrow(self, node: HandleInfo) -> None:
+    def _end_borrow(self, node: Handle) -> None:
         with self._lock:
             node._borrows -= 1
             if node._state == _LIVE and not (
@@ -782,18 +740,20 @@ class Registry:
                 target = node
             else:
                 target = None
-        if target is not None:
-            error = self._release_chain(target)
-            if error is not None:
-                raise error
+        error = self._release_chain(target) if target is not None else None
+        if self._gc_queue:
+            self._drain_gc_queue()
+        if error is not None:
+            raise error
 
-    def _cancel_hook(self, node: HandleInfo) -> None:
+    def _cancel_hook(self, node: Handle) -> None:
         with self._lock:
-            if node._state != _LIVE or self._phase != _OPEN:
-                return
-            self._finish_locked(node, Outcome.HOOK_CANCELLED, None, False)
+            if node._state == _LIVE and self._phase == _OPEN:
+                self._finish_locked(node, Outcome.HOOK_CANCELLED, None, False)
+        if self._gc_queue:
+            self._drain_gc_queue()
 
-    def _release_chain(self, first: HandleInfo) -> Optional[BaseException]:
+    def _release_chain(self, first: Handle) -> Optional[BaseException]:
         """Release ``first`` (already claimed) and every parent it frees, iteratively."""
         pending = [first]
         error: Optional[BaseException] = None
@@ -807,7 +767,7 @@ class Registry:
                 fn = node._fn
                 assert fn is not None
                 try:
-                    fn(node.raw)
+                    fn(node._raw)
                 except BaseException as exc:  # recorded, then re-raised to the caller
                     outcome, detail = Outcome.RELEASE_FAILED, repr(exc)
                     if error is None:
@@ -819,24 +779,27 @@ class Registry:
         return error
 
     def _finish_locked(
-        self, node: HandleInfo, outcome: str, detail: Optional[str], at_exit: bool
-    ) -> list[HandleInfo]:
+        self, node: Handle, outcome: str, detail: Optional[str], at_exit: bool
+    ) -> list[Handle]:
         """Record ``node``'s outcome; return the parents it was the last obstacle for."""
         tainting = outcome in _TAINTING
         node._state = _LEAKED if tainting else _RELEASED
-        self._live.pop(node, None)
+        self._live.pop(node._seq, None)
+        if node._role == ROLE_HOOK:
+            self._hooks.pop(node._seq, None)
         self._record(node, outcome, detail, at_exit)
         if tainting:
-            if node.raw is not None:
-                _kept_alive.append(node.raw)
+            if node._raw is not None:
+                _kept_alive.append(node._raw)
             reason = f"{node.kind} {node.name!r} depending on it ended {outcome}"
-        node.raw = None
+        node._raw = None
         node._fn = None
-        ready: list[HandleInfo] = []
+        parents, node._parents = node._parents, ()
+        ready: list[Handle] = []
         if node._role == ROLE_HOOK:
             return ready
         open_ = self._phase == _OPEN
-        for parent in node._parents:
+        for parent in parents:
             parent._children -= 1
             if tainting and parent._taint is None:
                 parent._taint = reason
@@ -849,7 +812,7 @@ class Registry:
                 ready.append(parent)
         return ready
 
-    def _record(self, node: HandleInfo, outcome: str, detail: Optional[str], at_exit: bool) -> None:
+    def _record(self, node: Handle, outcome: str, detail: Optional[str], at_exit: bool) -> None:
         counts = self._counts
         counts[outcome] = counts.get(outcome, 0) + 1
         limit = self._ledger_limit
@@ -857,7 +820,7 @@ class Registry:
             self._dropped_entries += 1
             return
         entries = self._entries
-        entries.append((node._seq, node.kind, node.name, outcome, detail, at_exit))
+        entries.append((node._seq, node.kind, node._name, outcome, detail, at_exit))
         if limit is not None and len(entries) > 2 * limit:
             drop = len(entries) - limit
             del entries[:drop]
@@ -895,7 +858,7 @@ class Registry:
                 self._phase = _TEARING
                 self._teardown_thread = me
                 self._teardown_lock.acquire()
-                snapshot = list(self._live)
+                snapshot = self._snapshot()
         if phase != _OPEN:
             if phase == _TEARING and self._teardown_thread != me:
                 total = self._total_timeout()
@@ -916,7 +879,7 @@ class Registry:
             return self.teardown_timeout
         return _config.seconds("EXITSAFE_TEARDOWN_TIMEOUT")
 
-    def _run_teardown(self, snapshot: list[HandleInfo], reason: str) -> None:
+    def _run_teardown(self, snapshot: list[Handle], reason: str) -> None:
         started = _monotonic()
         trace = self._trace = _config.trace_enabled()
         override = _config.at_exit_override()
@@ -964,7 +927,7 @@ class Registry:
 
     def _teardown_step(
         self,
-        node: HandleInfo,
+        node: Handle,
         override: Optional[str],
         step_timeout: Optional[float],
         deadline: Optional[float],
@@ -998,7 +961,7 @@ class Registry:
                     timeout = left if timeout is None else min(timeout, left)
                 fn = node._fn
                 assert fn is not None
-                finished, error = runner.call(fn, node.raw, timeout)
+                finished, error = runner.call(fn, node._raw, timeout)
                 if not finished:
                     outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
                     detail = f"still running after {timeout:.3g} s; abandoned"
@@ -1025,7 +988,7 @@ class Registry:
         return action, outcome, detail
 
     def _wait_for_other_thread(
-        self, node: HandleInfo, step_timeout: Optional[float], deadline: Optional[float]
+        self, node: Handle, step_timeout: Optional[float], deadline: Optional[float]
     ) -> None:
         limit = step_timeout if step_timeout is not None else 5.0
         end = _monotonic() + limit
@@ -1040,7 +1003,7 @@ class Registry:
                     if parent._taint is None:
                         parent._taint = f"{node.kind} {node.name!r} was still being released"
 
-    def _decide(self, node: HandleInfo, override: Optional[str]) -> str:
+    def _decide(self, node: Handle, override: Optional[str]) -> str:
         """``"release"`` or ``"leak<detail>"`` for ``node`` at teardown."""
         if override == "release":
             return "release"
@@ -1070,7 +1033,7 @@ class Registry:
         )
         return f"leak:exit policy returned {verdict!r}"
 
-    def _trace_late(self, node: HandleInfo) -> None:
+    def _trace_late(self, node: Handle) -> None:
         try:
             _emit(
                 f"exitsafe: late-release registry={_q(self.name)} kind={_q(node.kind)}"
@@ -1090,8 +1053,19 @@ class Registry:
             limit = self._ledger_limit
         if limit is not None and len(entries) > limit:
             entries = entries[len(entries) - limit :]
-        name = self.name
-        return [LedgerEntry(name, *entry) for entry in entries]
+        registry = self.name
+        return [
+            LedgerEntry(
+                registry,
+                seq,
+                kind,
+                name if name is not None else f"{kind}#{seq}",
+                outcome,
+                detail,
+                at_exit,
+            )
+            for seq, kind, name, outcome, detail, at_exit in entries
+        ]
 
     def ledger_counts(self) -> dict[str, int]:
         """How many handles ended in each outcome (exact, never truncated)."""
@@ -1103,10 +1077,10 @@ class Registry:
         """How many release requests arrived after close and were ignored."""
         return self._late_requests
 
-    def live_handles(self) -> list[HandleInfo]:
+    def live_handles(self) -> list[Handle]:
         """A snapshot of the records of every handle and hook not yet ended, oldest first."""
         with self._lock:
-            return [n for n in self._live if n._state <= _RELEASING]
+            return [n for n in self._snapshot() if n._state <= _RELEASING]
 
     def __len__(self) -> int:
         return len(self._live)
