@@ -1,6 +1,6 @@
 """Teardown planning and dependency-graph checks, iterative and linear.
 
-Nodes are :class:`exitsafe.lifetime.HandleInfo` objects; an edge goes from a
+Nodes are :class:`exitsafe.Handle` objects; an edge goes from a
 node to each of its ``_parents`` (the handles it depends on, which must
 outlive it).  Nothing here recurses, so a chain of any length is fine.
 """
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Optional
 
-    from .lifetime import HandleInfo
+    from .lifetime import Handle as HandleInfo
 
 #: Step priorities: among the steps whose dependents are all done, hooks run
 #: first, then ordinary handles, then libraries (whose code others may call).

@@ -3,7 +3,7 @@
 An exit policy decides, at teardown, whether a live handle is released
 natively (``"release"``) or deliberately leaked (``"leak"``: no native call,
 the OS reclaims the memory at process exit).  A policy is ``"release"``,
-``"leak"`` or a callable taking the handle's :class:`exitsafe.HandleInfo` and
+``"leak"`` or a callable taking the :class:`exitsafe.Handle` and
 returning one of the two strings; it runs on the thread doing the teardown,
 outside the registry's lock.  ``EXITSAFE_AT_EXIT=release|leak`` overrides
 every policy of every registry.
