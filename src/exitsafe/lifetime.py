@@ -457,10 +457,26 @@ class Registry:
             _check_policy(exit_policy, "exit_policy")
         if timeout is not None:
             timeout = _check_timeout(timeout, "timeout")
-        parents = self._parent_nodes(depends_on, "depends_on") if depends_on else ()
         role = ROLE_LIBRARY if kind == "library" else ROLE_HANDLE
-        node = Handle(self, raw, release, kind, name, parents, exit_policy, timeout, role)
-        return self._register_node(node)
+        if depends_on:
+            parents = self._parent_nodes(depends_on, "depends_on")
+            node = Handle(self, raw, release, kind, name, parents, exit_policy, timeout, role)
+            return self._register_node(node)
+        # Fast path (no dependencies): nothing to validate under the lock.
+        node = Handle(self, raw, release, kind, name, (), exit_policy, timeout, role)
+        with self._lock:
+            if self._phase:
+                is_open = False
+            else:
+                is_open = True
+                seq = self._seq = self._seq + 1
+                node._seq = seq
+                self._live[seq] = _weakref(node)
+        if not is_open:
+            return self._registered_after_close(node)
+        if self._gc_queue:
+            self._drain_gc_queue()
+        return node
 
     def pin(
         self,
@@ -675,11 +691,48 @@ class Registry:
                 else:
                     node._state = _RELEASING
                     target = node
-        error = self._release_chain(target) if target is not None else None
+        if target is None:
+            error = None
+        elif target._parents or target._taint is not None or target._gen != _fork_generation:
+            error = self._release_chain(target)
+        else:
+            # Fast path: nothing depends on the outcome, so no chain to follow.
+            try:
+                target._fn(target._raw)  # type: ignore[misc]
+            except BaseException as exc:  # recorded, then re-raised to the caller
+                with self._lock:
+                    self._finish_locked(target, Outcome.RELEASE_FAILED, repr(exc), False)
+                error = exc
+            else:
+                with self._lock:
+                    self._finish_released_locked(target)
+                error = None
         if self._gc_queue:
             self._drain_gc_queue()
         if error is not None:
             raise error
+
+    def _finish_released_locked(self, node: Handle) -> None:
+        """:meth:`_finish_locked` for a handle without dependencies released by its owners."""
+        node._state = _RELEASED
+        del self._live[node._seq]
+        counts = self._counts
+        counts["released"] = counts.get("released", 0) + 1
+        if self._ledger_limit != 0:
+            entries = self._entries
+            entries.append((node._seq, node.kind, node._name, "released", None, False))
+            if self._ledger_limit is not None and len(entries) > 2 * self._ledger_limit:
+                self._trim_entries()
+        else:
+            self._dropped_entries += 1
+        node._raw = node._fn = None
+
+    def _trim_entries(self) -> None:
+        limit = self._ledger_limit
+        assert limit is not None
+        drop = len(self._entries) - limit
+        del self._entries[:drop]
+        self._dropped_entries += drop
 
     def _dependent_names(self, node: Handle) -> list[str]:
         return [n.name for n in self._snapshot() if node in n._parents and n._state <= _RELEASING]
@@ -822,9 +875,7 @@ class Registry:
         entries = self._entries
         entries.append((node._seq, node.kind, node._name, outcome, detail, at_exit))
         if limit is not None and len(entries) > 2 * limit:
-            drop = len(entries) - limit
-            del entries[:drop]
-            self._dropped_entries += drop
+            self._trim_entries()
 
     # ------------------------------------------------------------------ teardown
 
