@@ -130,7 +130,9 @@ class _Borrow:
             if handle._state != _LIVE or not handle._refs:
                 raise HandleClosedError(registry._closed_message(handle))
             handle._borrows += 1
-            return handle._raw
+            raw = handle._raw
+        registry._after_unlock()
+        return raw
 
     def __exit__(
         self,
@@ -284,6 +286,7 @@ class Handle:
             if self._state != _LIVE or not self._refs:
                 raise HandleClosedError(registry._closed_message(self))
             self._refs += 1
+        registry._after_unlock()
         return self
 
     def release(self) -> None:
@@ -614,6 +617,7 @@ class Registry:
             self._record(node, Outcome.LEAKED_AFTER_CLOSE, "registered after teardown began", True)
             if node._raw is not None:
                 _kept_alive.append(node._raw)
+        self._after_unlock()
         _log().info("%s %r registered after teardown began: leaked", node.kind, node.name)
         return node
 
@@ -645,9 +649,11 @@ class Registry:
                         names,
                     )
                 new.append(parent)
-            for parent in new:
-                parent._children += 1
+            if node._role != ROLE_HOOK:  # a hook's edges only order the teardown
+                for parent in new:
+                    parent._children += 1
             node._parents = (*node._parents, *new)
+        self._after_unlock()
 
     # ------------------------------------------------------------------ releasing
 
@@ -711,6 +717,11 @@ class Registry:
             self._drain_gc_queue()
         if error is not None:
             raise error
+
+    def _after_unlock(self) -> None:
+        """Release what garbage collection queued while the lock was held (see _collected)."""
+        if self._gc_queue:
+            self._drain_gc_queue()
 
     def _finish_released_locked(self, node: Handle) -> None:
         """:meth:`_finish_locked` for a handle without dependencies released by its owners."""
@@ -850,6 +861,12 @@ class Registry:
         parents, node._parents = node._parents, ()
         ready: list[Handle] = []
         if node._role == ROLE_HOOK:
+            # A hook's edges are soft (they never kept anything alive), but a hook that
+            # was abandoned may still touch what it was to run before: leak that.
+            if tainting:
+                for parent in parents:
+                    if parent._taint is None:
+                        parent._taint = reason
             return ready
         open_ = self._phase == _OPEN
         for parent in parents:
@@ -924,6 +941,7 @@ class Registry:
                 self._is_closed = True
                 self._teardown_thread = None
             self._teardown_lock.release()
+            self._after_unlock()
 
     def _total_timeout(self) -> Optional[float]:
         if self.teardown_timeout is not None:
@@ -1102,6 +1120,7 @@ class Registry:
         with self._lock:
             entries = list(self._entries)
             limit = self._ledger_limit
+        self._after_unlock()
         if limit is not None and len(entries) > limit:
             entries = entries[len(entries) - limit :]
         registry = self.name
@@ -1121,7 +1140,9 @@ class Registry:
     def ledger_counts(self) -> dict[str, int]:
         """How many handles ended in each outcome (exact, never truncated)."""
         with self._lock:
-            return dict(self._counts)
+            counts = dict(self._counts)
+        self._after_unlock()
+        return counts
 
     @property
     def late_requests(self) -> int:
@@ -1131,7 +1152,9 @@ class Registry:
     def live_handles(self) -> list[Handle]:
         """A snapshot of the records of every handle and hook not yet ended, oldest first."""
         with self._lock:
-            return [n for n in self._snapshot() if n._state <= _RELEASING]
+            found = [n for n in self._snapshot() if n._state <= _RELEASING]
+        self._after_unlock()
+        return found
 
     def __len__(self) -> int:
         return len(self._live)
