@@ -208,3 +208,86 @@ def test_forked_child_never_releases_inherited_handles(tmp_path):
     )
     assert_clean(proc)
     assert order == ["child-handle", "parent-continues", "parent-handle"]
+
+
+def test_daemon_thread_racing_with_exit_never_double_releases(tmp_path):
+    proc, order = run_program(
+        """
+        import time
+        started = threading.Event()
+        handles = [exitsafe.track(f"h{i}", record) for i in range(200)]
+
+        def churn():
+            # keeps retaining and releasing while the main thread exits
+            started.set()
+            while True:
+                for h in handles:
+                    try:
+                        h.retain()
+                        h.release()
+                    except exitsafe.HandleClosedError:
+                        pass
+
+        threading.Thread(target=churn, daemon=True).start()
+        started.wait()
+        time.sleep(0.05)
+        """,
+        tmp_path,
+    )
+    assert_clean(proc)
+    assert sorted(order) == sorted(f"h{i}" for i in range(200)), "each released exactly once"
+
+
+def test_last_reference_dropped_on_daemon_thread_after_teardown(tmp_path):
+    proc, order = run_program(
+        """
+        box = [exitsafe.track("late", record, exit_policy="leak")]
+        inst = exitsafe.track("inst", record)
+        go, done = threading.Event(), threading.Event()
+
+        def dropper():
+            go.wait()
+            box.clear()          # drops the last reference after the registry closed
+            record("dropped")
+            done.set()
+
+        threading.Thread(target=dropper, daemon=True).start()
+        exitsafe.teardown()      # what atexit does; explicit here to control the timing
+        go.set()
+        done.wait()
+        """,
+        tmp_path,
+        EXITSAFE_TRACE="1",
+    )
+    assert_clean(proc)
+    assert order == ["inst", "dropped"], "the late drop never calls the release function"
+    assert 'late-release registry="default" kind="handle" name="handle#1"' in proc.stderr
+
+
+def test_wrappers_in_a_cycle_with_del_are_quiet_at_shutdown(tmp_path):
+    proc, order = run_program(
+        """
+        class Device:
+            def __init__(self, parent):
+                self.parent = parent
+                self.children = []
+                parent.children.append(self)      # a cycle: parent <-> child
+                self.h = exitsafe.track("device", record, depends_on=[parent.h])
+            def __del__(self):
+                self.h.release()                  # the naive finalizer
+
+        class Instance:
+            def __init__(self):
+                self.children = []
+                self.h = exitsafe.track("instance", record)
+            def __del__(self):
+                self.h.release()
+
+        inst = Instance()
+        Device(inst)
+        Device(inst)
+        """,
+        tmp_path,
+    )
+    assert_clean(proc)
+    assert order[-1] == "instance" and sorted(order[:-1]) == ["device", "device"]
