@@ -28,13 +28,10 @@ released normally.
 from __future__ import annotations
 
 import _thread
-import atexit
-import os
-import sys
 import time
 from _weakref import ref as _weakref
 
-from . import _config
+from . import _config, _states, _teardown
 from ._errors import (
     DependencyCycleError,
     ForeignHandleError,
@@ -43,8 +40,18 @@ from ._errors import (
     RegistryClosedError,
 )
 from ._ledger import LedgerEntry, Outcome
-from ._planner import ROLE_HANDLE, ROLE_HOOK, ROLE_LIBRARY, dependency_path, teardown_order, unique
-from ._steps import StepRunner
+from ._planner import ROLE_HANDLE, ROLE_HOOK, ROLE_LIBRARY, dependency_path, unique
+from ._process import default_registry, register, registries
+from ._report import emit, log, quote
+from ._states import CLOSED as _CLOSED
+from ._states import LEAKED as _LEAKED
+from ._states import LIVE as _LIVE
+from ._states import OPEN as _OPEN
+from ._states import RELEASED as _RELEASED
+from ._states import RELEASING as _RELEASING
+from ._states import STATE_NAMES as _STATE_NAMES
+from ._states import TAINTING as _TAINTING
+from ._states import TEARING as _TEARING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,37 +69,8 @@ __all__ = [
     "registries",
 ]
 
-# Native-object states.  RELEASING: a thread has claimed the release and is running it.
-_LIVE, _RELEASING, _RELEASED, _LEAKED = 0, 1, 2, 3
-_STATE_NAMES = ("live", "live", "released", "leaked")
-
-# Registry phases.
-_OPEN, _TEARING, _CLOSED = 0, 1, 2
-
-#: Outcomes after which the native object may still exist: whatever it depends on
-#: must then be leaked too, never released from under it.
-_TAINTING = frozenset(
-    {
-        Outcome.LEAKED_POLICY,
-        Outcome.LEAKED_IN_USE,
-        Outcome.LEAKED_TIMEOUT,
-        Outcome.LEAKED_DEPENDENT,
-        Outcome.LEAKED_AFTER_CLOSE,
-        Outcome.LEAKED_INHERITED,
-        Outcome.RELEASE_FAILED,
-        Outcome.HOOK_TIMEOUT,
-    }
-)
-
 _get_ident = _thread.get_ident
 _monotonic = time.perf_counter
-
-#: Incremented in every child after ``os.fork()``; a node remembers the value it was created under.
-_fork_generation = 0
-
-#: Objects deliberately kept referenced for the life of the process: pinned libraries
-#: without a close function and the raw objects of leaked handles.
-_kept_alive: list[object] = []
 
 
 def _check_policy(policy: object, what: str) -> None:
@@ -217,7 +195,7 @@ class Handle:
         self._state = _LIVE
         self._taint: Optional[str] = None
         self._seq = 0
-        self._gen = _fork_generation
+        self._gen = _states.fork_generation
         self.thread_id = _get_ident()
 
     @property
@@ -261,7 +239,7 @@ class Handle:
     @property
     def inherited(self) -> bool:
         """Whether the handle was created before a fork that produced this process."""
-        return self._gen != _fork_generation
+        return self._gen != _states.fork_generation
 
     @property
     def created_on_main_thread(self) -> bool:
@@ -425,7 +403,7 @@ class Registry:
         self._late_requests = 0
         self._trace = False
         self._is_closed = False
-        _register(self)
+        register(self)
 
     # ------------------------------------------------------------------ registration
 
@@ -501,7 +479,7 @@ class Registry:
         if library is None:
             raise TypeError("pin() needs a loaded library object, got None")
         if close is None:
-            release: Callable[[Any], object] = _kept_alive.append
+            release: Callable[[Any], object] = _states.kept_alive.append
         elif callable(close):
             release = close
         else:
@@ -616,9 +594,9 @@ class Registry:
             node._refs = 0
             self._record(node, Outcome.LEAKED_AFTER_CLOSE, "registered after teardown began", True)
             if node._raw is not None:
-                _kept_alive.append(node._raw)
+                _states.kept_alive.append(node._raw)
         self._after_unlock()
-        _log().info("%s %r registered after teardown began: leaked", node.kind, node.name)
+        log().info("%s %r registered after teardown began: leaked", node.kind, node.name)
         return node
 
     def _cycle_error(self, new: Handle, path: list[Handle]) -> DependencyCycleError:
@@ -699,7 +677,7 @@ class Registry:
                     target = node
         if target is None:
             error = None
-        elif target._parents or target._taint is not None or target._gen != _fork_generation:
+        elif target._parents or target._taint is not None or target._gen != _states.fork_generation:
             error = self._release_chain(target)
         else:
             # Fast path: nothing depends on the outcome, so no chain to follow.
@@ -787,7 +765,7 @@ class Registry:
             for node in targets:
                 error = self._release_chain(node)
                 if error is not None:
-                    _log().error(
+                    log().error(
                         "release of %s %r failed after its last reference was dropped: %r",
                         node.kind,
                         node.name,
@@ -823,7 +801,7 @@ class Registry:
         error: Optional[BaseException] = None
         while pending:
             node = pending.pop()
-            if node._gen != _fork_generation:
+            if node._gen != _states.fork_generation:
                 outcome, detail = Outcome.LEAKED_INHERITED, "inherited from the parent process"
             elif node._taint is not None:
                 outcome, detail = Outcome.LEAKED_DEPENDENT, node._taint
@@ -854,7 +832,7 @@ class Registry:
         self._record(node, outcome, detail, at_exit)
         if tainting:
             if node._raw is not None:
-                _kept_alive.append(node._raw)
+                _states.kept_alive.append(node._raw)
             reason = f"{node.kind} {node.name!r} depending on it ended {outcome}"
         node._raw = None
         node._fn = None
@@ -934,7 +912,7 @@ class Registry:
                     self._teardown_lock.release()
             return
         try:
-            self._run_teardown(snapshot, reason)
+            _teardown.execute(self, snapshot, reason)
         finally:
             with self._lock:
                 self._phase = _CLOSED
@@ -948,165 +926,11 @@ class Registry:
             return self.teardown_timeout
         return _config.seconds("EXITSAFE_TEARDOWN_TIMEOUT")
 
-    def _run_teardown(self, snapshot: list[Handle], reason: str) -> None:
-        started = _monotonic()
-        trace = self._trace = _config.trace_enabled()
-        override = _config.at_exit_override()
-        step_timeout = self.step_timeout
-        if step_timeout is None:
-            step_timeout = _config.seconds("EXITSAFE_STEP_TIMEOUT")
-        total = self._total_timeout()
-        deadline = None if total is None else started + total
-        order = teardown_order(snapshot)
-        if trace:
-            hooks = sum(1 for n in snapshot if n._role == ROLE_HOOK)
-            _emit(
-                f"exitsafe: teardown-begin registry={_q(self.name)} reason={_q(reason)}"
-                f" live={len(snapshot) - hooks} hooks={hooks}"
-            )
-            _emit(f"exitsafe: plan registry={_q(self.name)} steps={len(order)}")
-        runner = StepRunner()
-        failed = 0
-        try:
-            for index, node in enumerate(order, 1):
-                t0 = _monotonic()
-                result = self._teardown_step(node, override, step_timeout, deadline, runner)
-                if result is None:
-                    continue
-                action, outcome, detail = result
-                if outcome in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED):
-                    failed += 1
-                if trace:
-                    error = f" error={_q(detail)}" if detail else ""
-                    _emit(
-                        f"exitsafe: step registry={_q(self.name)} index={index} of={len(order)}"
-                        f" action={action} kind={_q(node.kind)} name={_q(node.name)}"
-                        f" outcome={outcome} ms={(_monotonic() - t0) * 1000:.3f}{error}"
-                    )
-        finally:
-            runner.close()
-        if trace:
-            counts = self._counts
-            released = counts.get(Outcome.RELEASED_AT_EXIT, 0)
-            leaked = sum(v for k, v in counts.items() if k.startswith("leaked_"))
-            _emit(
-                f"exitsafe: teardown-end registry={_q(self.name)} released={released}"
-                f" leaked={leaked} failed={failed} ms={(_monotonic() - started) * 1000:.3f}"
-            )
-
-    def _teardown_step(
-        self,
-        node: Handle,
-        override: Optional[str],
-        step_timeout: Optional[float],
-        deadline: Optional[float],
-        runner: StepRunner,
-    ) -> Optional[tuple[str, str, Optional[str]]]:
-        if node._state == _RELEASING:
-            self._wait_for_other_thread(node, step_timeout, deadline)
-        with self._lock:
-            if node._state != _LIVE:
-                return None  # finished meanwhile by another thread; its outcome is recorded
-            node._state = _RELEASING
-            borrowed = node._borrows > 0
-        is_hook = node._role == ROLE_HOOK
-        action = "hook" if is_hook else "release"
-        detail: Optional[str] = None
-        if node._gen != _fork_generation:
-            outcome, detail = Outcome.LEAKED_INHERITED, "inherited from the parent process"
-        elif node._taint is not None and not is_hook:
-            outcome, detail = Outcome.LEAKED_DEPENDENT, node._taint
-        elif borrowed:
-            outcome, detail = Outcome.LEAKED_IN_USE, "borrowed at teardown"
-        elif deadline is not None and _monotonic() >= deadline:
-            outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
-            detail = "teardown deadline passed before this step"
-        else:
-            decision = "release" if is_hook else self._decide(node, override)
-            if decision == "release":
-                timeout = node._timeout if node._timeout is not None else step_timeout
-                if deadline is not None:
-                    left = deadline - _monotonic()
-                    timeout = left if timeout is None else min(timeout, left)
-                fn = node._fn
-                assert fn is not None
-                finished, error = runner.call(fn, node._raw, timeout)
-                if not finished:
-                    outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
-                    detail = f"still running after {timeout:.3g} s; abandoned"
-                    _log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)
-                elif error is not None:
-                    outcome = Outcome.HOOK_FAILED if is_hook else Outcome.RELEASE_FAILED
-                    detail = repr(error)
-                    _log().error(
-                        "exitsafe: %s of %s %r failed at teardown: %s",
-                        action,
-                        node.kind,
-                        node.name,
-                        detail,
-                    )
-                else:
-                    outcome = Outcome.HOOK_RAN if is_hook else Outcome.RELEASED_AT_EXIT
-            else:
-                outcome, detail = Outcome.LEAKED_POLICY, decision[5:] or None
-                action = "leak"
-        if outcome.startswith("leaked_"):
-            action = "leak"
-        with self._lock:
-            self._finish_locked(node, outcome, detail, True)
-        return action, outcome, detail
-
-    def _wait_for_other_thread(
-        self, node: Handle, step_timeout: Optional[float], deadline: Optional[float]
-    ) -> None:
-        limit = step_timeout if step_timeout is not None else 5.0
-        end = _monotonic() + limit
-        if deadline is not None:
-            end = min(end, deadline)
-        while node._state == _RELEASING and _monotonic() < end:
-            time.sleep(0.001)
-        if node._state == _RELEASING:
-            # Still running elsewhere: what it depends on must not go from under it.
-            with self._lock:
-                for parent in node._parents:
-                    if parent._taint is None:
-                        parent._taint = f"{node.kind} {node.name!r} was still being released"
-
-    def _decide(self, node: Handle, override: Optional[str]) -> str:
-        """``"release"`` or ``"leak<detail>"`` for ``node`` at teardown."""
-        if override == "release":
-            return "release"
-        if override == "leak":
-            return "leak:EXITSAFE_AT_EXIT=leak"
-        policy = node._policy if node._policy is not None else self.exit_policy
-        if policy == "release":
-            return "release"
-        if policy == "leak":
-            return "leak:exit_policy='leak'"
-        try:
-            verdict = policy(node)  # type: ignore[operator]
-        except BaseException as exc:  # a broken policy must not stop the teardown
-            _log().error(
-                "exitsafe: exit policy for %s %r raised %r; leaking it", node.kind, node.name, exc
-            )
-            return f"leak:exit policy raised {exc!r}"
-        if verdict == "release":
-            return "release"
-        if verdict == "leak":
-            return f"leak:exit policy {getattr(policy, '__name__', policy)!s}"
-        _log().error(
-            "exitsafe: exit policy for %s %r returned %r (not 'release' or 'leak'); leaking it",
-            node.kind,
-            node.name,
-            verdict,
-        )
-        return f"leak:exit policy returned {verdict!r}"
-
     def _trace_late(self, node: Handle) -> None:
         try:
-            _emit(
-                f"exitsafe: late-release registry={_q(self.name)} kind={_q(node.kind)}"
-                f" name={_q(node.name)}"
+            emit(
+                f"exitsafe: late-release registry={quote(self.name)} kind={quote(node.kind)}"
+                f" name={quote(node.name)}"
             )
         except Exception:
             # Late in interpreter finalization this module's globals may be None; the
@@ -1171,119 +995,3 @@ class Registry:
             "dropped_entries": self._dropped_entries,
             "entries": [e.as_dict() for e in self.ledger()],
         }
-
-
-# ---------------------------------------------------------------------- process level
-
-_registries: list[Any] = []  # weak references, oldest first
-_registries_lock = _thread.allocate_lock()
-_default: Optional[Registry] = None
-
-
-def _register(registry: Registry) -> None:
-    with _registries_lock:
-        _registries[:] = [r for r in _registries if r() is not None]
-        _registries.append(_weakref(registry))
-
-
-def registries() -> list[Registry]:
-    """Every registry still alive, oldest first (the exit teardown goes newest first)."""
-    with _registries_lock:
-        found = [r() for r in _registries]
-    return [r for r in found if r is not None]
-
-
-def default_registry() -> Registry:
-    """The process-wide registry that the module-level functions act on (created on first use)."""
-    global _default
-    registry = _default
-    if registry is None:
-        with _registries_lock:
-            registry = _default
-        if registry is None:
-            created = Registry("default")
-            with _registries_lock:
-                if _default is None:
-                    _default = created
-                registry = _default
-    return registry
-
-
-def _log() -> Any:
-    import logging
-
-    return logging.getLogger("exitsafe")
-
-
-def _q(text: str) -> str:
-    """Quote a trace value the way the trace parser expects (a JSON string)."""
-    out = ['"']
-    for ch in text:
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch < " ":
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _emit(line: str) -> None:
-    stream = sys.stderr
-    if stream is None:
-        return
-    try:
-        stream.write(line + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        # stderr closed or broken at exit: the trace is best effort and must not
-        # turn a clean exit into a crash.
-        pass
-
-
-def _at_exit() -> None:
-    """The atexit callback: tear down every registry, newest first, then write the ledger."""
-    for registry in reversed(registries()):
-        try:
-            registry.teardown(reason="atexit")
-        except BaseException as exc:  # keep tearing down the other registries
-            _log().error("exitsafe: teardown of registry %r failed: %r", registry.name, exc)
-    path = _config.ledger_path()
-    if path:
-        _write_ledger(path)
-
-
-def _write_ledger(path: str) -> None:
-    import json
-
-    data = {
-        "pid": os.getpid(),
-        "python": sys.version.split()[0],
-        "registries": [r._as_json() for r in registries()],
-    }
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-        os.replace(tmp, path)
-    except OSError as exc:
-        _log().error("exitsafe: could not write the ledger to %r: %s", path, exc)
-
-
-def _after_fork_in_child() -> None:
-    global _fork_generation, _registries_lock
-    _fork_generation += 1
-    _registries_lock = _thread.allocate_lock()
-    for registry in registries():
-        # Another thread of the parent may have held these at fork time.
-        registry._lock = _thread.allocate_lock()
-        if registry._phase == _TEARING:
-            registry._phase = _CLOSED
-        registry._teardown_lock = _thread.allocate_lock()
-        registry._teardown_thread = None
-
-
-atexit.register(_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -38,9 +38,9 @@ def leak_in_forked_child(info: HandleInfo) -> str:
     any case; this policy also leaks the handles the child created itself,
     for runtimes that are not fork-safe at all.
     """
-    from . import lifetime
+    from . import _states
 
-    return "leak" if lifetime._fork_generation else "release"
+    return "leak" if _states.fork_generation else "release"
 
 
 def any_leak(*policies: Policy) -> Callable[[HandleInfo], str]:

@@ -88,18 +88,8 @@ def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
-    from . import lifetime
+    from ._process import teardown_all
 
-    name = signal.Signals(signum).name
-    for registry in reversed(lifetime.registries()):
-        try:
-            registry.teardown(reason=f"signal {name}")
-        except BaseException as exc:  # keep tearing down the other registries, then die
-            lifetime._log().error("exitsafe: teardown of %r failed: %r", registry.name, exc)
-    from . import _config
-
-    path = _config.ledger_path()
-    if path:
-        lifetime._write_ledger(path)
+    teardown_all(f"signal {signal.Signals(signum).name}")
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
