@@ -1,9 +1,20 @@
 """The teardown executor: one registry's ordered release of its live handles and hooks.
 
-The plan comes from :func:`exitsafe._planner.teardown_order`; each step is claimed under
-the registry's lock (so a release racing on another thread runs exactly once), decided
-(hook, inherited, dependent of a leak, borrowed, deadline, exit policy), run outside the
-lock (inline, or on a worker thread when a timeout applies), and recorded.
+:meth:`Registry.teardown` switches the registry to the tearing-down phase and takes a
+snapshot under its lock; from then on no other thread can claim a release (their
+requests only drop owners).  :func:`execute` then
+
+1. claims every live handle and hook of the snapshot at once (state ``RELEASING``, so
+   ``raw`` and ``borrow()`` refuse them from now on); a handle that another thread was
+   already releasing is waited for instead;
+2. orders them (:func:`exitsafe._planner.teardown_order`);
+3. decides each step (hook, inherited, dependent of a leak, borrowed, deadline, exit
+   policy) and runs it outside the lock, inline or on a worker thread when a timeout
+   applies;
+4. records every outcome in one locked section at the end.
+
+Only the tearing-down thread touches the claimed handles, which keeps a step down to a
+few attribute reads and one call: 10^6 handles tear down in about a second.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from . import _config, _states
 from ._ledger import Outcome
 from ._planner import ROLE_HOOK, teardown_order
 from ._report import emit, log, quote
-from ._states import LIVE, RELEASING
+from ._states import LEAKED, LIVE, RELEASED, RELEASING, TAINTING
 from ._steps import StepRunner
 
 TYPE_CHECKING = False
@@ -24,12 +35,11 @@ if TYPE_CHECKING:
 
     from .lifetime import Handle, Registry
 
+_RELEASED_AT_EXIT = Outcome.RELEASED_AT_EXIT
+
 
 def execute(registry: Registry, snapshot: list[Handle], reason: str) -> None:
-    """Run ``registry``'s teardown over ``snapshot`` (its live handles and hooks, oldest first).
-
-    Called by :meth:`Registry.teardown` once the registry is in the tearing-down phase.
-    """
+    """Run ``registry``'s teardown over ``snapshot`` (its live handles and hooks, oldest first)."""
     started = perf_counter()
     trace = registry._trace = _config.trace_enabled()
     override = _config.at_exit_override()
@@ -38,110 +48,158 @@ def execute(registry: Registry, snapshot: list[Handle], reason: str) -> None:
         step_timeout = _config.seconds("EXITSAFE_STEP_TIMEOUT")
     total = registry._total_timeout()
     deadline = None if total is None else started + total
+
+    with registry._lock:
+        elsewhere = set()
+        for node in snapshot:
+            if node._state == LIVE:
+                node._state = RELEASING
+            else:
+                elsewhere.add(node)  # another thread is releasing it (or just finished)
     order = teardown_order(snapshot)
     if trace:
         hooks = sum(1 for n in snapshot if n._role == ROLE_HOOK)
+        name = quote(registry.name)
         emit(
-            f"exitsafe: teardown-begin registry={quote(registry.name)} reason={quote(reason)}"
+            f"exitsafe: teardown-begin registry={name} reason={quote(reason)}"
             f" live={len(snapshot) - hooks} hooks={hooks}"
         )
-        emit(f"exitsafe: plan registry={quote(registry.name)} steps={len(order)}")
+        emit(f"exitsafe: plan registry={name} steps={len(order)}")
+
+    generation = _states.fork_generation
+    default_policy = registry.exit_policy
     runner = StepRunner()
+    records: list[tuple[Handle, str, Optional[str]]] = []
+    record = records.append
     failed = 0
     try:
         for index, node in enumerate(order, 1):
-            t0 = perf_counter()
-            result = _step(registry, node, override, step_timeout, deadline, runner)
-            if result is None:
+            t0 = perf_counter() if trace else 0.0
+            if elsewhere and node in elsewhere:
+                _wait_for_other_thread(registry, node, step_timeout, deadline)
                 continue
-            action, outcome, detail = result
-            if outcome in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED):
-                failed += 1
+            detail: Optional[str] = None
+            is_hook = node._role == ROLE_HOOK
+            policy = node._policy if node._policy is not None else default_policy
+            if (
+                not is_hook
+                and override is None
+                and policy == "release"
+                and node._taint is None
+                and not node._borrows
+                and node._gen == generation
+                and deadline is None
+                and step_timeout is None
+                and node._timeout is None
+            ):
+                # The common case, kept free of everything the general path checks.
+                try:
+                    node._fn(node._raw)  # type: ignore[misc]
+                    outcome = _RELEASED_AT_EXIT
+                except BaseException as exc:  # recorded and logged; teardown goes on
+                    outcome, detail = Outcome.RELEASE_FAILED, repr(exc)
+                    failed += 1
+                    _log_failure("release", node, detail)
+            else:
+                outcome, detail = _general_step(
+                    registry, node, is_hook, override, policy, step_timeout, deadline, runner
+                )
+                if outcome in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED):
+                    failed += 1
+            _finish(node, outcome, detail)
+            record((node, outcome, detail))
             if trace:
+                action = "hook" if is_hook else "release"
+                if outcome.startswith("leaked_"):
+                    action = "leak"
                 error = f" error={quote(detail)}" if detail else ""
                 emit(
-                    f"exitsafe: step registry={quote(registry.name)} index={index} of={len(order)}"
-                    f" action={action} kind={quote(node.kind)} name={quote(node.name)}"
-                    f" outcome={outcome} ms={(perf_counter() - t0) * 1000:.3f}{error}"
+                    f"exitsafe: step registry={quote(registry.name)} index={index}"
+                    f" of={len(order)} action={action} kind={quote(node.kind)}"
+                    f" name={quote(node.name)} outcome={outcome}"
+                    f" ms={(perf_counter() - t0) * 1000:.3f}{error}"
                 )
     finally:
         runner.close()
+        with registry._lock:
+            registry._record_teardown(records)
     if trace:
-        counts = registry._counts
-        released = counts.get(Outcome.RELEASED_AT_EXIT, 0)
-        leaked = sum(v for k, v in counts.items() if k.startswith("leaked_"))
+        released = sum(1 for _, outcome, _ in records if outcome == _RELEASED_AT_EXIT)
+        leaked = sum(1 for _, outcome, _ in records if outcome.startswith("leaked_"))
         emit(
             f"exitsafe: teardown-end registry={quote(registry.name)} released={released}"
             f" leaked={leaked} failed={failed} ms={(perf_counter() - started) * 1000:.3f}"
         )
 
 
-def _step(
+def _finish(node: Handle, outcome: str, detail: Optional[str]) -> None:
+    """Settle a claimed handle: final state, taint what it depends on if it may still exist."""
+    if outcome in TAINTING:
+        node._state = LEAKED
+        if node._raw is not None:
+            _states.kept_alive.append(node._raw)
+        reason = f"{node.kind} {node.name!r} depending on it ended {outcome}"
+        for parent in node._parents:
+            if parent._taint is None:
+                parent._taint = reason
+    else:
+        node._state = RELEASED
+    node._raw = None
+    node._fn = None
+    node._parents = ()
+
+
+def _general_step(
     registry: Registry,
     node: Handle,
+    is_hook: bool,
     override: Optional[str],
+    policy: object,
     step_timeout: Optional[float],
     deadline: Optional[float],
     runner: StepRunner,
-) -> Optional[tuple[str, str, Optional[str]]]:
-    if node._state == RELEASING:
-        _wait_for_other_thread(registry, node, step_timeout, deadline)
-    with registry._lock:
-        if node._state != LIVE:
-            return None  # finished meanwhile by another thread; its outcome is recorded
-        node._state = RELEASING
-        borrowed = node._borrows > 0
-    is_hook = node._role == ROLE_HOOK
-    action = "hook" if is_hook else "release"
-    detail: Optional[str] = None
+) -> tuple[str, Optional[str]]:
     if node._gen != _states.fork_generation:
-        outcome, detail = Outcome.LEAKED_INHERITED, "inherited from the parent process"
-    elif node._taint is not None and not is_hook:
-        outcome, detail = Outcome.LEAKED_DEPENDENT, node._taint
-    elif borrowed:
-        outcome, detail = Outcome.LEAKED_IN_USE, "borrowed at teardown"
-    elif deadline is not None and perf_counter() >= deadline:
+        return Outcome.LEAKED_INHERITED, "inherited from the parent process"
+    if node._taint is not None and not is_hook:
+        return Outcome.LEAKED_DEPENDENT, node._taint
+    if node._borrows:
+        return Outcome.LEAKED_IN_USE, "borrowed at teardown"
+    if deadline is not None and perf_counter() >= deadline:
         outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
-        detail = "teardown deadline passed before this step"
-    else:
-        decision = "release" if is_hook else _decide(registry, node, override)
-        if decision == "release":
-            timeout = node._timeout if node._timeout is not None else step_timeout
-            if deadline is not None:
-                left = deadline - perf_counter()
-                timeout = left if timeout is None else min(timeout, left)
-            fn = node._fn
-            assert fn is not None
-            finished, error = runner.call(fn, node._raw, timeout)
-            if not finished:
-                outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
-                detail = f"still running after {timeout:.3g} s; abandoned"
-                log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)
-            elif error is not None:
-                outcome = Outcome.HOOK_FAILED if is_hook else Outcome.RELEASE_FAILED
-                detail = repr(error)
-                log().error(
-                    "exitsafe: %s of %s %r failed at teardown: %s",
-                    action,
-                    node.kind,
-                    node.name,
-                    detail,
-                )
-            else:
-                outcome = Outcome.HOOK_RAN if is_hook else Outcome.RELEASED_AT_EXIT
-        else:
-            outcome, detail = Outcome.LEAKED_POLICY, decision[5:] or None
-            action = "leak"
-    if outcome.startswith("leaked_"):
-        action = "leak"
-    with registry._lock:
-        registry._finish_locked(node, outcome, detail, True)
-    return action, outcome, detail
+        return outcome, "teardown deadline passed before this step"
+    if not is_hook:
+        decision = _decide(node, override, policy)
+        if decision != "release":
+            return Outcome.LEAKED_POLICY, decision[5:] or None
+    timeout = node._timeout if node._timeout is not None else step_timeout
+    if deadline is not None:
+        left = deadline - perf_counter()
+        timeout = left if timeout is None else min(timeout, left)
+    fn = node._fn
+    assert fn is not None
+    finished, error = runner.call(fn, node._raw, timeout)
+    if not finished:
+        detail = f"still running after {timeout:.3g} s; abandoned"
+        log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)
+        return (Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT), detail
+    if error is not None:
+        detail = repr(error)
+        _log_failure("hook" if is_hook else "release", node, detail)
+        return (Outcome.HOOK_FAILED if is_hook else Outcome.RELEASE_FAILED), detail
+    return (Outcome.HOOK_RAN if is_hook else _RELEASED_AT_EXIT), None
+
+
+def _log_failure(action: str, node: Handle, detail: str) -> None:
+    log().error(
+        "exitsafe: %s of %s %r failed at teardown: %s", action, node.kind, node.name, detail
+    )
 
 
 def _wait_for_other_thread(
     registry: Registry, node: Handle, step_timeout: Optional[float], deadline: Optional[float]
 ) -> None:
+    """Give a release running on another thread time to finish; it records its own outcome."""
     limit = step_timeout if step_timeout is not None else 5.0
     end = perf_counter() + limit
     if deadline is not None:
@@ -156,13 +214,12 @@ def _wait_for_other_thread(
                     parent._taint = f"{node.kind} {node.name!r} was still being released"
 
 
-def _decide(registry: Registry, node: Handle, override: Optional[str]) -> str:
+def _decide(node: Handle, override: Optional[str], policy: object) -> str:
     """``"release"`` or ``"leak<detail>"`` for ``node`` at teardown."""
     if override == "release":
         return "release"
     if override == "leak":
         return "leak:EXITSAFE_AT_EXIT=leak"
-    policy = node._policy if node._policy is not None else registry.exit_policy
     if policy == "release":
         return "release"
     if policy == "leak":

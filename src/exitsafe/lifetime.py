@@ -860,6 +860,17 @@ class Registry:
                 ready.append(parent)
         return ready
 
+    def _record_teardown(self, records: list[tuple[Handle, str, Optional[str]]]) -> None:
+        """Record the outcomes a teardown decided (caller holds the lock)."""
+        live = self._live
+        hooks = self._hooks
+        for node, outcome, detail in records:
+            seq = node._seq
+            live.pop(seq, None)
+            if node._role == ROLE_HOOK:
+                hooks.pop(seq, None)
+            self._record(node, outcome, detail, True)
+
     def _record(self, node: Handle, outcome: str, detail: Optional[str], at_exit: bool) -> None:
         counts = self._counts
         counts[outcome] = counts.get(outcome, 0) + 1
