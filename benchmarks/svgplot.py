@@ -1,0 +1,244 @@
+"""A tiny dependency-free SVG line plotter (enough for the teardown scaling chart).
+
+``python -m benchmarks.svgplot results.json out.svg`` redraws the chart from a saved
+run; :func:`teardown_chart` is what ``python -m benchmarks --plot`` calls.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+from xml.sax.saxutils import escape
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+
+
+@dataclass
+class Series:
+    label: str
+    points: List[Tuple[float, float]]
+    color: Optional[str] = None
+    dashed: bool = False
+    markers: bool = True
+
+
+@dataclass
+class Panel:
+    title: str
+    xlabel: str
+    ylabel: str
+    series: List[Series] = field(default_factory=list)
+    logx: bool = True
+    logy: bool = True
+    xfmt: str = "count"  # tick labels: "count" (1,000), "seconds" (10 ms) or "plain"
+    yfmt: str = "plain"
+    legend: str = "top-left"  # or "bottom-right"
+
+
+def _nice_step(span: float) -> float:
+    raw = span / 5.0
+    mag = 10 ** math.floor(math.log10(raw))
+    for mult in (1, 2, 2.5, 5, 10):
+        if raw <= mult * mag:
+            return mult * mag
+    return 10 * mag
+
+
+def _fmt_tick(v: float, style: str) -> str:
+    if v == 0:
+        return "0"
+    if style == "seconds":
+        for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+            if abs(v) >= scale * 0.999:
+                return f"{v / scale:g} {unit}"
+        return f"{v:g} s"
+    if style == "count" and abs(v) >= 1:
+        return f"{v:,.0f}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:g}"
+
+
+def _ticks(lo: float, hi: float, log: bool) -> Tuple[float, float, List[float]]:
+    if log:
+        a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        if a == b:
+            b += 1
+        return 10.0**a, 10.0**b, [10.0**e for e in range(a, b + 1)]
+    lo = min(lo, 0.0)
+    step = _nice_step(hi - lo if hi > lo else 1.0)
+    top = math.ceil(hi / step) * step
+    ticks = []
+    v = lo
+    while v <= top + step / 2:
+        ticks.append(round(v, 12))
+        v += step
+    return lo, top, ticks
+
+
+def _panel_svg(panel: Panel, x0: float, y0: float, w: float, h: float) -> List[str]:
+    out: List[str] = []
+    ml, mr, mt, mb = 70.0, 30.0, 30.0, 45.0
+    pw, ph = w - ml - mr, h - mt - mb
+    xs = [x for s in panel.series for x, _ in s.points]
+    ys = [y for s in panel.series for _, y in s.points]
+    xlo, xhi, xt = _ticks(min(xs), max(xs), panel.logx)
+    ylo, yhi, yt = _ticks(min(ys), max(ys), panel.logy)
+
+    def fx(x: float) -> float:
+        if panel.logx:
+            t = (math.log10(x) - math.log10(xlo)) / (math.log10(xhi) - math.log10(xlo))
+        else:
+            t = (x - xlo) / (xhi - xlo)
+        return x0 + ml + t * pw
+
+    def fy(y: float) -> float:
+        if panel.logy:
+            t = (math.log10(y) - math.log10(ylo)) / (math.log10(yhi) - math.log10(ylo))
+        else:
+            t = (y - ylo) / (yhi - ylo)
+        return y0 + mt + (1 - t) * ph
+
+    out.append(
+        f'<text x="{x0 + ml + pw / 2:.1f}" y="{y0 + 18:.1f}" text-anchor="middle"'
+        f' font-size="14" font-weight="bold">{escape(panel.title)}</text>'
+    )
+    out.append(
+        f'<rect x="{x0 + ml:.1f}" y="{y0 + mt:.1f}" width="{pw:.1f}" height="{ph:.1f}"'
+        ' fill="none" stroke="#444"/>'
+    )
+    for t in xt:
+        x = fx(t)
+        out.append(
+            f'<line x1="{x:.1f}" y1="{y0 + mt:.1f}" x2="{x:.1f}" y2="{y0 + mt + ph:.1f}"'
+            ' stroke="#ddd"/>'
+        )
+        out.append(
+            f'<text x="{x:.1f}" y="{y0 + mt + ph + 16:.1f}" text-anchor="middle"'
+            f' font-size="11">{escape(_fmt_tick(t, panel.xfmt))}</text>'
+        )
+    for t in yt:
+        y = fy(t)
+        out.append(
+            f'<line x1="{x0 + ml:.1f}" y1="{y:.1f}" x2="{x0 + ml + pw:.1f}" y2="{y:.1f}"'
+            ' stroke="#ddd"/>'
+        )
+        out.append(
+            f'<text x="{x0 + ml - 6:.1f}" y="{y + 4:.1f}" text-anchor="end"'
+            f' font-size="11">{escape(_fmt_tick(t, panel.yfmt))}</text>'
+        )
+    out.append(
+        f'<text x="{x0 + ml + pw / 2:.1f}" y="{y0 + h - 8:.1f}" text-anchor="middle"'
+        f' font-size="12">{escape(panel.xlabel)}</text>'
+    )
+    cy = y0 + mt + ph / 2
+    out.append(
+        f'<text x="{x0 + 16:.1f}" y="{cy:.1f}" text-anchor="middle" font-size="12"'
+        f' transform="rotate(-90 {x0 + 16:.1f} {cy:.1f})">{escape(panel.ylabel)}</text>'
+    )
+    for i, s in enumerate(panel.series):
+        color = s.color or COLORS[i % len(COLORS)]
+        pts = " ".join(f"{fx(x):.1f},{fy(y):.1f}" for x, y in s.points)
+        dash = ' stroke-dasharray="5,4"' if s.dashed else ""
+        out.append(
+            f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"{dash}/>'
+        )
+        if s.markers:
+            for x, y in s.points:
+                out.append(f'<circle cx="{fx(x):.1f}" cy="{fy(y):.1f}" r="3.5" fill="{color}"/>')
+        if panel.legend == "bottom-right":
+            ly = y0 + mt + ph - 10 - (len(panel.series) - 1 - i) * 16
+            lx = x0 + ml + pw - 190
+        else:
+            ly = y0 + mt + 14 + i * 16
+            lx = x0 + ml + 10
+        out.append(
+            f'<line x1="{lx:.1f}" y1="{ly - 4:.1f}" x2="{lx + 18:.1f}" y2="{ly - 4:.1f}"'
+            f' stroke="{color}" stroke-width="2"{dash}/>'
+        )
+        out.append(f'<text x="{lx + 24:.1f}" y="{ly:.1f}" font-size="11">{escape(s.label)}</text>')
+    return out
+
+
+def render(panels: Sequence[Panel], width: int = 980, height: int = 380, note: str = "") -> str:
+    """An SVG document with ``panels`` side by side."""
+    w = width / len(panels)
+    body: List[str] = []
+    for i, panel in enumerate(panels):
+        body.extend(_panel_svg(panel, i * w, 0.0, w, height - (16 if note else 0)))
+    if note:
+        body.append(
+            f'<text x="{width / 2:.1f}" y="{height - 4:.1f}" text-anchor="middle"'
+            f' font-size="10" fill="#555">{escape(note)}</text>'
+        )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" font-family="sans-serif">\n'
+        f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n"
+    )
+
+
+def teardown_chart(teardown: Dict[str, Any], note: str = "") -> str:
+    """The teardown scaling chart from the ``teardown`` section of a results JSON."""
+    total: List[Series] = []
+    per: List[Series] = []
+    for key, label in (
+        ("wide", "wide graph"),
+        ("deep", "deep chain"),
+        ("wide_leak", "wide graph, leak policy"),
+    ):
+        rows = teardown.get(key) or []
+        if not rows:
+            continue
+        total.append(Series(label, [(r["n"], r["teardown_s"]["median"]) for r in rows]))
+        per.append(
+            Series(label, [(r["n"], r["teardown_per_handle_s"]["median"] * 1e9) for r in rows])
+        )
+    wide = teardown.get("wide") or []
+    if wide:
+        n0, t0 = wide[0]["n"], wide[0]["teardown_s"]["median"]
+        total.append(
+            Series(
+                "linear from the smallest size",
+                [(r["n"], t0 * r["n"] / n0) for r in wide],
+                color="#888",
+                dashed=True,
+                markers=False,
+            )
+        )
+    return render(
+        [
+            Panel(
+                "Teardown time (log-log)", "live handles", "teardown time", total, yfmt="seconds"
+            ),
+            Panel(
+                "Teardown time per handle",
+                "live handles",
+                "nanoseconds per handle",
+                per,
+                logy=False,
+                legend="bottom-right",
+            ),
+        ],
+        note=note,
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m benchmarks.svgplot RESULTS.json OUT.svg", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as fh:
+        results = json.load(fh)
+    svg = teardown_chart(results["sections"]["teardown"], note=results["meta"].get("summary", ""))
+    with open(args[1], "w", encoding="utf-8") as fh:
+        fh.write(svg)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
