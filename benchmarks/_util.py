@@ -117,6 +117,8 @@ class Table:
     headers: List[str]
     rows: List[List[str]] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    #: Markdown: render the first column as inline code (function and module names).
+    code_first_column: bool = False
 
     def add(self, *cells: object) -> None:
         self.rows.append([str(c) for c in cells])
@@ -143,10 +145,16 @@ class Table:
         def esc(cell: str) -> str:
             return cell.replace("|", "\\|")
 
+        def first(cell: str) -> str:
+            return f"`{cell}`" if self.code_first_column else esc(cell)
+
         parts = [f"#### {self.title}", ""]
         parts.append("| " + " | ".join(esc(h) for h in self.headers) + " |")
         parts.append("| " + " | ".join(["---"] + ["---:"] * (len(self.headers) - 1)) + " |")
-        parts.extend("| " + " | ".join(esc(c) for c in row) + " |" for row in self.rows)
+        parts.extend(
+            "| " + " | ".join([first(row[0]), *(esc(c) for c in row[1:])]) + " |"
+            for row in self.rows
+        )
         if self.notes:
             parts.append("")
             parts.extend(f"- {note}" for note in self.notes)
@@ -293,7 +301,11 @@ def profile_call(fn: Callable[[], Any], ops: int, top: int = 14) -> Dict[str, An
 
 def profile_table(title: str, prof: Dict[str, Any], rows: int = 10) -> Table:
     """A table of the top entries of :func:`profile_call`."""
-    table = Table(title, ["function", "calls/op", "own time %", "own ns/op (profiled)"])
+    table = Table(
+        title,
+        ["function", "calls/op", "own time %", "own ns/op (profiled)"],
+        code_first_column=True,
+    )
     ops = prof["ops"]
     for entry in prof["top"][:rows]:
         table.add(

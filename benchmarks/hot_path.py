@@ -7,6 +7,7 @@ what each mechanism adds around the native release call.
 
 from __future__ import annotations
 
+import _thread
 import weakref
 from time import perf_counter
 from typing import Any, Dict, List, Tuple
@@ -241,6 +242,133 @@ _EXITSAFE_REGISTRY_LOOPS = (
 )
 
 
+class _HandleLike:
+    """An object shaped like ``exitsafe.Handle``: 17 slots set in ``__init__``, a ``__del__``."""
+
+    __slots__ = (*(f"a{i}" for i in range(17)), "__weakref__")
+
+    def __init__(self, a: object, b: object, c: object) -> None:
+        self.a0 = a
+        self.a1 = b
+        self.a2 = c
+        self.a3 = None
+        self.a4 = None
+        self.a5 = None
+        self.a6 = None
+        self.a7 = None
+        self.a8 = 1
+        self.a9 = 0
+        self.a10 = 0
+        self.a11 = 0
+        self.a12 = 0
+        self.a13 = None
+        self.a14 = 0
+        self.a15 = 0
+        self.a16 = 0
+
+    def __del__(self) -> None:
+        if self.a8:
+            pass
+
+
+class _Bare:
+    __slots__ = ("__weakref__",)
+
+
+PRIMITIVES = {
+    "call": "call a Python function f(x)",
+    "lock": "with lock: pass (uncontended _thread lock)",
+    "object": "create + free an object shaped like Handle",
+    "weakref": "weakref.ref(new object) (minus the object itself)",
+    "dict": "dict insert + delete (int key)",
+    "counter": "counts[k] = counts.get(k, 0) + 1",
+    "ledger": "append a 6-tuple ledger record",
+}
+
+
+def _primitives(cfg: Config) -> Dict[str, Any]:
+    """Costs of the building blocks of the hot path, measured like the contenders."""
+    lock = _thread.allocate_lock()
+    release = noop_release
+
+    def call(n: int) -> float:
+        f, rng = release, range(n)
+        t0 = perf_counter()
+        for _ in rng:
+            f(None)
+        return perf_counter() - t0
+
+    def lock_section(n: int) -> float:
+        rng = range(n)
+        t0 = perf_counter()
+        for _ in rng:
+            with lock:
+                pass
+        return perf_counter() - t0
+
+    def obj(n: int) -> float:
+        cls, rng = _HandleLike, range(n)
+        t0 = perf_counter()
+        for _ in rng:
+            cls(None, release, "handle")
+        return perf_counter() - t0
+
+    def bare(n: int) -> float:
+        cls, rng = _Bare, range(n)
+        t0 = perf_counter()
+        for _ in rng:
+            cls()
+        return perf_counter() - t0
+
+    def bare_ref(n: int) -> float:
+        cls, ref, rng = _Bare, weakref.ref, range(n)
+        t0 = perf_counter()
+        for _ in rng:
+            ref(cls())
+        return perf_counter() - t0
+
+    def dict_set_del(n: int) -> float:
+        d: Dict[int, Any] = {}
+        rng = range(n)
+        t0 = perf_counter()
+        for i in rng:
+            d[i] = None
+            del d[i]
+        return perf_counter() - t0
+
+    def counter(n: int) -> float:
+        counts: Dict[str, int] = {}
+        rng = range(n)
+        t0 = perf_counter()
+        for _ in rng:
+            counts["released"] = counts.get("released", 0) + 1
+        return perf_counter() - t0
+
+    def ledger(n: int) -> float:
+        entries: List[Any] = []
+        append, rng = entries.append, range(n)
+        t0 = perf_counter()
+        for i in rng:
+            append((i, "handle", None, "released", None, False))
+        return perf_counter() - t0
+
+    loops: Dict[str, Loop] = {
+        "call": call,
+        "lock": lock_section,
+        "object": obj,
+        "bare": bare,
+        "bare_ref": bare_ref,
+        "dict": dict_set_del,
+        "counter": counter,
+        "ledger": ledger,
+    }
+    per_op = interleaved(loops, cfg.hot_n, max(3, cfg.hot_repeats // 4))
+    out = {name: summarize(v) for name, v in per_op.items()}
+    weak = [a - b for a, b in zip(per_op["bare_ref"], per_op["bare"])]
+    out["weakref"] = summarize(weak)
+    return out
+
+
 def _split(cfg: Config) -> Dict[str, Any]:
     """Create-only and release-only time per handle, for each mechanism."""
     ffi, ptr = _ffi_pointer()
@@ -369,6 +497,18 @@ def run(cfg: Config) -> Section:
         ma, mb = split[a]["median"], split[b]["median"]
         split_table.add(label, fmt_ns(ma), fmt_ns(mb), fmt_ns(ma + mb))
 
+    prims = _primitives(cfg)
+    prim_table = Table(
+        "Building blocks of the hot path on this machine (ns per operation, loop included)",
+        ["operation", "ns/op", "spread"],
+    )
+    for key, label in PRIMITIVES.items():
+        prim_table.add(label, fmt_ns(prims[key]["median"]), fmt_spread(prims[key]))
+    prim_table.notes.append(
+        "per track + release pair exitsafe takes 3 lock sections, creates one Handle and one"
+        " weakref, inserts and deletes one dict entry, bumps a counter, appends a ledger record"
+    )
+
     prof = profile_track_release(cfg.profile_n)
     prof_table = profile_table(
         f"Profile of Registry.track + Handle.release (cProfile, {prof['ops']:,} pairs;"
@@ -412,4 +552,5 @@ def run(cfg: Config) -> Section:
         "split_per_op_s": split,
         "profile": prof,
     }
-    return Section("hot_path", data, [table, split_table, prof_table], bars)
+    data["primitives_per_op_s"] = prims
+    return Section("hot_path", data, [table, split_table, prim_table, prof_table], bars)

@@ -180,6 +180,7 @@ def run_import(cfg: Config) -> Section:
     top = Table(
         "import exitsafe, -X importtime (median us; children listed before parents)",
         ["module", "self us", "cumulative us"],
+        code_first_column=True,
     )
     for row in sorted(modules, key=lambda r: -r["self_us"])[:10]:
         top.add(row["module"], f"{row['self_us']:,.0f}", f"{row['cumulative_us']:,.0f}")

@@ -106,6 +106,8 @@ def test_hot_path_section(quick_run: dict[str, Any]) -> None:
     _check_summary(data["ratios"]["exitsafe_track_release"]["cffi_gc_release"])
     _check_summary(data["ratios"]["exitsafe_track_release"]["finalize_create_call"])
     assert data["ledger_check"]["ok"], data["ledger_check"]
+    for name in ("lock", "object", "weakref", "dict"):
+        _check_summary(data["primitives_per_op_s"][name])
     assert data["profile"]["top"] and all("function" in e for e in data["profile"]["top"])
 
 
