@@ -1,0 +1,524 @@
+"""Third-party objects in the handle graph: :func:`adopt`, :func:`neutralize_at_exit`.
+
+Bindings you do not own often wrap a native handle in a Python object with a
+``close()`` method and a ``__del__`` that calls native code.  At interpreter
+shutdown that ``__del__`` may run after the library it calls into was
+unloaded, after the module globals it uses were cleared, or after a parent
+object it depends on was freed.  Two ways out, each one call:
+
+* :func:`adopt` puts the object into the handle graph: exitsafe owns its
+  end and calls its close method exactly once, in dependency order, when you
+  release the returned handle or at teardown (before the interpreter starts
+  finalizing modules), or never when its exit policy leaks it.
+* :func:`neutralize_at_exit` leaves the object alone while the program runs
+  and, when teardown begins, sets the attribute holding its native handle to
+  a null value, so the object's own ``__del__`` / ``close()`` does nothing
+  later (the fix of the WinML ``EpCatalog`` crash, as one call).
+  :func:`neutralize` does the same immediately.
+
+:func:`handle_of` finds the handle exitsafe keeps for an object (a handle, an
+adopted object, a :class:`exitsafe.wrapper.NativeObject`, a pinned library or
+a tracked pointer of :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes`); every
+``depends_on`` / ``before`` / ``after`` argument of this module and of the FFI
+adapters accepts any of those.
+
+Thread rules: every function here may be called from any thread.  The close
+method of an adopted object runs on the thread that drops the handle's last
+owner, or on the thread running the teardown; neutralization at exit runs on
+the teardown thread.
+"""
+
+from __future__ import annotations
+
+import _thread
+from _weakref import ref as _weakref
+
+from ._errors import ExitsafeError
+from .lifetime import Handle, Registry, default_registry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any, Callable, Optional, Union
+
+    from .lifetime import ExitPolicy
+
+    Attrs = Union[str, Sequence[str]]
+
+__all__ = [
+    "AlreadyTrackedError",
+    "NeutralizeError",
+    "adopt",
+    "handle_of",
+    "neutralize",
+    "neutralize_at_exit",
+]
+
+
+class NeutralizeError(ExitsafeError, AttributeError):
+    """An attribute cannot be neutralized on this object.
+
+    Raised when :func:`neutralize` or :func:`neutralize_at_exit` is called
+    (never later, at exit): the attribute is missing, is a read-only
+    property or descriptor, or the object refuses assignment (a frozen
+    dataclass or attrs class, a custom ``__setattr__`` that raises).
+    """
+
+
+class AlreadyTrackedError(ExitsafeError, ValueError):
+    """The object (or native pointer) already has a live exitsafe handle.
+
+    Raised by :func:`adopt` for an object adopted twice and by
+    ``exitsafe.cffi.track`` / ``exitsafe.ctypes.track`` for a pointer that is
+    already tracked (releasing it twice would be a double free).  ``handle``
+    is the existing handle: call ``handle.retain()`` to share ownership.
+    """
+
+    def __init__(self, message: str, handle: Handle) -> None:
+        super().__init__(message)
+        self.handle = handle
+
+
+_lock = _thread.allocate_lock()
+#: id(obj) -> the live adoption handle of obj (which references obj, so ids cannot be reused).
+_adopted: dict[int, Handle] = {}
+#: Lookups registered by the FFI adapters: obj -> Handle or None.
+_lookups: list[Callable[[object, Registry], Optional[Handle]]] = []
+#: (weak or strong reference to the object, hook) of each pending neutralize_at_exit.
+_pending: list[tuple[Callable[[], object], Handle]] = []
+
+
+def _registry(registry: Optional[Registry]) -> Registry:
+    if registry is None:
+        return default_registry()
+    if not isinstance(registry, Registry):
+        raise TypeError(
+            f"registry must be an exitsafe.Registry or None, got {type(registry).__name__}"
+        )
+    return registry
+
+
+def _register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
+    """Let an adapter module teach :func:`handle_of` about its own objects."""
+    with _lock:
+        if fn not in _lookups:
+            _lookups.append(fn)
+
+
+def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
+    """The live exitsafe handle standing for ``obj`` in ``registry``, or ``None``.
+
+    ``obj`` may be a :class:`~exitsafe.Handle` (returned as is), an object
+    adopted with :func:`adopt`, any object with an ``__exitsafe_handle__``
+    attribute (such as a :class:`~exitsafe.wrapper.NativeObject`), or, once
+    :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes` are imported, a library
+    pinned with their ``pin`` or a pointer tracked with their ``track``
+    (looked up by address).  Handles that were released or leaked are not
+    returned.  Thread-safe; never calls native code.
+    """
+    reg = _registry(registry)
+    if isinstance(obj, Handle):
+        return obj
+    found: Optional[Handle] = None
+    try:
+        attr = getattr(obj, "__exitsafe_handle__", None)
+    except Exception:  # a hostile __getattr__ must not break a lookup; fall through
+        attr = None
+    if isinstance(attr, Handle):
+        found = attr
+    if found is None:
+        found = _adopted.get(id(obj))
+        if found is not None and found._raw is not obj:
+            found = None
+    if found is None:
+        for lookup in tuple(_lookups):
+            found = lookup(obj, reg)
+            if found is not None:
+                break
+    if found is None or found.registry is not reg or found.state != "live":
+        return None
+    return found
+
+
+def _resolve(items: object, registry: Registry, what: str) -> tuple[Handle, ...]:
+    """Turn ``depends_on``-style arguments (handles or objects exitsafe knows) into handles."""
+    if items is None:
+        return ()
+    if isinstance(items, (Handle, str, bytes)) or not hasattr(items, "__iter__"):
+        seq: Iterable[object] = (items,)
+    else:
+        seq = items
+    out = []
+    for item in seq:
+        if isinstance(item, Handle):
+            out.append(item)
+            continue
+        found = handle_of(item, registry=registry)
+        if found is None:
+            raise TypeError(
+                f"{what}: no live exitsafe handle for {item!r} in registry "
+                f"{registry.name!r}; pass a Handle, or track / pin / adopt the object first"
+            )
+        out.append(found)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------- tracked addresses
+# Native pointers tracked by exitsafe.cffi / exitsafe.ctypes, by address, so that the
+# same native object cannot be tracked twice (a double free) and handle_of() can map
+# a pointer coming back from C to its handle.
+
+_by_address: dict[int, Callable[[], Optional[Handle]]] = {}
+
+
+def _live_at(address: int) -> Optional[Handle]:
+    """The live handle tracking ``address``, if any."""
+    get = _by_address.get(address)
+    handle = get() if get is not None else None
+    if handle is None or handle.state != "live" or not handle.owners:
+        return None
+    return handle
+
+
+def _claim_address(address: int) -> None:
+    """Raise :class:`AlreadyTrackedError` if ``address`` is tracked by a live handle."""
+    existing = _live_at(address)
+    if existing is not None:
+        raise AlreadyTrackedError(
+            f"pointer 0x{address:x} is already tracked as {existing.kind} {existing.name!r}; "
+            f"releasing it twice would be a double free (use handle_of(ptr).retain() to "
+            f"share ownership)",
+            existing,
+        )
+
+
+def _bind_address(address: int, handle: Handle) -> None:
+    with _lock:
+        _by_address[address] = _weakref(handle)
+
+
+def _forget_address(address: int, handle: Optional[Handle]) -> None:
+    with _lock:
+        get = _by_address.get(address)
+        if get is not None and get() in (handle, None):
+            del _by_address[address]
+
+
+# ---------------------------------------------------------------------- neutralization
+
+
+def _attr_names(attr: Attrs) -> tuple[str, ...]:
+    names = (attr,) if isinstance(attr, str) else tuple(attr)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"attr must be an attribute name or a sequence of names, got {attr!r}")
+    return names
+
+
+def _lookup_descriptor(cls: type, name: str) -> object:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+_MISSING = object()
+
+
+def _check_settable(obj: object, name: str) -> None:
+    """Raise :class:`NeutralizeError` now if ``obj.name = null`` cannot work later."""
+    cls = type(obj)
+    what = f"{cls.__qualname__}.{name}"
+    desc = _lookup_descriptor(cls, name)
+    if isinstance(desc, property):
+        if desc.fset is None:
+            raise NeutralizeError(f"cannot neutralize {what}: it is a read-only property")
+        return  # calling the setter now could run native code; trust it
+    is_data_descriptor = desc is not _MISSING and hasattr(type(desc), "__set__")
+    try:
+        current = getattr(obj, name)
+    except AttributeError:
+        raise NeutralizeError(
+            f"cannot neutralize {what}: the object has no such attribute (is the name right?)"
+        ) from None
+    custom_setattr = cls.__setattr__ is not object.__setattr__
+    if not (is_data_descriptor or custom_setattr):
+        # A plain attribute: assignment works iff the instance has a __dict__ or a slot.
+        if hasattr(obj, "__dict__"):
+            return
+        raise NeutralizeError(
+            f"cannot neutralize {what}: it is a class attribute and instances of "
+            f"{cls.__qualname__} have no __dict__ to shadow it"
+        )
+    # A slot, a C-level descriptor or a custom __setattr__ (frozen objects): write the
+    # current value back, which changes nothing and shows whether assignment works.
+    try:
+        setattr(obj, name, current)
+    except (AttributeError, TypeError) as exc:
+        raise NeutralizeError(
+            f"cannot neutralize {what}: assignment is refused "
+            f"({type(exc).__name__}: {exc}); the object may be frozen or the attribute read-only"
+        ) from exc
+
+
+def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[str, Any]:
+    """Set ``obj.<attr> = null`` now so the object's own ``close()`` / ``__del__`` does nothing.
+
+    ``attr`` may be one name or a sequence of names.  Returns the previous
+    values (name -> value), which you now own: exitsafe does not release
+    them.  Raises :class:`NeutralizeError` (and changes nothing) when an
+    attribute is missing, a read-only property, or the object refuses
+    assignment.  Works for ``__slots__`` attributes and properties with a
+    setter.  Not atomic with respect to other threads using ``obj``.
+    """
+    names = _attr_names(attr)
+    for name in names:
+        _check_settable(obj, name)
+    old: dict[str, Any] = {}
+    for name in names:
+        old[name] = getattr(obj, name)
+        setattr(obj, name, null)
+    return old
+
+
+class _Neutralizer:
+    """The hook of one :func:`neutralize_at_exit` call."""
+
+    __slots__ = ("get", "names", "null")
+
+    def __init__(self, get: Callable[[], object], names: tuple[str, ...], null: Any) -> None:
+        self.get = get
+        self.names = names
+        self.null = null
+
+    def __call__(self) -> None:
+        obj = self.get()
+        if obj is None:
+            return  # collected while the program ran: its own finalizer already ran
+        for name in self.names:
+            setattr(obj, name, self.null)
+
+
+def _strong(obj: object) -> Callable[[], object]:
+    return lambda: obj
+
+
+def _sweep_pending() -> None:
+    """Cancel the hooks of neutralize_at_exit objects that were collected meanwhile."""
+    with _lock:
+        dead = [hook for get, hook in _pending if get() is None]
+        if not dead:
+            return
+        _pending[:] = [(get, hook) for get, hook in _pending if get() is not None]
+    for hook in dead:
+        hook.release()  # a no-op once teardown began
+
+
+def neutralize_at_exit(
+    obj: object,
+    attr: Attrs = "_handle",
+    null: Any = None,
+    *,
+    registry: Optional[Registry] = None,
+    before: Iterable[object] = (),
+    after: Iterable[object] = (),
+    name: Optional[str] = None,
+) -> Handle:
+    """At teardown, set ``obj.<attr> = null`` so the object's own ``__del__`` / ``close()``
+    becomes a no-op; the native object is leaked on purpose and the OS reclaims it.
+
+    This is the fix of the ``EpCatalog`` crash at exit (``catalog._handle =
+    None`` after use) as one call, made at the time you create the object.
+    Checks happen now: :class:`NeutralizeError` is raised at call time when
+    the attribute is missing, read-only, or the object is frozen.
+
+    The object is referenced weakly when it supports weak references (if it
+    is collected before exit, its own finalizer runs then, while everything
+    is loaded, and nothing happens at exit); otherwise strongly, so it then
+    lives until exit.  The neutralization is a teardown hook in ``registry``
+    (default: the default registry): without ``before`` / ``after`` it runs
+    among the first steps of the teardown; ``before`` / ``after`` (handles or
+    objects exitsafe knows, see :func:`handle_of`) place it in the graph.
+    Returns the hook's handle: ``release()`` on it cancels the
+    neutralization.  The hook runs on the teardown thread.
+    """
+    names = _attr_names(attr)
+    for attr_name in names:
+        _check_settable(obj, attr_name)
+    reg = _registry(registry)
+    before_h = _resolve(before, reg, "before")
+    after_h = _resolve(after, reg, "after")
+    try:
+        get: Callable[[], object] = _weakref(obj)
+    except TypeError:
+        get = _strong(obj)
+    _sweep_pending()
+    hook_name = name if name is not None else f"neutralize {type(obj).__qualname__}.{names[0]}"
+    hook = reg.on_teardown(
+        _Neutralizer(get, names, null), before=before_h, after=after_h, name=hook_name
+    )
+    with _lock:
+        _pending.append((get, hook))
+    return hook
+
+
+# ---------------------------------------------------------------------- adoption
+
+
+class _AfterLeak:
+    """A teardown hook that runs ``action(obj)`` if ``handle`` ended leaked."""
+
+    __slots__ = ("action", "handle_ref", "obj")
+
+    def __init__(self, obj: object, action: Callable[[Any], object]) -> None:
+        self.obj: object = obj
+        self.action = action
+        self.handle_ref: Optional[Callable[[], Optional[Handle]]] = None
+
+    def __call__(self) -> None:
+        obj, self.obj = self.obj, None
+        handle = self.handle_ref() if self.handle_ref is not None else None
+        if obj is not None and handle is not None and handle.state == "leaked":
+            self.action(obj)
+
+
+def _hook_after_leak(
+    registry: Registry, handle: Handle, obj: object, action: Callable[[Any], object], name: str
+) -> tuple[_AfterLeak, Handle]:
+    """Register a hook running after ``handle`` at teardown: ``action(obj)`` if it leaked."""
+    after = _AfterLeak(obj, action)
+    after.handle_ref = _weakref(handle)
+    hook = registry.on_teardown(after, after=[handle], name=name)
+    return after, hook
+
+
+class _Adoption:
+    """The release function of an adopted object: close it, forget it."""
+
+    __slots__ = ("after", "close", "hook", "key")
+
+    def __init__(self, close: Union[str, Callable[[Any], object], None], key: int) -> None:
+        self.close = close
+        self.key = key
+        self.after: Optional[_AfterLeak] = None
+        self.hook: Optional[Handle] = None
+
+    def __call__(self, obj: object) -> None:
+        with _lock:
+            _adopted.pop(self.key, None)
+        after, self.after = self.after, None
+        if after is not None:
+            after.obj = None
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook.release()  # cancel the leak hook; a no-op during teardown
+        close = self.close
+        if close is None:
+            return
+        if isinstance(close, str):
+            getattr(obj, close)()
+        else:
+            close(obj)
+
+
+def adopt(
+    obj: object,
+    *,
+    close: Union[str, Callable[[Any], object], None] = "close",
+    kind: Optional[str] = None,
+    depends_on: Iterable[object] = (),
+    exit_policy: Optional[ExitPolicy] = None,
+    name: Optional[str] = None,
+    registry: Optional[Registry] = None,
+    neutralize: Optional[Attrs] = None,
+    null: Any = None,
+    timeout: Optional[float] = None,
+) -> Handle:
+    """Hand ``obj``, an object of another library, to exitsafe: it is closed exactly once,
+    in dependency order, when its handle is released or at teardown, or leaked by policy.
+
+    ``close``: the name of a method to call (default ``"close"``; checked
+    now), a callable ``close(obj)``, or ``None`` (exitsafe only orders and
+    references the object; releasing the handle just lets go of it).
+    ``kind`` defaults to the object's class name (``kind="library"`` makes
+    it go last at teardown).  ``depends_on``: handles or objects exitsafe
+    knows (see :func:`handle_of`) that must outlive ``obj``; ``obj`` can in
+    turn be named in other handles' ``depends_on``.
+
+    Ownership: exitsafe references ``obj`` strongly until its handle is
+    released or teardown decides its fate, so the object is not collected
+    (and its own ``__del__`` does not run) earlier, even if you drop both
+    ``obj`` and the handle.  Release it with ``handle.release()`` (the
+    close method runs on that thread once no dependent is alive), or leave it
+    to teardown.  After a close the object's own ``__del__`` usually finds it
+    closed and does nothing.
+
+    Leak policies: when the handle ends leaked (``exit_policy="leak"``,
+    ``EXITSAFE_AT_EXIT=leak``, a timeout, a failed close, a leaked
+    dependent), the object is kept alive and its own ``__del__`` may still
+    run during interpreter finalization.  Pass ``neutralize=`` (an attribute
+    name or names, checked now) to set them to ``null`` in that case, after
+    the handle's step, so that finalizer does nothing.
+
+    Raises :class:`AlreadyTrackedError` if ``obj`` already has a live
+    adoption handle (``err.handle.retain()`` shares it), ``TypeError`` for a
+    missing / non-callable close method, :class:`NeutralizeError` for an
+    attribute that cannot be neutralized.
+    """
+    if obj is None:
+        raise TypeError("adopt() needs an object, got None")
+    if isinstance(obj, Handle):
+        raise TypeError("adopt() takes a third-party object, not an exitsafe Handle")
+    if isinstance(close, str):
+        method = getattr(obj, close, None)
+        if method is None or not callable(method):
+            raise TypeError(
+                f"adopt(): {type(obj).__qualname__} has no callable {close!r} method; "
+                f"pass close=<method name> or close=<callable taking the object>"
+            )
+    elif close is not None and not callable(close):
+        raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
+    names = _attr_names(neutralize) if neutralize is not None else ()
+    for attr_name in names:
+        _check_settable(obj, attr_name)
+    reg = _registry(registry)
+    parents = _resolve(depends_on, reg, "depends_on")
+    if kind is None:
+        kind = type(obj).__name__
+    key = id(obj)
+    with _lock:
+        existing = _adopted.get(key)
+    if existing is not None and existing._raw is obj and existing.state == "live":
+        raise AlreadyTrackedError(
+            f"{type(obj).__qualname__} object is already adopted as {existing.name!r}; "
+            f"use exitsafe.adopt.handle_of(obj).retain() to share ownership",
+            existing,
+        )
+    adoption = _Adoption(close, key)
+    handle = reg.track(
+        obj,
+        adoption,
+        kind=kind,
+        depends_on=parents,
+        exit_policy=exit_policy,
+        name=name,
+        timeout=timeout,
+    )
+    if handle.state != "live":
+        # Registered after teardown began: leaked at once and never closed; neutralize
+        # now so the object's own finalizer cannot call native code later.
+        for attr_name in names:
+            setattr(obj, attr_name, null)
+        return handle
+    with _lock:
+        _adopted[key] = handle
+    if names:
+        null_value = null
+
+        def _neutralize(target: object) -> None:
+            for attr_name in names:
+                setattr(target, attr_name, null_value)
+
+        adoption.after, adoption.hook = _hook_after_leak(
+            reg, handle, obj, _neutralize, f"neutralize {handle.name} if leaked"
+        )
+    return handle

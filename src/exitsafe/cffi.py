@@ -1,0 +1,486 @@
+"""exitsafe for cffi bindings: :func:`track` pointers, :func:`pin` libraries, guarded
+:func:`callback` functions.
+
+* :func:`track` is the registry-aware counterpart of ``ffi.gc(ptr, release)``:
+  it owns a cdata pointer (ABI or API mode) and calls ``release(ptr)``
+  exactly once, in dependency order, or never when the handle is leaked.
+  It never attaches ``ffi.gc`` to the pointer, so nothing frees it from a
+  finalizer during interpreter shutdown.
+* :func:`pin` holds a library returned by ``ffi.dlopen`` loaded while
+  anything depending on it lives, and ``ffi.dlclose``-s it after the last
+  dependent (libraries go last at teardown), or never under a leak policy.
+* :func:`callback` makes an ``ffi.callback`` whose Python side returns a
+  default once teardown began, and keeps its cdata alive for as long as
+  native code may call it.
+
+Each returns an :class:`exitsafe.Handle`, not a cdata: ``handle.raw`` is the
+cdata to pass to C, and raises :class:`~exitsafe.HandleClosedError` once the
+handle was released, so a use after free becomes a Python exception instead
+of a crash; :func:`handle_of` maps a cdata (any cdata with the same address)
+back to its handle.  See ``docs/adapters.md`` for why and for before/after
+examples.
+
+This module does not import cffi: it works on the ``ffi`` and ``lib``
+objects you pass.  Thread rules: every function may be called from any
+thread; a release or close runs on the thread dropping the last owner, or
+on the teardown thread.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+from _weakref import ref as _weakref
+
+from . import adopt as _adopt
+from ._guard import Guarded
+from .adopt import _registry, _resolve
+from .lifetime import Handle, Registry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import TracebackType
+    from typing import Any, Callable, Optional
+
+    from .lifetime import ExitPolicy
+
+    OnError = Callable[[type[BaseException], BaseException, Optional[TracebackType]], object]
+
+__all__ = ["callback", "handle_of", "pin", "pinned", "track"]
+
+#: cdata classes whose memory cffi owns and frees itself.
+_OWNED = {
+    "__CDataOwn": "it was allocated by ffi.new() / ffi.new_handle() and cffi frees it",
+    "__CDataOwnGC": "it was allocated by ffi.new() and cffi frees it",
+    "__CDataFromBuf": "it comes from ffi.from_buffer() and points into a Python buffer",
+    "__CDataGCP": (
+        "it is the result of ffi.gc(), whose destructor would free it a second time; "
+        "track the plain pointer C returned instead of wrapping it in ffi.gc()"
+    ),
+}
+
+_lock = _thread.allocate_lock()
+#: Objects exitsafe keeps referenced until the process ends (pins with close=False).
+_forever: list[object] = []
+
+
+def _check_ffi(ffi: Any) -> None:
+    for attr in ("typeof", "cast", "NULL", "CData"):
+        if not hasattr(ffi, attr):
+            raise TypeError(
+                f"expected a cffi FFI object as first argument, got {type(ffi).__name__}"
+            )
+
+
+def _pointer_address(ffi: Any, ptr: object, what: str) -> int:
+    """Validate a cdata pointer; return its address."""
+    if not isinstance(ptr, ffi.CData):
+        raise TypeError(f"{what} needs a cffi cdata pointer, got {type(ptr).__name__}")
+    ctype = ffi.typeof(ptr)
+    if ctype.kind != "pointer":
+        if ctype.kind == "function":
+            hint = "a function pointer is not an owned object (pin its library instead)"
+        elif ctype.kind == "array":
+            hint = "arrays are owned by cffi"
+        else:
+            hint = "track the pointer C returned, not a value"
+        raise TypeError(f"{what} needs a pointer; got cdata of type {ctype.cname!r}: {hint}")
+    reason = _OWNED.get(type(ptr).__name__)
+    if reason is not None:
+        raise TypeError(f"{what}: the cdata {ptr!r} must not be tracked: {reason}")
+    if ptr == ffi.NULL:
+        raise ValueError(
+            f"{what} got a NULL pointer ({ctype.cname!r}): there is nothing to own "
+            f"(did the C call fail?)"
+        )
+    return int(ffi.cast("uintptr_t", ptr))
+
+
+# ---------------------------------------------------------------------- pointers
+
+#: id(release function cdata) -> (that cdata, base address of its module or None).
+_release_bases: dict[int, tuple[object, Optional[int]]] = {}
+
+
+def _base_of_function(ffi: Any, fn: object) -> Optional[int]:
+    """Base address of the shared library a function cdata points into (cached)."""
+    cached = _release_bases.get(id(fn))
+    if cached is not None and cached[0] is fn:
+        return cached[1]
+    from .ctypes import _module_of_address
+
+    found = _module_of_address(int(ffi.cast("uintptr_t", fn)))
+    base = found[0] if found is not None else None
+    with _lock:
+        if len(_release_bases) > 1024:
+            _release_bases.clear()
+        _release_bases[id(fn)] = (fn, base)
+    return base
+
+
+def _pin_for_release(ffi: Any, release: object, registry: Registry) -> Optional[Handle]:
+    """The pin of the library ``release`` (a function cdata from ``ffi.dlopen``) lives in."""
+    if not _pins or not isinstance(release, ffi.CData):
+        return None
+    try:
+        if ffi.typeof(release).kind != "function":
+            return None
+    except TypeError:
+        return None
+    base = _base_of_function(ffi, release)
+    if base is None:
+        return None
+    for _lib, handle, pin_base in tuple(_pins.values()):
+        if pin_base == base and handle.registry is registry and handle.state == "live":
+            return handle
+    return None
+
+
+class _PointerRelease:
+    """The release function of a tracked cdata: forget the address, call ``release``."""
+
+    __slots__ = ("address", "handle", "keep", "release")
+
+    def __init__(self, release: Callable[[Any], object], address: int, keep: object) -> None:
+        self.release = release
+        self.address = address
+        self.keep = keep  # (ffi, lib): what the release call needs, kept referenced
+        self.handle: Optional[Callable[[], Optional[Handle]]] = None
+
+    def __call__(self, raw: Any) -> None:
+        _adopt._forget_address(self.address, self.handle() if self.handle is not None else None)
+        self.release(raw)
+
+
+def track(
+    ffi: Any,
+    ptr: object,
+    release: Callable[[Any], object],
+    *,
+    registry: Optional[Registry] = None,
+    lib: object = None,
+    kind: str = "handle",
+    depends_on: Iterable[object] = (),
+    exit_policy: Optional[ExitPolicy] = None,
+    name: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Handle:
+    """Own the native object ``ptr`` points to: ``release(ptr)`` runs exactly once, or never.
+
+    Use instead of ``ffi.gc(ptr, release)``.  The lifetime rules are those of
+    :meth:`exitsafe.Registry.track` (same ``kind``, ``depends_on``,
+    ``exit_policy``, ``name``, ``timeout``): the release runs when the
+    handle's last owner lets go (``handle.release()``, ``with handle:``, or
+    garbage collection of the handle) and no dependent is alive; at teardown
+    in dependency order (children first, libraries last); never twice; never
+    after teardown (a late drop is a recorded no-op).
+
+    ``ptr`` must be a cdata pointer returned by C, from ABI or API mode.
+    NULL raises ``ValueError``; non-pointers, cdata owned by cffi
+    (``ffi.new``, ``ffi.from_buffer``) and ``ffi.gc`` results raise
+    ``TypeError``; a pointer already tracked raises
+    :class:`~exitsafe.adopt.AlreadyTrackedError`.
+
+    ``release`` is usually ``lib.thing_free``.  The handle keeps ``ffi`` and
+    ``lib`` referenced.  When the library is pinned with :func:`pin` in the
+    same registry, the handle depends on the pin, so the library is closed
+    only after this release ran: given as ``lib=``, or found automatically
+    when ``release`` is a function of an ``ffi.dlopen`` library.
+    ``depends_on`` accepts handles and objects exitsafe knows (pinned
+    libraries, tracked pointers, adopted objects, wrappers).
+    """
+    _check_ffi(ffi)
+    if not callable(release):
+        raise TypeError(f"release must be callable, got {type(release).__name__}")
+    address = _pointer_address(ffi, ptr, "track()")
+    reg = _registry(registry)
+    parents = list(_resolve(depends_on, reg, "depends_on"))
+    pin_handle = _pin_of(lib, reg) if lib is not None else _pin_for_release(ffi, release, reg)
+    if pin_handle is not None and pin_handle not in parents:
+        parents.append(pin_handle)
+    _adopt._claim_address(address)
+    releaser = _PointerRelease(release, address, (ffi, lib))
+    handle = reg.track(
+        ptr,
+        releaser,
+        kind=kind,
+        depends_on=parents,
+        exit_policy=exit_policy,
+        name=name,
+        timeout=timeout,
+    )
+    releaser.handle = _weakref(handle)
+    if handle.state == "live":
+        _adopt._bind_address(address, handle)
+    return handle
+
+
+def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
+    """The live handle for a cdata pointer (by address) or a pinned library, or ``None``.
+
+    ``handle.raw`` goes from a handle to its cdata; this goes back, e.g.
+    when C hands a pointer to a callback and you need its handle.  Any cdata
+    with the same address finds the handle, whatever its C type.
+    """
+    return _adopt.handle_of(obj, registry=registry)
+
+
+_uintptr: Any = None
+
+
+def _lookup(obj: object, registry: Registry) -> Optional[Handle]:
+    found = _pin_of(obj, registry)
+    if found is not None or type(obj).__module__ != "_cffi_backend":
+        return found
+    global _uintptr
+    backend = sys.modules.get("_cffi_backend")  # loaded, since obj is one of its objects
+    if backend is None or not isinstance(obj, backend._CDataBase):
+        return None
+    try:
+        if backend.typeof(obj).kind != "pointer":
+            return None
+        if _uintptr is None:
+            _uintptr = backend.new_primitive_type("uintptr_t")
+        address = int(backend.cast(_uintptr, obj))
+    except (TypeError, ValueError):
+        return None
+    return _adopt._live_at(address) if address else None
+
+
+_adopt._register_lookup(_lookup)
+
+
+# ---------------------------------------------------------------------- libraries
+
+#: id(lib) -> (lib, live pin handle, base address or None), held strongly: a pin lives
+#: until released explicitly or by the teardown, not when the pin handle is dropped.
+_pins: dict[int, tuple[object, Handle, Optional[int]]] = {}
+
+
+def _pin_of(lib: object, registry: Registry) -> Optional[Handle]:
+    entry = _pins.get(id(lib))
+    if entry is None or entry[0] is not lib:
+        return None
+    handle = entry[1]
+    if handle.registry is not registry or handle.state != "live" or not handle.owners:
+        return None
+    return handle
+
+
+def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
+    """The live pin of ``lib`` (an ``ffi.dlopen`` result) in ``registry``, or ``None``."""
+    return _pin_of(lib, _registry(registry))
+
+
+def _symbol_address(ffi: Any, lib: object) -> Optional[int]:
+    """The address of some function or variable of ``lib`` (to find the file it came from)."""
+    for symbol in dir(lib):
+        if symbol.startswith("__"):
+            continue
+        try:
+            addr = ffi.addressof(lib, symbol)
+        except (AttributeError, TypeError, ValueError, NotImplementedError):
+            continue  # a constant, a type, or a name declared but missing from the file
+        try:
+            return int(ffi.cast("uintptr_t", addr))
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+class _LibraryCloser:
+    """The release function of a cffi pin."""
+
+    __slots__ = ("close", "ffi", "key", "loader_ref")
+
+    def __init__(self, key: int, ffi: Any, loader_ref: Optional[int], close: bool) -> None:
+        self.key = key
+        self.ffi = ffi
+        self.loader_ref = loader_ref
+        self.close = close
+
+    def __call__(self, lib: object) -> None:
+        with _lock:
+            _pins.pop(self.key, None)
+        if not self.close:
+            _forever.append(lib)  # never unloaded by exitsafe: keep both references
+            return
+        ref, self.loader_ref = self.loader_ref, None
+        try:
+            self.ffi.dlclose(lib)
+        finally:
+            if ref is not None:
+                from .ctypes import _close_library_handle
+
+                _close_library_handle(ref)
+
+
+def pin(
+    ffi: Any,
+    lib: object,
+    *,
+    registry: Optional[Registry] = None,
+    close: bool = True,
+    name: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Handle:
+    """Hold a library returned by ``ffi.dlopen`` loaded while anything depending on it lives.
+
+    Returns its pin, a handle of kind ``"library"``; handles tracked with
+    :func:`track` whose release function comes from ``lib`` depend on it
+    automatically.  The pin keeps ``lib`` referenced (so cffi does not
+    ``dlclose`` it when the object is collected) and takes one more loader
+    reference on the library file (``dlopen(RTLD_NOLOAD)``;
+    ``GetModuleHandleExW`` on Windows), so even an explicit
+    ``ffi.dlclose(lib)`` by somebody else cannot unmap the code a
+    dependent's release still needs.
+
+    ``close=True``: ``ffi.dlclose(lib)`` runs, and the extra reference is
+    dropped, when the pin is released: explicitly (deferred until its last
+    dependent is released) or at teardown, where libraries go last.
+    ``close=False``: the library stays loaded for the life of the process.
+    Under a leak policy nothing is closed.  The pin is referenced by
+    exitsafe until it is released: dropping it does not unpin.  Pinning the
+    same ``lib`` again in the same registry returns the existing pin with one
+    more owner (``close`` must match).
+    """
+    _check_ffi(ffi)
+    if lib is None or isinstance(lib, (str, bytes, int)):
+        raise TypeError(f"pin() needs the library object returned by ffi.dlopen(), got {lib!r}")
+    if isinstance(lib, ffi.CData):
+        raise TypeError("pin() needs the library object returned by ffi.dlopen(), got a cdata")
+    reg = _registry(registry)
+    existing = _pin_of(lib, reg)
+    if existing is not None:
+        closer = existing._fn
+        if isinstance(closer, _LibraryCloser) and closer.close != bool(close):
+            raise ValueError(
+                f"{existing.name!r} is already pinned with close={closer.close}; "
+                f"cannot pin it again with close={bool(close)}"
+            )
+        return existing.retain()
+    base: Optional[int] = None
+    loader_ref: Optional[int] = None
+    address = _symbol_address(ffi, lib)
+    if address is not None:
+        from .ctypes import _loader_ref, _module_of_address
+
+        found = _module_of_address(address)
+        if found is not None:
+            base = found[0]
+            loader_ref = _loader_ref(address=address, path=found[1])
+    key = id(lib)
+    closer = _LibraryCloser(key, ffi, loader_ref, bool(close))
+    if name is None:
+        name = f"library {_library_label(lib)}"
+    handle = reg.pin(lib, close=closer, name=name, timeout=timeout)
+    if handle.state == "live":
+        with _lock:
+            _pins[key] = (lib, handle, base)
+    elif loader_ref is not None:
+        _forever.append(loader_ref)  # registered after teardown: keep the library mapped
+    return handle
+
+
+def _library_label(lib: object) -> str:
+    text = repr(lib)
+    start = text.find("'")
+    end = text.rfind("'")
+    if 0 <= start < end:
+        return text[start + 1 : end]  # "<Lib object for '/path/libx.so'>"
+    return type(lib).__name__
+
+
+# ---------------------------------------------------------------------- callbacks
+
+
+def _zero_result(ffi: Any, ctype: Any) -> tuple[Any, object]:
+    """The zero of a callback type's result (value, owner to keep alive)."""
+    result = ctype.result
+    if result.kind == "void":
+        return None, None
+    if result.kind in ("struct", "union"):
+        owner = ffi.new(ffi.getctype(result, "*"))
+        return owner[0], owner
+    return ffi.new(ffi.getctype(result, "*"))[0], None
+
+
+_SAME = object()
+
+
+def callback(
+    ffi: Any,
+    ctype: object,
+    fn: Callable[..., Any],
+    *,
+    default: Any = None,
+    onerror: Optional[OnError] = None,
+    error: Any = _SAME,
+    registry: Optional[Registry] = None,
+    name: Optional[str] = None,
+    depends_on: Iterable[object] = (),
+    exit_policy: ExitPolicy = "leak",
+) -> Handle:
+    """``ffi.callback(ctype, fn)`` guarded for exit and kept alive while C may call it.
+
+    Returns a handle of kind ``"callback"``: pass ``handle.raw`` (the
+    callback cdata) to C; call ``handle.release()`` to retire it after the
+    C side no longer calls it.
+
+    Guard: once the registry's teardown has begun, every call returns
+    ``default`` without calling ``fn`` (:func:`exitsafe.guard`), on whatever
+    thread the native code calls from.  With ``default=None`` and a
+    non-void result type, the type's zero is used (``0``, ``0.0``,
+    ``ffi.NULL``...), so the value always converts.  ``error`` (default:
+    ``default``) and ``onerror`` are passed to ``ffi.callback``: the result
+    when ``fn`` raises, and a function receiving the exception.
+
+    Lifetime: the callback cdata (and its libffi trampoline) is referenced
+    by exitsafe until you release the handle; dropping the handle does not
+    free it, since C may still hold the pointer.  Pass the handle in the
+    ``depends_on`` of the native objects that call it, so they are released
+    first.  At teardown the default ``exit_policy="leak"`` keeps the cdata
+    alive for the rest of the process, even through interpreter
+    finalization (a native thread may still call it); ``"release"`` frees
+    it in dependency order.  For API-mode ``extern "Python"`` functions use
+    :func:`exitsafe.guard` inside the ``@ffi.def_extern()`` function.
+    """
+    _check_ffi(ffi)
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if onerror is not None and not callable(onerror):
+        raise TypeError(f"onerror must be callable or None, got {type(onerror).__name__}")
+    ctype_obj = ctype if isinstance(ctype, ffi.CType) else ffi.typeof(ctype)
+    if ctype_obj.kind != "function":
+        raise TypeError(
+            f"callback() needs a function pointer type such as 'int(*)(int)', "
+            f"got {ctype_obj.cname!r}"
+        )
+    reg = _registry(registry)
+    parents = _resolve(depends_on, reg, "depends_on")
+    owner: object = None
+    if default is None:
+        default, owner = _zero_result(ffi, ctype_obj)
+    guarded = Guarded(fn, default, reg)
+    if owner is not None:
+        guarded = Guarded(_KeepOwner(fn, owner), default, reg)
+    cdata = ffi.callback(
+        ctype_obj, guarded, error=default if error is _SAME else error, onerror=onerror
+    )
+    from .ctypes import _register_callback
+
+    return _register_callback(reg, cdata, fn, name, parents, exit_policy)
+
+
+class _KeepOwner:
+    """Calls ``fn``; references the memory behind a struct default value."""
+
+    __slots__ = ("fn", "owner")
+
+    def __init__(self, fn: Callable[..., Any], owner: object) -> None:
+        self.fn = fn
+        self.owner = owner
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)

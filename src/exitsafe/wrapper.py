@@ -1,0 +1,237 @@
+"""A base class for new bindings: wrapper objects whose lifetime is an exitsafe handle.
+
+A binding author subclasses :class:`NativeObject`, creates the native object in
+``__init__`` and hands it to ``super().__init__`` with its release function
+and its parent.  The wrapper then has ``raw``, ``close()``, ``closed``,
+context-manager support, ``borrow()``, a parent link and a ``repr``, and it
+needs no ``__del__`` of its own::
+
+    class Device(NativeObject, kind="device", release=lambda raw: lib.device_free(raw)):
+        def __init__(self, instance: Instance) -> None:
+            super().__init__(lib.device_create(instance.raw), parent=instance)
+
+        def compute(self) -> int:
+            return lib.device_compute(self.raw)
+
+Lifetime: the wrapper holds one owner of its :class:`~exitsafe.Handle`.
+``close()`` drops it; so does garbage collection of the wrapper (the
+handle's own collection counts as one ``release()``, see
+:class:`exitsafe.Handle`).  The native release then runs once no child
+handle depends on this one any more (children before parents, like a
+``shared_ptr`` held by each child), or at teardown in dependency order, or
+never under a leak policy.  After teardown every close / collection is a
+recorded no-op, so a wrapper collected during interpreter finalization never
+calls native code.  Using ``raw`` after ``close()`` raises
+:class:`~exitsafe.HandleClosedError` instead of passing a dangling pointer
+to C.
+
+Thread rules: ``close()``, ``raw`` and ``borrow()`` may be called from any
+thread; the release function runs on the thread that drops the last owner,
+or on the thread running the teardown.
+"""
+
+from __future__ import annotations
+
+from .adopt import _registry, _resolve
+from .lifetime import Handle, Registry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import TracebackType
+    from typing import Any, Callable, ClassVar, NoReturn, Optional, TypeVar
+
+    from .lifetime import ExitPolicy, _Borrow
+
+    Self = TypeVar("Self", bound="NativeObject")
+
+__all__ = ["NativeObject"]
+
+
+class NativeObject:
+    """Base class of a Python wrapper around one native object.
+
+    Class keywords (all optional) set defaults for the subclass:
+    ``kind`` (default: the class name), ``release`` (a callable
+    ``release(raw)``; it must not reference the wrapper itself),
+    ``exit_policy``, ``registry``.
+
+    ``__init__(raw, release=None, *, parent=None, depends_on=(), ...)``
+    starts owning ``raw`` (``release`` overrides the class default);
+    ``handle=`` instead wraps an existing handle, for example one returned
+    by :func:`exitsafe.cffi.track` or :func:`exitsafe.ctypes.track`, which
+    validate pointers first.  ``parent`` is another wrapper (or anything
+    :func:`exitsafe.adopt.handle_of` knows) that must outlive this one: the
+    wrapper keeps it referenced (:attr:`parent`) and its handle depends on
+    the parent's.  ``depends_on`` adds more such handles (a pinned library,
+    a callback).
+
+    Subclasses may define ``__slots__`` or not.  A subclass that overrides
+    :meth:`close` must call ``super().close()``.
+    """
+
+    __slots__ = ("__weakref__", "_es_handle", "_es_owner", "_es_parent")
+
+    _es_kind: ClassVar[Optional[str]] = None
+    _es_release: ClassVar[Optional[tuple[Callable[[Any], object]]]] = None
+    _es_exit_policy: ClassVar[Optional[ExitPolicy]] = None
+    _es_registry: ClassVar[Optional[Registry]] = None
+
+    def __init_subclass__(
+        cls,
+        *,
+        kind: Optional[str] = None,
+        release: Optional[Callable[[Any], object]] = None,
+        exit_policy: Optional[ExitPolicy] = None,
+        registry: Optional[Registry] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if kind is not None:
+            if type(kind) is not str:
+                raise TypeError(f"kind must be a str, got {type(kind).__name__}")
+            cls._es_kind = kind
+        if release is not None:
+            if not callable(release):
+                raise TypeError(f"release must be callable, got {type(release).__name__}")
+            cls._es_release = (release,)  # a tuple, so it is never bound as a method
+        if exit_policy is not None:
+            cls._es_exit_policy = exit_policy
+        if registry is not None:
+            cls._es_registry = _registry(registry)
+
+    def __init__(
+        self,
+        raw: object = None,
+        release: Optional[Callable[[Any], object]] = None,
+        *,
+        handle: Optional[Handle] = None,
+        parent: object = None,
+        depends_on: Iterable[object] = (),
+        kind: Optional[str] = None,
+        name: Optional[str] = None,
+        exit_policy: Optional[ExitPolicy] = None,
+        registry: Optional[Registry] = None,
+        timeout: Optional[float] = None,
+    ) -> None:
+        cls = type(self)
+        if handle is not None:
+            if not isinstance(handle, Handle):
+                raise TypeError(f"handle must be an exitsafe Handle, got {type(handle).__name__}")
+            if raw is not None or release is not None:
+                raise TypeError("pass either raw (and release) or handle=, not both")
+            if handle.state != "live" or not handle.owners:
+                raise TypeError(f"handle {handle.name!r} is no longer live")
+            reg = handle.registry
+            if parent is not None or depends_on:
+                handle.add_dependency(
+                    *_resolve(parent, reg, "parent"), *_resolve(depends_on, reg, "depends_on")
+                )
+        else:
+            if raw is None:
+                raise TypeError(f"{cls.__qualname__}() needs the raw native object (got None)")
+            if release is None:
+                if cls._es_release is None:
+                    raise TypeError(
+                        f"{cls.__qualname__} has no release function: pass release= to "
+                        f"__init__ or declare class {cls.__qualname__}(NativeObject, release=...)"
+                    )
+                release = cls._es_release[0]
+            reg = _registry(registry if registry is not None else cls._es_registry)
+            parents = _resolve(parent, reg, "parent") if parent is not None else ()
+            parents += _resolve(depends_on, reg, "depends_on")
+            handle = reg.track(
+                raw,
+                release,
+                kind=kind if kind is not None else (cls._es_kind or cls.__name__),
+                depends_on=parents,
+                exit_policy=exit_policy if exit_policy is not None else cls._es_exit_policy,
+                name=name,
+                timeout=timeout,
+            )
+        self._es_handle = handle
+        # The one owner this wrapper holds; list.pop() takes it atomically in close().
+        self._es_owner = [True]
+        self._es_parent = parent
+
+    # ------------------------------------------------------------------ access
+
+    @property
+    def raw(self) -> Any:
+        """The native object; raises :class:`~exitsafe.HandleClosedError` once closed."""
+        return self._es_handle.raw
+
+    @property
+    def handle(self) -> Handle:
+        """The exitsafe handle: pass it (or the wrapper) in ``depends_on`` of other handles."""
+        return self._es_handle
+
+    @property
+    def __exitsafe_handle__(self) -> Handle:
+        """Lets :func:`exitsafe.adopt.handle_of` and every ``depends_on`` accept the wrapper."""
+        return self._es_handle
+
+    @property
+    def parent(self) -> Any:
+        """The parent given at construction (kept referenced by this wrapper), or ``None``."""
+        return self._es_parent
+
+    @property
+    def closed(self) -> bool:
+        """Whether this wrapper can no longer use its native object (closed, released, leaked)."""
+        handle = self._es_handle
+        return not self._es_owner or handle.state != "live" or handle.owners == 0
+
+    def borrow(self) -> _Borrow:
+        """``with obj.borrow() as raw:`` marks the object in use (see ``Handle.borrow``).
+
+        A teardown that finds it borrowed leaks it instead of releasing it
+        under a running call; a ``close()`` from another thread waits for the
+        borrow to end before the native release runs.
+        """
+        return self._es_handle.borrow()
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        """Drop this wrapper's ownership; idempotent and thread-safe.
+
+        The native release runs now, on this thread, unless child handles
+        still depend on this one (then right after the last of them is
+        released), the object is borrowed, or teardown has already begun
+        (then it is a recorded no-op).  Exceptions of the release function
+        propagate here.
+        """
+        try:
+            self._es_owner.pop()
+        except IndexError:
+            return  # already closed by this wrapper: never drop someone else's owner
+        self._es_handle.release()
+
+    def __enter__(self: Self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        raise TypeError(f"{type(self).__qualname__} wraps a native object and cannot be pickled")
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError(
+            f"{type(self).__qualname__} wraps a native object and cannot be copied; "
+            f"share the wrapper itself"
+        )
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __repr__(self) -> str:
+        handle = self._es_handle
+        state = "closed" if self.closed and handle.state == "live" else handle.state
+        return f"<{type(self).__qualname__} {handle.name!r} {state}>"

@@ -1,0 +1,380 @@
+"""exitsafe.cffi in-process: track, pin, callback, handle_of (ABI and API mode)."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import sys
+
+import pytest
+from conftest import HEADER, NATIVE, is_mapped, needs_proc_maps
+
+import exitsafe
+from exitsafe import HandleClosedError
+from exitsafe.adopt import AlreadyTrackedError
+
+cffi = pytest.importorskip("cffi")
+es_cffi = pytest.importorskip("exitsafe.cffi")
+
+
+def test_importing_exitsafe_does_not_import_the_adapters():
+    import subprocess
+
+    code = (
+        "import sys, exitsafe; "
+        "print(sorted(m for m in ('cffi', 'exitsafe.cffi', 'exitsafe.ctypes', 'ctypes') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_track_returns_a_handle_whose_raw_is_the_cdata(abi, reg):
+    ffi, lib = abi
+    before = lib.toy_live()
+    ctx = lib.toy_ctx_new()
+    h = es_cffi.track(ffi, ctx, lib.toy_ctx_free, registry=reg, kind="ctx")
+    assert isinstance(h, exitsafe.Handle)
+    assert h.raw is ctx and h.kind == "ctx" and h.state == "live"
+    # No ffi.gc destructor was attached: the cdata is a plain pointer.
+    assert type(h.raw).__name__ == "_CDataBase"
+    h.release()
+    assert h.state == "released" and lib.toy_live() == before
+    h.release()  # idempotent: toy would abort on a double free
+    with pytest.raises(HandleClosedError):
+        h.raw
+
+
+def test_children_are_released_before_their_parent(abi, reg):
+    ffi, lib = abi
+    ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    objs = [
+        es_cffi.track(ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, registry=reg, depends_on=[ctx])
+        for _ in range(3)
+    ]
+    ctx.release()  # deferred: toy would abort "context freed while its objects are alive"
+    assert ctx.state == "live"
+    for obj in objs:
+        obj.release()
+    assert ctx.state == "released"
+
+
+def test_teardown_releases_in_dependency_order(abi, reg):
+    ffi, lib = abi
+    order = []
+
+    def rec(fn, label):
+        def release(p):
+            order.append(label)
+            fn(p)
+
+        return release
+
+    ctx = es_cffi.track(ffi, lib.toy_ctx_new(), rec(lib.toy_ctx_free, "ctx"), registry=reg)
+    obj = es_cffi.track(
+        ffi, lib.toy_obj_new(ctx.raw), rec(lib.toy_obj_free, "obj"), registry=reg, depends_on=ctx
+    )
+    reg.teardown()
+    assert order == ["obj", "ctx"]
+    assert obj.state == ctx.state == "released"
+
+
+@pytest.mark.parametrize(
+    "make, error, words",
+    [
+        (lambda ffi, lib: ffi.NULL, ValueError, "NULL"),
+        (lambda ffi, lib: ffi.cast("toy_obj *", 0), ValueError, "NULL"),
+        (lambda ffi, lib: ffi.cast("int", 5), TypeError, "needs a pointer"),
+        (lambda ffi, lib: ffi.new("int[2]"), TypeError, "arrays are owned by cffi"),
+        (lambda ffi, lib: ffi.new("int *"), TypeError, "ffi.new"),
+        (lambda ffi, lib: ffi.from_buffer(bytearray(4)), TypeError, "owned by cffi|from_buffer"),
+        (lambda ffi, lib: ffi.gc(lib.toy_ctx_new(), lib.toy_ctx_free), TypeError, "ffi.gc"),
+        (lambda ffi, lib: lib.toy_ctx_free, TypeError, "function pointer"),
+        (lambda ffi, lib: 1234, TypeError, "cdata pointer"),
+    ],
+)
+def test_track_rejects_what_it_cannot_own(abi, reg, make, error, words):
+    ffi, lib = abi
+    with pytest.raises(error, match=words):
+        es_cffi.track(ffi, make(ffi, lib), lib.toy_ctx_free, registry=reg)
+    assert len(reg) == 0
+
+
+def test_track_rejects_a_bad_ffi_and_release(abi, reg):
+    ffi, lib = abi
+    with pytest.raises(TypeError, match="FFI"):
+        es_cffi.track(object(), lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    with pytest.raises(TypeError, match="release must be callable"):
+        es_cffi.track(ffi, lib.toy_ctx_new(), None, registry=reg)
+
+
+def test_same_pointer_cannot_be_tracked_twice(abi, reg):
+    ffi, lib = abi
+    p = lib.toy_ctx_new()
+    h = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
+    with pytest.raises(AlreadyTrackedError) as info:
+        es_cffi.track(ffi, ffi.cast("void *", p), lib.toy_ctx_free, registry=reg)
+    assert info.value.handle is h
+    h.release()
+    # Once released, the address may be tracked again (C may reuse it).
+    es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+
+
+def test_handle_of_maps_any_cdata_with_the_address_back(abi, reg):
+    ffi, lib = abi
+    p = lib.toy_ctx_new()
+    h = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
+    assert es_cffi.handle_of(p, registry=reg) is h
+    assert es_cffi.handle_of(ffi.cast("void *", p), registry=reg) is h
+    assert es_cffi.handle_of(ffi.cast("char *", p) + 1, registry=reg) is None
+    assert es_cffi.handle_of(p) is None  # not in the default registry
+    # depends_on accepts the cdata itself
+    obj = es_cffi.track(ffi, lib.toy_obj_new(p), lib.toy_obj_free, registry=reg, depends_on=[p])
+    assert obj.depends_on == (h,)
+    obj.release()
+    h.release()
+    assert es_cffi.handle_of(p, registry=reg) is None
+
+
+def test_garbage_collected_handle_releases_once(abi, reg):
+    ffi, lib = abi
+    before = lib.toy_live()
+    es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    gc.collect()
+    assert lib.toy_live() == before
+    assert [e.outcome for e in reg.ledger()] == ["released"]
+
+
+def test_track_keeps_ffi_and_lib_alive(toy_so, reg):
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_so)
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg, lib=lib)
+    import weakref
+
+    ffi_ref, lib_ref = weakref.ref(ffi), weakref.ref(lib)
+    del ffi, lib
+    gc.collect()
+    assert ffi_ref() is not None and lib_ref() is not None
+    h.release()
+
+
+# ---------------------------------------------------------------------- pin
+
+
+@needs_proc_maps
+def test_pin_keeps_the_library_mapped_through_an_early_dlclose(toy_copy, reg):
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=reg)
+    assert pin.kind == "library" and toy_copy in pin.name
+    free = lib.toy_ctx_free
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), free, registry=reg)
+    assert h.depends_on == (pin,)  # found from the release function's address
+    ffi.dlclose(lib)  # somebody closes the library early
+    assert is_mapped(toy_copy)  # ... but the pin's loader reference keeps the code mapped
+    h.release()  # calls into the library: safe
+    pin.release()
+    assert not is_mapped(toy_copy)
+
+
+@needs_proc_maps
+def test_pin_release_waits_for_dependents_then_dlcloses(toy_copy, reg):
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=reg)
+    assert es_cffi.pinned(lib, registry=reg) is pin
+    assert es_cffi.handle_of(lib, registry=reg) is pin
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg, lib=lib)
+    pin.release()
+    assert pin.state == "live" and is_mapped(toy_copy)
+    h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+    with pytest.raises(ValueError):
+        lib.toy_live()  # cffi: the library was closed
+
+
+@needs_proc_maps
+def test_pin_at_teardown_goes_last_and_close_false_never_unloads(toy_copy, reg):
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
+    es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    keep = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    reg.teardown()
+    assert [e.kind for e in reg.ledger()][-1] == "library"
+    assert pin.state == keep.state == "released"
+    del lib
+    gc.collect()
+    assert is_mapped(toy_copy)
+
+
+def test_pin_twice_shares_the_pin(abi, reg):
+    ffi, lib = abi
+    pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
+    assert es_cffi.pin(ffi, lib, registry=reg, close=False) is pin
+    assert pin.owners == 2
+    with pytest.raises(ValueError, match="close=False"):
+        es_cffi.pin(ffi, lib, registry=reg, close=True)
+
+
+def test_a_dropped_pin_stays_pinned(abi, reg):
+    ffi, lib = abi
+    es_cffi.pin(ffi, lib, registry=reg, close=False)
+    gc.collect()
+    pin = es_cffi.pinned(lib, registry=reg)
+    assert pin is not None and pin.state == "live"
+
+
+@pytest.mark.parametrize("bad", [None, "libtoy.so", 3])
+def test_pin_rejects_non_libraries(abi, reg, bad):
+    ffi, _ = abi
+    with pytest.raises(TypeError, match="ffi.dlopen"):
+        es_cffi.pin(ffi, bad, registry=reg)
+
+
+@needs_proc_maps
+def test_leaked_pin_never_unloads(toy_copy):
+    registry = exitsafe.Registry("leaky", exit_policy="leak")
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=registry)
+    ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=registry)
+    registry.teardown()
+    assert pin.state == ctx.state == "leaked"
+    assert all(e.outcome.startswith("leaked_") for e in registry.ledger())
+    ffi.dlclose(lib)
+    assert is_mapped(toy_copy)
+
+
+# ---------------------------------------------------------------------- callbacks
+
+
+def test_callback_calls_fn_until_teardown_then_returns_default(abi):
+    ffi, lib = abi
+    registry = exitsafe.Registry("cb")
+    calls = []
+    cb = es_cffi.callback(ffi, "toy_int_fn", lambda x: calls.append(x) or x * 2, registry=registry)
+    assert cb.kind == "callback"
+    assert lib.toy_call(cb.raw, 21) == 42
+    registry.teardown()
+    assert calls == [21]
+    # leaked by default at teardown and kept alive: C may still call it
+    assert cb.state == "leaked"
+    from exitsafe import ctypes as es_ctypes
+
+    raw = es_ctypes._forever[-1]
+    assert lib.toy_call(raw, 5) == 0  # the int zero, not None (which would not convert)
+    assert calls == [21]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_callback_default_and_error_values(abi, reg):
+    ffi, lib = abi
+    cb = es_cffi.callback(ffi, "int(*)(int)", lambda x: 1 // x, default=-1, registry=reg)
+    assert lib.toy_call(cb.raw, 1) == 1
+    assert lib.toy_call(cb.raw, 0) == -1  # error value defaults to default
+    seen = []
+    cb2 = es_cffi.callback(
+        ffi,
+        ffi.typeof("toy_int_fn"),
+        lambda x: 1 // x,
+        error=-7,
+        onerror=lambda *exc: seen.append(exc[0]),
+        registry=reg,
+    )
+    assert lib.toy_call(cb2.raw, 0) == -7
+    assert seen == [ZeroDivisionError]
+
+
+def test_callback_is_kept_alive_until_retired(abi, reg):
+    ffi, lib = abi
+    cb = es_cffi.callback(ffi, "toy_int_fn", lambda x: x + 1, registry=reg)
+    raw_addr = int(ffi.cast("uintptr_t", cb.raw))
+    import weakref
+
+    ref = weakref.ref(cb)
+    del cb
+    gc.collect()
+    cb = ref()
+    assert cb is not None and cb.state == "live"
+    assert int(ffi.cast("uintptr_t", cb.raw)) == raw_addr
+    assert lib.toy_call(cb.raw, 1) == 2
+    cb.release()
+    assert cb.state == "released"
+    del cb
+    gc.collect()
+    assert ref() is None
+
+
+def test_callback_rejects_non_function_types(abi, reg):
+    ffi, _ = abi
+    with pytest.raises(TypeError, match="function pointer type"):
+        es_cffi.callback(ffi, "int *", lambda: 0, registry=reg)
+    with pytest.raises(TypeError, match="callable"):
+        es_cffi.callback(ffi, "toy_int_fn", 3, registry=reg)
+
+
+def test_callback_with_release_policy_is_freed_in_order(abi):
+    ffi, lib = abi
+    registry = exitsafe.Registry("cb-release")
+    cb = es_cffi.callback(ffi, "toy_log_fn", lambda msg: None, registry=registry, exit_policy="release")
+    ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=registry, depends_on=[cb])
+    registry.teardown()
+    assert [e.name for e in registry.ledger() if e.outcome == "released_at_exit"] == [
+        ctx.name,
+        cb.name,
+    ]
+
+
+# ---------------------------------------------------------------------- API mode
+
+
+@pytest.fixture(scope="session")
+def api_module(tmp_path_factory, toy_so):
+    """A cffi API-mode extension over toy.c, compiled in the test session."""
+    pytest.importorskip("setuptools", reason="cffi's ffi.compile() needs setuptools")
+    builder = cffi.FFI()
+    builder.cdef(HEADER)
+    builder.set_source(
+        "_exitsafe_toyapi",
+        '#include "toy.h"',
+        sources=[str(NATIVE / "toy.c")],
+        include_dirs=[str(NATIVE)],
+        libraries=["pthread"],
+    )
+    tmpdir = tmp_path_factory.mktemp("api")
+    so = builder.compile(tmpdir=str(tmpdir), verbose=False)
+    spec = importlib.util.spec_from_file_location("_exitsafe_toyapi", so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_api_mode_track_callback_and_lookup(api_module, reg):
+    ffi, lib = api_module.ffi, api_module.lib
+    ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg, kind="ctx")
+    obj = es_cffi.track(
+        ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, registry=reg, depends_on=[ctx]
+    )
+    assert lib.toy_live() == 2
+    assert es_cffi.handle_of(ffi.cast("void *", obj.raw), registry=reg) is obj
+    with pytest.raises(ValueError, match="NULL"):
+        es_cffi.track(ffi, ffi.NULL, lib.toy_ctx_free, registry=reg)
+    cb = es_cffi.callback(ffi, "toy_int_fn", lambda x: -x, registry=reg)
+    assert lib.toy_call(cb.raw, 3) == -3
+    ctx.release()
+    assert lib.toy_live() == 2  # deferred behind obj
+    reg.teardown()
+    assert lib.toy_live() == 0
+    assert lib.toy_call(cb.raw if cb.state == "live" else es_cffi_forever(), 3) == 0
+
+
+def es_cffi_forever():
+    from exitsafe import ctypes as es_ctypes
+
+    return es_ctypes._forever[-1]
