@@ -81,7 +81,7 @@ def _ticks(lo: float, hi: float, log: bool) -> Tuple[float, float, List[float]]:
 
 def _panel_svg(panel: Panel, x0: float, y0: float, w: float, h: float) -> List[str]:
     out: List[str] = []
-    ml, mr, mt, mb = 70.0, 30.0, 30.0, 45.0
+    ml, mr, mt, mb = 70.0, 40.0, 30.0, 45.0
     pw, ph = w - ml - mr, h - mt - mb
     xs = [x for s in panel.series for x, _ in s.points]
     ys = [y for s in panel.series for _, y in s.points]
