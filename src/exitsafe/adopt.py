@@ -405,19 +405,26 @@ class _Adoption:
     def __call__(self, obj: object) -> None:
         with _lock:
             _adopted.pop(self.key, None)
-        after, self.after = self.after, None
-        if after is not None:
-            after.obj = None
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook.release()  # cancel the leak hook; a no-op during teardown
         close = self.close
-        if close is None:
-            return
-        if isinstance(close, str):
-            getattr(obj, close)()
-        else:
-            close(obj)
+        try:
+            if isinstance(close, str):
+                getattr(obj, close)()
+            elif close is not None:
+                close(obj)
+        except BaseException:
+            # The handle ends release_failed (a leak): neutralize now, so the object's own
+            # finalizer does not retry the failed close later.
+            after = self.after
+            if after is not None and after.obj is not None:
+                after.action(after.obj)
+            raise
+        finally:
+            after, self.after = self.after, None
+            if after is not None:
+                after.obj = None
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook.release()  # cancel the leak hook; a no-op during teardown
 
 
 def adopt(

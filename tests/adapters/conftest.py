@@ -45,8 +45,17 @@ def toy_so(tmp_path_factory: pytest.TempPathFactory) -> str:
         pytest.skip("no C compiler (cc / gcc / clang) on PATH to build the toy library")
     out = tmp_path_factory.mktemp("toy") / "libtoy.so"
     subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", "-o", str(out), f"-I{NATIVE}", str(NATIVE / "toy.c")]
-        + ["-lpthread"],
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            str(out),
+            f"-I{NATIVE}",
+            str(NATIVE / "toy.c"),
+            "-lpthread",
+        ],
         check=True,
         capture_output=True,
     )

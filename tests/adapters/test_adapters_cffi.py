@@ -42,14 +42,16 @@ def test_track_returns_a_handle_whose_raw_is_the_cdata(abi, reg):
     assert h.state == "released" and lib.toy_live() == before
     h.release()  # idempotent: toy would abort on a double free
     with pytest.raises(HandleClosedError):
-        h.raw
+        _ = h.raw
 
 
 def test_children_are_released_before_their_parent(abi, reg):
     ffi, lib = abi
     ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
     objs = [
-        es_cffi.track(ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, registry=reg, depends_on=[ctx])
+        es_cffi.track(
+            ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, registry=reg, depends_on=[ctx]
+        )
         for _ in range(3)
     ]
     ctx.release()  # deferred: toy would abort "context freed while its objects are alive"
@@ -232,7 +234,7 @@ def test_a_dropped_pin_stays_pinned(abi, reg):
 @pytest.mark.parametrize("bad", [None, "libtoy.so", 3])
 def test_pin_rejects_non_libraries(abi, reg, bad):
     ffi, _ = abi
-    with pytest.raises(TypeError, match="ffi.dlopen"):
+    with pytest.raises(TypeError, match=r"ffi\.dlopen"):
         es_cffi.pin(ffi, bad, registry=reg)
 
 
@@ -322,8 +324,12 @@ def test_callback_rejects_non_function_types(abi, reg):
 def test_callback_with_release_policy_is_freed_in_order(abi):
     ffi, lib = abi
     registry = exitsafe.Registry("cb-release")
-    cb = es_cffi.callback(ffi, "toy_log_fn", lambda msg: None, registry=registry, exit_policy="release")
-    ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=registry, depends_on=[cb])
+    cb = es_cffi.callback(
+        ffi, "toy_log_fn", lambda msg: None, registry=registry, exit_policy="release"
+    )
+    ctx = es_cffi.track(
+        ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=registry, depends_on=[cb]
+    )
     registry.teardown()
     assert [e.name for e in registry.ledger() if e.outcome == "released_at_exit"] == [
         ctx.name,

@@ -1,0 +1,224 @@
+"""exitsafe.ctypes in-process: track, pin (CDLL and raw dlopen handles), callback."""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import gc
+import os
+
+import pytest
+from conftest import is_mapped, needs_proc_maps
+
+import exitsafe
+from exitsafe import HandleClosedError
+from exitsafe import ctypes as es_ctypes
+from exitsafe.adopt import AlreadyTrackedError
+
+vp = ctypes.c_void_p
+
+
+def test_track_c_void_p_int_and_pointer(ctoy, reg):
+    before = ctoy.toy_live()
+    h1 = es_ctypes.track(vp(ctoy.toy_ctx_new()), ctoy.toy_ctx_free, registry=reg)
+    h2 = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)  # an int address
+
+    class Opaque(ctypes.Structure):
+        pass
+
+    h3 = es_ctypes.track(
+        ctypes.cast(ctoy.toy_ctx_new(), ctypes.POINTER(Opaque)), ctoy.toy_ctx_free, registry=reg
+    )
+    assert ctoy.toy_live() == before + 3
+    assert isinstance(h2.raw, int) and isinstance(h1.raw, vp)
+    for h in (h1, h2, h3):
+        h.release()
+        h.release()  # idempotent
+    assert ctoy.toy_live() == before
+    with pytest.raises(HandleClosedError):
+        _ = h1.raw
+
+
+def test_int_address_reaches_a_release_without_argtypes_untruncated(toy_so, reg):
+    lib = ctypes.CDLL(toy_so)  # no argtypes declared at all
+    lib.toy_ctx_new.restype = vp
+    before = lib.toy_live()
+    address = lib.toy_ctx_new()
+    assert address > 2**32 or True  # on most 64-bit systems heap addresses exceed 32 bits
+    h = es_ctypes.track(address, lib.toy_ctx_free, registry=reg)
+    h.release()  # toy would abort on a truncated pointer ("not a live context")
+    assert lib.toy_live() == before
+
+
+@pytest.mark.parametrize(
+    "make, error, words",
+    [
+        (lambda: 0, ValueError, "NULL"),
+        (lambda: vp(None), ValueError, "NULL"),
+        (lambda: ctypes.POINTER(ctypes.c_int)(), ValueError, "NULL"),
+        (lambda: -5, ValueError, "negative"),
+        (lambda: True, TypeError, "bool"),
+        (lambda: ctypes.c_int(3), TypeError, "not a pointer type"),
+        (lambda: (ctypes.c_int * 2)(), TypeError, "belongs"),
+        (lambda: ctypes.CFUNCTYPE(None)(lambda: None), TypeError, "callback"),
+        (lambda: "0x1234", TypeError, "int address"),
+    ],
+)
+def test_track_rejects_what_it_cannot_own(ctoy, reg, make, error, words):
+    with pytest.raises(error, match=words):
+        es_ctypes.track(make(), ctoy.toy_ctx_free, registry=reg)
+    assert len(reg) == 0
+
+
+def test_same_address_cannot_be_tracked_twice_and_handle_of_finds_it(ctoy, reg):
+    address = ctoy.toy_ctx_new()
+    h = es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
+    with pytest.raises(AlreadyTrackedError):
+        es_ctypes.track(vp(address), ctoy.toy_ctx_free, registry=reg)
+    assert es_ctypes.handle_of(vp(address), registry=reg) is h
+    assert es_ctypes.handle_of(address, registry=reg) is h
+    obj = es_ctypes.track(
+        ctoy.toy_obj_new(address), ctoy.toy_obj_free, registry=reg, depends_on=[address]
+    )
+    assert obj.depends_on == (h,)
+    h.release()
+    assert h.state == "live"  # deferred behind obj
+    obj.release()
+    assert h.state == "released"
+    assert es_ctypes.handle_of(address, registry=reg) is None
+
+
+def test_teardown_releases_children_first(ctoy, reg):
+    order = []
+    ctx = es_ctypes.track(
+        ctoy.toy_ctx_new(), lambda p: (order.append("ctx"), ctoy.toy_ctx_free(p)), registry=reg
+    )
+    objs = [
+        es_ctypes.track(
+            ctoy.toy_obj_new(ctx.raw),
+            lambda p: (order.append("obj"), ctoy.toy_obj_free(p)),
+            registry=reg,
+            depends_on=[ctx],
+        )
+        for _ in range(2)
+    ]
+    reg.teardown()
+    assert order == ["obj", "obj", "ctx"]
+    assert all(o.state == "released" for o in objs)
+
+
+# ---------------------------------------------------------------------- pin
+
+
+@needs_proc_maps
+def test_pin_cdll_is_found_from_the_release_function_and_survives_early_dlclose(toy_copy, reg):
+    lib = ctypes.CDLL(toy_copy)
+    lib.toy_ctx_new.restype = vp
+    lib.toy_ctx_free.argtypes = (vp,)
+    # close=False: the binding keeps the right to close its CDLL; the pin only holds
+    # its own loader reference, for the life of the process.
+    pin = es_ctypes.pin(lib, registry=reg, close=False)
+    assert pin.kind == "library" and es_ctypes.pinned(lib, registry=reg) is pin
+    h = es_ctypes.track(lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert h.depends_on == (pin,)
+    _ctypes.dlclose(lib._handle)  # the binding closes its library early
+    assert is_mapped(toy_copy)
+    h.release()  # safe: the pin holds its own loader reference
+    pin.release()
+    assert is_mapped(toy_copy)
+
+
+@needs_proc_maps
+def test_pin_a_raw_dlopen_handle(toy_copy, reg):
+    handle = _ctypes.dlopen(toy_copy, os.RTLD_NOW)
+    lib = ctypes.CDLL(toy_copy, handle=handle)
+    lib.toy_ctx_new.restype = vp
+    lib.toy_ctx_free.argtypes = (vp,)
+    pin = es_ctypes.pin(handle, registry=reg, name="raw toy")
+    assert es_ctypes.pinned(handle, registry=reg) is pin
+    h = es_ctypes.track(lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg, lib=handle)
+    assert h.depends_on == (pin,)
+    pin.release()
+    assert pin.state == "live" and is_mapped(toy_copy)
+    h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+
+@needs_proc_maps
+def test_pin_close_false_keeps_the_library_for_ever(toy_copy, reg):
+    lib = ctypes.CDLL(toy_copy)
+    pin = es_ctypes.pin(lib, registry=reg, close=False)
+    assert es_ctypes.pin(lib, registry=reg, close=False) is pin and pin.owners == 2
+    with pytest.raises(ValueError, match="close=False"):
+        es_ctypes.pin(lib, registry=reg, close=True)
+    reg.teardown()
+    _ctypes.dlclose(lib._handle)
+    assert is_mapped(toy_copy)
+
+
+@pytest.mark.parametrize("bad", [None, True, "libtoy.so", object()])
+def test_pin_rejects_non_libraries(bad, reg):
+    with pytest.raises(TypeError):
+        es_ctypes.pin(bad, registry=reg)
+
+
+# ---------------------------------------------------------------------- callbacks
+
+INT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+
+def test_callback_guarded_and_kept_alive(ctoy):
+    registry = exitsafe.Registry("ctypes-cb")
+    ctoy.toy_call.argtypes = (INT_FN, ctypes.c_int)
+    calls = []
+    cb = es_ctypes.callback(INT_FN, lambda x: calls.append(x) or x + 1, registry=registry)
+    import weakref
+
+    ref = weakref.ref(cb)
+    del cb
+    gc.collect()
+    cb = ref()
+    assert cb is not None and ctoy.toy_call(cb.raw, 1) == 2
+    raw = cb.raw
+    registry.teardown()
+    assert cb.state == "leaked"
+    assert ctoy.toy_call(raw, 5) == 0 and calls == [1]
+    assert es_ctypes._forever[-1] is raw
+
+
+def test_callback_onerror_and_default(ctoy, reg):
+    ctoy.toy_call.argtypes = (INT_FN, ctypes.c_int)
+    seen = []
+    cb = es_ctypes.callback(
+        INT_FN,
+        lambda x: 1 // x,
+        default=-1,
+        onerror=lambda t, e, tb: seen.append(t),
+        registry=reg,
+    )
+    assert ctoy.toy_call(cb.raw, 0) == -1 and seen == [ZeroDivisionError]
+    cb2 = es_ctypes.callback(INT_FN, lambda x: 1 // x, onerror=lambda *a: 9, registry=reg)
+    assert ctoy.toy_call(cb2.raw, 0) == 9
+    cb.release()
+    cb2.release()
+    assert cb.state == cb2.state == "released"
+
+
+def test_callback_void_logger_and_retire(ctoy, reg):
+    ctoy.toy_set_logger.argtypes = (LOG_FN,)
+    ctoy.toy_log.argtypes = (ctypes.c_char_p,)
+    got = []
+    cb = es_ctypes.callback(LOG_FN, got.append, registry=reg)
+    ctoy.toy_set_logger(cb.raw)
+    ctoy.toy_log(b"hello")
+    ctoy.toy_set_logger(LOG_FN())  # unregister (NULL) first, then retire
+    cb.release()
+    assert got == [b"hello"] and cb.state == "released"
+
+
+def test_callback_rejects_bad_arguments(reg):
+    with pytest.raises(TypeError, match="CFUNCTYPE"):
+        es_ctypes.callback(ctypes.c_int, lambda: 0, registry=reg)
+    with pytest.raises(TypeError, match="callable"):
+        es_ctypes.callback(INT_FN, None, registry=reg)

@@ -1,0 +1,331 @@
+"""Real exit behaviour of the adapters, in subprocesses, on the toy C library.
+
+Each scenario runs the program a binding user would write twice: unprotected (it
+crashes: SIGSEGV or SIGABRT with the toy library's FATAL message) and protected by
+exitsafe (exit 0, no noise, releases in order per the library's own trace).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from conftest import NATIVE, assert_clean_exit, needs_posix, run_py
+
+pytestmark = needs_posix
+
+CFFI_PRELUDE = """
+import os, sys, gc
+import cffi
+ffi = cffi.FFI()
+ffi.cdef(open(os.environ["TOY_H"]).read())
+lib = ffi.dlopen(os.environ["TOY_SO"])
+"""
+
+CTYPES_PRELUDE = """
+import os, sys, gc, atexit, ctypes, _ctypes
+vp = ctypes.c_void_p
+lib = ctypes.CDLL(os.environ["TOY_SO"])
+lib.toy_ctx_new.restype = vp
+lib.toy_ctx_free.argtypes = (vp,)
+lib.toy_obj_new.restype = vp
+lib.toy_obj_new.argtypes = (vp,)
+lib.toy_obj_free.argtypes = (vp,)
+lib.toy_catalog_open.restype = vp
+lib.toy_catalog_release.argtypes = (vp,)
+"""
+
+
+def run(code, tmp_path, toy_so, **env):
+    base = {"TOY_SO": toy_so, "TOY_H": str(NATIVE / "toy.h"), "TOY_TRACE": "1"}
+    base.update(env)
+    return run_py(code, tmp_path, env=base)
+
+
+def toy_lines(proc):
+    return [line[5:] for line in proc.stderr.splitlines() if line.startswith("toy: ")]
+
+
+def assert_signal(proc, sig):
+    assert proc.returncode == -sig, f"exit {proc.returncode}\n{proc.stderr}"
+
+
+# ---------------------------------------------------------------------- S1: library unloaded first
+
+
+def test_cffi_release_into_a_closed_library_segfaults_unprotected(tmp_path, toy_copy):
+    proc = run(
+        CFFI_PRELUDE
+        + """
+ctx = ffi.gc(lib.toy_ctx_new(), lib.toy_ctx_free)
+ffi.dlclose(lib)   # a plugin unloader / the binding's shutdown runs before ctx goes
+""",
+        tmp_path,
+        toy_copy,
+    )
+    assert_signal(proc, signal.SIGSEGV)
+
+
+def test_cffi_pin_keeps_the_code_until_the_handle_is_released(tmp_path, toy_copy):
+    proc = run(
+        CFFI_PRELUDE
+        + """
+import exitsafe.cffi as es
+pin = es.pin(ffi, lib)
+ctx = es.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free)
+ffi.dlclose(lib)   # the same early close: the pin's loader reference keeps the code mapped
+""",
+        tmp_path,
+        toy_copy,
+    )
+    assert_clean_exit(proc)
+    assert toy_lines(proc) == ["new ctx 1", "free ctx 1"]
+
+
+def test_ctypes_release_after_the_binding_unloaded_its_library(tmp_path, toy_copy):
+    program = """
+{protect_import}
+{prelude}
+atexit.register(_ctypes.dlclose, lib._handle)   # the binding unloads its library at exit
+
+class Context:
+    def __init__(self):
+        {create}
+    def __del__(self):
+        {delete}
+
+ctx = Context()
+"""
+    unprotected = program.format(
+        protect_import="",
+        prelude=CTYPES_PRELUDE,
+        create="self.p = lib.toy_ctx_new()",
+        delete="lib.toy_ctx_free(self.p)",
+    )
+    proc = run(unprotected, tmp_path, toy_copy)
+    assert_signal(proc, signal.SIGSEGV)
+
+    protected = program.format(
+        # exitsafe is imported first, so its teardown runs after the binding's atexit
+        # unload: only the pin's own loader reference makes the release safe.
+        protect_import="import exitsafe.ctypes as es",
+        prelude=CTYPES_PRELUDE + "\npin = es.pin(lib, close=False)\n",
+        create="self.h = es.track(lib.toy_ctx_new(), lib.toy_ctx_free)",
+        delete="pass  # nothing: the handle releases itself",
+    )
+    proc = run(protected, tmp_path, toy_copy)
+    assert_clean_exit(proc)
+    assert toy_lines(proc) == ["new ctx 1", "free ctx 1"]
+
+    # The same with track() but no pin: the ordered release alone cannot help here.
+    proc = run(protected.replace("pin = es.pin(lib, close=False)", ""), tmp_path, toy_copy)
+    assert_signal(proc, signal.SIGSEGV)
+
+
+# ---------------------------------------------------------------------- S2: order at exit
+
+
+def test_cffi_cycle_at_exit_aborts_unprotected_and_is_ordered_protected(tmp_path, toy_so):
+    unprotected = (
+        CFFI_PRELUDE
+        + """
+class Ctx:
+    def __init__(self):
+        self.p = ffi.gc(lib.toy_ctx_new(), lib.toy_ctx_free)
+        self.objs = []
+
+class Obj:
+    def __init__(self, ctx):
+        self.ctx = ctx   # a reference cycle: ctx.objs holds the objects
+        self.p = ffi.gc(lib.toy_obj_new(ctx.p), lib.toy_obj_free)
+        ctx.objs.append(self)
+
+ctx = Ctx()
+objs = [Obj(ctx) for _ in range(3)]
+"""
+    )
+    proc = run(unprotected, tmp_path, toy_so)
+    assert_signal(proc, signal.SIGABRT)
+    assert "context freed while its objects are alive" in proc.stderr
+
+    protected = (
+        CFFI_PRELUDE
+        + """
+import exitsafe.cffi as es
+
+class Ctx:
+    def __init__(self):
+        self.h = es.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, kind="ctx")
+        self.objs = []
+
+class Obj:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.h = es.track(ffi, lib.toy_obj_new(ctx.h.raw), lib.toy_obj_free, depends_on=[ctx.h])
+        ctx.objs.append(self)
+
+ctx = Ctx()
+objs = [Obj(ctx) for _ in range(3)]
+"""
+    )
+    proc = run(protected, tmp_path, toy_so)
+    assert_clean_exit(proc)
+    lines = toy_lines(proc)
+    assert lines[-1] == "free ctx 1"
+    assert sorted(lines[-4:-1]) == ["free obj 2", "free obj 3", "free obj 4"]
+
+
+def test_wrapper_classes_release_in_order_at_exit(tmp_path, toy_so):
+    proc = run(
+        CFFI_PRELUDE
+        + """
+from exitsafe.wrapper import NativeObject
+
+class Context(NativeObject, kind="ctx", release=lib.toy_ctx_free):
+    def __init__(self):
+        super().__init__(lib.toy_ctx_new())
+        self.children = []
+
+class Obj(NativeObject, kind="obj", release=lib.toy_obj_free):
+    def __init__(self, ctx):
+        super().__init__(lib.toy_obj_new(ctx.raw), parent=ctx)
+        ctx.children.append(self)   # a cycle, as bindings often have
+
+ctx = Context()
+objs = [Obj(ctx) for _ in range(2)]
+""",
+        tmp_path,
+        toy_so,
+    )
+    assert_clean_exit(proc)
+    assert toy_lines(proc)[-3:] in (
+        ["free obj 3", "free obj 2", "free ctx 1"],
+        ["free obj 2", "free obj 3", "free ctx 1"],
+    )
+
+
+# ---------------------------------------------------------------------- policies and leak reports
+
+
+@pytest.mark.parametrize("mode, live", [("release", 0), ("leak", 2)])
+def test_process_wide_override_with_the_library_leak_report(tmp_path, toy_so, mode, live):
+    proc = run(
+        CFFI_PRELUDE
+        + """
+import exitsafe.cffi as es
+pin = es.pin(ffi, lib, close=False)
+ctx = es.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, exit_policy="leak")
+obj = es.track(ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, depends_on=[ctx])
+""",
+        tmp_path,
+        toy_so,
+        EXITSAFE_AT_EXIT=mode,
+        TOY_REPORT="1",
+    )
+    assert_clean_exit(proc)
+    assert f"unloaded with {live} live objects" in proc.stderr
+    assert ("free obj" in proc.stderr) == (mode == "release")
+
+
+# ------------------------------------------------------------ S4: native thread calls back
+
+
+def test_guarded_callback_from_a_native_thread_exits_cleanly(tmp_path, toy_so):
+    proc = run(
+        CFFI_PRELUDE
+        + """
+import time, exitsafe, exitsafe.cffi as es
+calls = []
+
+def on_log(msg):
+    calls.append(ffi.string(msg))
+
+cb = es.callback(ffi, "toy_log_fn", on_log)
+lib.toy_set_logger(cb.raw)
+# unregister first at teardown; the guard covers a call already in flight
+exitsafe.on_teardown(lambda: lib.toy_set_logger(ffi.NULL), before=[cb])
+lib.toy_logger_thread_start(200)
+time.sleep(0.05)
+assert calls, "the native thread called back"
+""",
+        tmp_path,
+        toy_so,
+        TOY_TRACE="",
+    )
+    assert_clean_exit(proc)
+
+
+# ------------------------------------------------------------ the seed: a catalog's __del__
+
+BINDING = """
+class Catalog:
+    '''A third-party wrapper shaped like windowsml.EpCatalog.'''
+    def __init__(self):
+        self._handle = lib.toy_catalog_open()
+    def close(self):
+        if self._handle:
+            lib.toy_catalog_release(self._handle)
+            self._handle = None
+    def __del__(self):
+        self.close()
+
+# The native runtime shuts down at exit; releasing a catalog after that crashes.
+atexit.register(lib.toy_runtime_shutdown)
+"""
+
+
+def test_third_party_finalizer_after_runtime_shutdown_aborts_unprotected(tmp_path, toy_so):
+    proc = run(CTYPES_PRELUDE + BINDING + "catalog = Catalog()\n", tmp_path, toy_so)
+    assert_signal(proc, signal.SIGABRT)
+    assert "catalog released after toy_runtime_shutdown" in proc.stderr
+
+
+def test_neutralize_at_exit_is_the_seed_fix_in_one_call(tmp_path, toy_so):
+    proc = run(
+        CTYPES_PRELUDE
+        + BINDING
+        + """
+import exitsafe.adopt
+catalog = Catalog()
+exitsafe.adopt.neutralize_at_exit(catalog, "_handle")
+""",
+        tmp_path,
+        toy_so,
+    )
+    assert_clean_exit(proc)
+    assert "release catalog" not in proc.stderr  # deliberately leaked; the OS reclaims it
+
+
+def test_adopt_closes_the_catalog_in_order_before_the_runtime_goes(tmp_path, toy_so):
+    proc = run(
+        CTYPES_PRELUDE
+        + BINDING
+        + """
+import exitsafe.adopt, exitsafe.ctypes as es
+runtime = es.pin(lib, close=False)
+catalog = Catalog()
+exitsafe.adopt.adopt(catalog, depends_on=[runtime])
+""",
+        tmp_path,
+        toy_so,
+    )
+    assert_clean_exit(proc)
+    assert toy_lines(proc) == ["open catalog 1", "release catalog 1", "runtime shutdown"]
+
+
+def test_adopt_with_leak_policy_and_neutralize(tmp_path, toy_so):
+    proc = run(
+        CTYPES_PRELUDE
+        + BINDING
+        + """
+import exitsafe.adopt
+catalog = Catalog()
+exitsafe.adopt.adopt(catalog, exit_policy="leak", neutralize="_handle")
+""",
+        tmp_path,
+        toy_so,
+        EXITSAFE_TRACE="1",
+    )
+    assert_clean_exit(proc)
+    assert "release catalog" not in proc.stderr
+    assert "outcome=leaked_policy" in proc.stderr
