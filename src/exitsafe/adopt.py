@@ -142,7 +142,7 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
 
 def _resolve(items: object, registry: Registry, what: str) -> tuple[Handle, ...]:
     """Turn ``depends_on``-style arguments (handles or objects exitsafe knows) into handles."""
-    if items is None:
+    if items is None or (type(items) in (tuple, list) and not items):
         return ()
     if isinstance(items, (Handle, str, bytes)) or not hasattr(items, "__iter__"):
         seq: Iterable[object] = (items,)

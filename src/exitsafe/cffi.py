@@ -32,9 +32,19 @@ import _thread
 import sys
 from _weakref import ref as _weakref
 
-from . import adopt as _adopt
 from ._guard import Guarded
-from .adopt import _registry, _resolve
+from .adopt import (
+    _bind_address,
+    _claim_address,
+    _forget_address,
+    _live_at,
+    _register_lookup,
+    _registry,
+    _resolve,
+)
+from .adopt import (
+    handle_of as _adopt_handle_of,
+)
 from .lifetime import Handle, Registry
 
 TYPE_CHECKING = False
@@ -101,6 +111,8 @@ def _pointer_address(ffi: Any, ptr: object, what: str) -> int:
 
 #: id(release function cdata) -> (that cdata, base address of its module or None).
 _release_bases: dict[int, tuple[object, Optional[int]]] = {}
+#: id(release function cdata) -> (that cdata, weak reference to the pin it was found in).
+_release_pins: dict[int, tuple[object, Callable[[], Optional[Handle]]]] = {}
 
 
 def _base_of_function(ffi: Any, fn: object) -> Optional[int]:
@@ -121,7 +133,14 @@ def _base_of_function(ffi: Any, fn: object) -> Optional[int]:
 
 def _pin_for_release(ffi: Any, release: object, registry: Registry) -> Optional[Handle]:
     """The pin of the library ``release`` (a function cdata from ``ffi.dlopen``) lives in."""
-    if not _pins or not isinstance(release, ffi.CData):
+    if not _pins:
+        return None
+    cached = _release_pins.get(id(release))
+    if cached is not None and cached[0] is release:
+        handle = cached[1]()
+        if handle is not None and handle.registry is registry and handle.state == "live":
+            return handle
+    if not isinstance(release, ffi.CData):
         return None
     try:
         if ffi.typeof(release).kind != "function":
@@ -133,6 +152,10 @@ def _pin_for_release(ffi: Any, release: object, registry: Registry) -> Optional[
         return None
     for _lib, handle, pin_base in tuple(_pins.values()):
         if pin_base == base and handle.registry is registry and handle.state == "live":
+            with _lock:
+                if len(_release_pins) > 1024:
+                    _release_pins.clear()
+                _release_pins[id(release)] = (release, _weakref(handle))
             return handle
     return None
 
@@ -149,7 +172,7 @@ class _PointerRelease:
         self.handle: Optional[Callable[[], Optional[Handle]]] = None
 
     def __call__(self, raw: Any) -> None:
-        _adopt._forget_address(self.address, self.handle() if self.handle is not None else None)
+        _forget_address(self.address, self.handle() if self.handle is not None else None)
         self.release(raw)
 
 
@@ -199,7 +222,7 @@ def track(
     pin_handle = _pin_of(lib, reg) if lib is not None else _pin_for_release(ffi, release, reg)
     if pin_handle is not None and pin_handle not in parents:
         parents.append(pin_handle)
-    _adopt._claim_address(address)
+    _claim_address(address)
     releaser = _PointerRelease(release, address, (ffi, lib))
     handle = reg.track(
         ptr,
@@ -212,7 +235,7 @@ def track(
     )
     releaser.handle = _weakref(handle)
     if handle.state == "live":
-        _adopt._bind_address(address, handle)
+        _bind_address(address, handle)
     return handle
 
 
@@ -223,7 +246,7 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
     when C hands a pointer to a callback and you need its handle.  Any cdata
     with the same address finds the handle, whatever its C type.
     """
-    return _adopt.handle_of(obj, registry=registry)
+    return _adopt_handle_of(obj, registry=registry)
 
 
 _uintptr: Any = None
@@ -245,10 +268,10 @@ def _lookup(obj: object, registry: Registry) -> Optional[Handle]:
         address = int(backend.cast(_uintptr, obj))
     except (TypeError, ValueError):
         return None
-    return _adopt._live_at(address) if address else None
+    return _live_at(address) if address else None
 
 
-_adopt._register_lookup(_lookup)
+_register_lookup(_lookup)
 
 
 # ---------------------------------------------------------------------- libraries

@@ -27,9 +27,20 @@ import os
 import sys
 from _weakref import ref as _weakref
 
-from . import adopt as _adopt
 from ._guard import Guarded
-from .adopt import _registry, _resolve
+from .adopt import (
+    _bind_address,
+    _claim_address,
+    _forget_address,
+    _hook_after_leak,
+    _live_at,
+    _register_lookup,
+    _registry,
+    _resolve,
+)
+from .adopt import (
+    handle_of as _adopt_handle_of,
+)
 from .lifetime import Handle, Registry
 
 TYPE_CHECKING = False
@@ -256,7 +267,7 @@ class _PointerRelease:
         )
 
     def __call__(self, raw: Any) -> None:
-        _adopt._forget_address(self.address, self.handle() if self.handle is not None else None)
+        _forget_address(self.address, self.handle() if self.handle is not None else None)
         if self.wrap_int and isinstance(raw, int):
             raw = _c.c_void_p(raw)
         self.release(raw)
@@ -306,7 +317,7 @@ def track(
         pin_handle = pinned(library, registry=reg)
         if pin_handle is not None and pin_handle not in parents:
             parents.append(pin_handle)
-    _adopt._claim_address(address)
+    _claim_address(address)
     releaser = _PointerRelease(release, address, library)
     handle = reg.track(
         ptr,
@@ -319,7 +330,7 @@ def track(
     )
     releaser.handle = _weakref(handle)
     if handle.state == "live":
-        _adopt._bind_address(address, handle)
+        _bind_address(address, handle)
     return handle
 
 
@@ -331,7 +342,7 @@ def handle_of(ptr: object, *, registry: Optional[Registry] = None) -> Optional[H
     so any ctypes object pointing at the same place finds the same handle;
     it also finds libraries pinned with :func:`pin`.
     """
-    return _adopt.handle_of(ptr, registry=registry)
+    return _adopt_handle_of(ptr, registry=registry)
 
 
 def _lookup(obj: object, registry: Registry) -> Optional[Handle]:
@@ -341,14 +352,14 @@ def _lookup(obj: object, registry: Registry) -> Optional[Handle]:
     if isinstance(obj, bool):
         return None
     if isinstance(obj, int):
-        return _adopt._live_at(obj) if obj > 0 else None
+        return _live_at(obj) if obj > 0 else None
     if isinstance(obj, (_c.c_void_p, _c.c_char_p, _c.c_wchar_p, _ctypes._Pointer)):
         address = _c.cast(obj, _c.c_void_p).value
-        return _adopt._live_at(address) if address else None
+        return _live_at(address) if address else None
     return None
 
 
-_adopt._register_lookup(_lookup)
+_register_lookup(_lookup)
 
 
 # ---------------------------------------------------------------------- libraries
@@ -423,11 +434,14 @@ def pin(
     ``dlclose`` of ``lib._handle`` by somebody else cannot unmap the code a
     dependent's release needs.
 
-    ``close=True``: when the pin is released (explicitly after its last
-    dependent, or at teardown, where libraries go last) the library handle is
-    closed (``dlclose`` / ``FreeLibrary``) and the extra reference dropped;
-    the ``CDLL`` object must not be used after that.  ``close=False``: the
-    library stays loaded for the life of the process.  Under a leak policy
+    ``close=True``: the pin owns closing the library handle: when the pin is
+    released (explicitly after its last dependent, or at teardown, where
+    libraries go last) ``lib._handle`` is closed (``dlclose`` /
+    ``FreeLibrary``) and the extra reference dropped; do not close it
+    yourself, and do not use the ``CDLL`` after that.  ``close=False``: the
+    binding keeps closing its library on its own schedule; the pin holds its
+    extra loader reference for the life of the process, so the code stays
+    mapped whatever the binding closes.  Under a leak policy
     nothing is closed.  The pin is referenced by exitsafe until then:
     dropping it does not unpin.  Pinning the same library again in the same
     registry returns the existing pin with one more owner (``close`` must
@@ -543,7 +557,7 @@ def _register_callback(
         _keep_forever(cfunc)  # registered after teardown began: C may hold it for ever
         return handle
     _callbacks[key] = handle
-    releaser.after, releaser.hook = _adopt._hook_after_leak(
+    releaser.after, releaser.hook = _hook_after_leak(
         reg, handle, cfunc, _keep_forever, f"keep {handle.name} alive if leaked"
     )
     return handle

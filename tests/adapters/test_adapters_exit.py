@@ -285,9 +285,9 @@ def test_neutralize_at_exit_is_the_seed_fix_in_one_call(tmp_path, toy_so):
         CTYPES_PRELUDE
         + BINDING
         + """
-import exitsafe.adopt
+from exitsafe.adopt import neutralize_at_exit
 catalog = Catalog()
-exitsafe.adopt.neutralize_at_exit(catalog, "_handle")
+neutralize_at_exit(catalog, "_handle")
 """,
         tmp_path,
         toy_so,
@@ -301,10 +301,11 @@ def test_adopt_closes_the_catalog_in_order_before_the_runtime_goes(tmp_path, toy
         CTYPES_PRELUDE
         + BINDING
         + """
-import exitsafe.adopt, exitsafe.ctypes as es
+import exitsafe.ctypes as es
+from exitsafe.adopt import adopt
 runtime = es.pin(lib, close=False)
 catalog = Catalog()
-exitsafe.adopt.adopt(catalog, depends_on=[runtime])
+adopt(catalog, depends_on=[runtime])
 """,
         tmp_path,
         toy_so,
@@ -318,9 +319,9 @@ def test_adopt_with_leak_policy_and_neutralize(tmp_path, toy_so):
         CTYPES_PRELUDE
         + BINDING
         + """
-import exitsafe.adopt
+from exitsafe.adopt import adopt
 catalog = Catalog()
-exitsafe.adopt.adopt(catalog, exit_policy="leak", neutralize="_handle")
+adopt(catalog, exit_policy="leak", neutralize="_handle")
 """,
         tmp_path,
         toy_so,

@@ -5,7 +5,7 @@ that closes it.  soundfile exits without noise or crash in the runs below; what 
 wrong without exitsafe is silent data loss: when a daemon thread (a progress spinner,
 an audio callback thread) keeps the main module's globals alive, the interpreter never
 finalizes the open file, libsndfile never writes the final WAV header, and the file
-is unreadable (the standard library's ``wave`` rejects it).  ``exitsafe.adopt`` closes
+is unreadable (the standard library's ``wave`` rejects it).  ``adopt`` closes
 it at exit, in dependency order.  The ordering and leak tests then record the release
 order with soundfile objects through the ledger.
 """
@@ -55,7 +55,7 @@ def test_unclosed_soundfile_loses_its_header_without_exitsafe(tmp_path):
 
 def test_adopted_soundfile_is_closed_at_exit(tmp_path):
     proc = run_py(
-        RECORDER.format(protect="import exitsafe.adopt", adopt="exitsafe.adopt.adopt(take)"),
+        RECORDER.format(protect="from exitsafe.adopt import adopt", adopt="adopt(take)"),
         tmp_path,
     )
     assert_clean_exit(proc)
@@ -68,12 +68,13 @@ def test_soundfile_on_a_python_file_closes_before_the_file(tmp_path):
     proc = run_py(
         """
 import json, numpy as np, soundfile as sf
-import exitsafe, exitsafe.adopt as ea
+import exitsafe
+from exitsafe.adopt import adopt
 
 raw = open("virtual.wav", "wb")
 snd = sf.SoundFile(raw, "w", 8000, 1, format="WAV")
-ea.adopt(raw, name="file object")
-ea.adopt(snd, name="sound file", depends_on=[raw])
+adopt(raw, name="file object")
+adopt(snd, name="sound file", depends_on=[raw])
 snd.write(np.zeros(800))
 
 class Holder:                      # both end up in a reference cycle
@@ -106,11 +107,12 @@ def test_neutralized_soundfile_makes_no_native_call_after_teardown(tmp_path):
     proc = run_py(
         """
 import numpy as np, soundfile as sf
-import exitsafe, exitsafe.adopt as ea
+import exitsafe
+from exitsafe.adopt import neutralize_at_exit
 
 take = sf.SoundFile("leak.wav", "w", 8000, 1)
 take.write(np.zeros(10))
-hook = ea.neutralize_at_exit(take, "_file")
+hook = neutralize_at_exit(take, "_file")
 
 def check():
     assert take.closed            # neutralized: close() will do nothing

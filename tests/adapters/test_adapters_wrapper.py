@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-import exitsafe
 from exitsafe import HandleClosedError
+from exitsafe.adopt import handle_of
 from exitsafe.wrapper import NativeObject
 
 
@@ -52,7 +52,7 @@ def test_wrapper_basics(binding):
         assert obj.parent is ctx and obj.handle.depends_on == (ctx.handle,)
         assert obj.id > 0 and not obj.closed
         assert repr(obj) == f"<binding.<locals>.Obj {obj.handle.name!r} live>"
-        assert exitsafe.adopt.handle_of(obj) is None  # wrappers live in the test registry
+        assert handle_of(obj) is None  # wrappers live in the test registry
     assert not ctx.closed or obj.closed is False
     # the context's release is deferred until its child is gone
     assert ctx.closed and ctx.handle.state == "live"
