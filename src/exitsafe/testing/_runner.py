@@ -1,0 +1,283 @@
+"""Running a program in a fresh process and collecting how it ended."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Literal, Mapping, Optional, Sequence, Union, overload
+
+from ._result import ExitResult, ExitResults
+
+StrPath = Union[str, "os.PathLike[str]"]
+
+#: Variables every run gets (before the caller's ``env`` is applied, so a caller can
+#: remove one by passing ``None``): faulthandler on for all threads, exitsafe's trace on.
+DEFAULT_ENV: Mapping[str, str] = {"PYTHONFAULTHANDLER": "1", "EXITSAFE_TRACE": "1"}
+
+#: Seconds a timed-out program gets to print its thread stacks after ``SIGABRT``
+#: (faulthandler's handler) before its process group is killed.
+DUMP_GRACE = 2.0
+
+_CREATE_NEW_PROCESS_GROUP = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)
+
+
+def child_env(env: Optional[Mapping[str, Optional[str]]] = None) -> dict[str, str]:
+    """The environment of a run: ``os.environ``, then :data:`DEFAULT_ENV`, then ``env``
+    (where a value of ``None`` removes the variable)."""
+    out = dict(os.environ)
+    out.update(DEFAULT_ENV)
+    for key, value in (env or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = str(value)
+    return out
+
+
+def python_argv(
+    code: Optional[str] = None,
+    *,
+    script: Optional[StrPath] = None,
+    module: Optional[str] = None,
+    args: Sequence[str] = (),
+    python: StrPath = sys.executable,
+) -> list[str]:
+    """The command line that runs ``code``, ``script`` or ``module`` (exactly one) with
+    ``python -X faulthandler``, followed by ``args``."""
+    given = [name for name, value in (("code", code), ("script", script), ("module", module))
+             if value is not None]
+    if len(given) != 1:
+        raise TypeError(
+            "give exactly one of code, script or module"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    if isinstance(args, str):
+        raise TypeError("args must be a sequence of strings, not a string")
+    argv = [os.fspath(python), "-X", "faulthandler"]
+    if code is not None:
+        argv += ["-c", code]
+    elif script is not None:
+        argv.append(os.fspath(script))
+    else:
+        assert module is not None
+        argv += ["-m", module]
+    argv.extend(str(a) for a in args)
+    return argv
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc`` and every process left in its process group (its children too)."""
+    pid = proc.pid
+    if os.name == "posix":
+        # The child was started in a new session, so its group id is its pid.  Never
+        # signal our own group (pid 0 from a fake process would mean exactly that).
+        if isinstance(pid, int) and pid > 0 and pid not in (os.getpid(), os.getpgrp()):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass  # the whole group is already gone
+    elif isinstance(pid, int) and pid > 0:
+        # taskkill /T ends the whole tree; best effort, then TerminateProcess below.
+        subprocess.run(
+            ["taskkill", "/F", "/T", "/PID", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+    try:
+        proc.kill()
+    except OSError:
+        pass  # already reaped
+
+
+def _stop(proc: subprocess.Popen[bytes], dump: bool) -> None:
+    """Stop a timed-out program: ask faulthandler for its stacks, then kill its group."""
+    if dump and os.name == "posix" and proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGABRT)
+        except OSError:
+            pass  # it exited meanwhile
+        deadline = time.monotonic() + DUMP_GRACE
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    _kill_group(proc)
+
+
+def _decode(data: Union[bytes, str, None]) -> str:
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        return data
+    return data.decode("utf-8", errors="replace")
+
+
+def _run_once(
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: Optional[StrPath],
+    timeout: Optional[float],
+    dump_on_timeout: bool,
+) -> ExitResult:
+    kwargs: dict[str, object] = {}
+    if os.name == "posix":
+        kwargs["start_new_session"] = True
+    else:
+        kwargs["creationflags"] = _CREATE_NEW_PROCESS_GROUP
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=None if cwd is None else os.fspath(cwd),
+        **kwargs,  # type: ignore[call-overload]
+    )
+    timed_out = False
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            if proc.poll() is None:
+                # Only a fake Popen returns from communicate() with the process running.
+                raise subprocess.TimeoutExpired(list(argv), timeout or 0.0)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop(proc, dump_on_timeout)
+            out, err = proc.communicate()
+    except BaseException:
+        _kill_group(proc)  # interrupted (KeyboardInterrupt ...): leave nothing running
+        proc.wait()
+        raise
+    duration = time.perf_counter() - started
+    returncode = proc.poll()
+    if returncode is None:
+        returncode = proc.wait()
+    return ExitResult.from_output(
+        argv,
+        returncode,
+        _decode(out),
+        _decode(err),
+        duration=duration,
+        timed_out=timed_out,
+        timeout=timeout,
+    )
+
+
+@overload
+def run_command(
+    argv: Sequence[StrPath],
+    *,
+    env: Optional[Mapping[str, Optional[str]]] = ...,
+    cwd: Optional[StrPath] = ...,
+    timeout: Optional[float] = ...,
+    repeat: Literal[1] = ...,
+    dump_on_timeout: bool = ...,
+) -> ExitResult: ...
+
+
+@overload
+def run_command(
+    argv: Sequence[StrPath],
+    *,
+    env: Optional[Mapping[str, Optional[str]]] = ...,
+    cwd: Optional[StrPath] = ...,
+    timeout: Optional[float] = ...,
+    repeat: int,
+    dump_on_timeout: bool = ...,
+) -> Union[ExitResult, ExitResults]: ...
+
+
+def run_command(
+    argv: Sequence[StrPath],
+    *,
+    env: Optional[Mapping[str, Optional[str]]] = None,
+    cwd: Optional[StrPath] = None,
+    timeout: Optional[float] = 30.0,
+    repeat: int = 1,
+    dump_on_timeout: bool = True,
+) -> Union[ExitResult, ExitResults]:
+    """Run any command, ``repeat`` times, and decode how each run ended.
+
+    Each run is a fresh process in a new session (POSIX; a new process group on
+    Windows), with stdin from ``/dev/null``, stdout and stderr captured in full, and
+    the environment of :func:`child_env` (``PYTHONFAULTHANDLER=1`` and
+    ``EXITSAFE_TRACE=1`` added to ``os.environ``, then ``env``).  A run still going
+    after ``timeout`` seconds (``None``: no limit) is sent ``SIGABRT`` so that
+    faulthandler prints every thread's stack (``dump_on_timeout``; POSIX only), given
+    :data:`DUMP_GRACE` seconds, and then its whole process group is killed, so
+    processes it started die with it; its result has ``timed_out`` set.
+
+    :returns: an :class:`ExitResult` when ``repeat`` is 1, else an :class:`ExitResults`.
+    :raises OSError: the command could not be started (``FileNotFoundError`` for a
+        missing executable).
+    """
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv must be a sequence of arguments, not a string")
+    args = [os.fspath(a) for a in argv]
+    if not args:
+        raise ValueError("argv is empty")
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, not {repeat}")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive or None, not {timeout}")
+    environment = child_env(env)
+    results = [_run_once(args, environment, cwd, timeout, dump_on_timeout) for _ in range(repeat)]
+    return results[0] if repeat == 1 else ExitResults(results)
+
+
+@overload
+def run(
+    code: Optional[str] = ...,
+    *,
+    script: Optional[StrPath] = ...,
+    module: Optional[str] = ...,
+    args: Sequence[str] = ...,
+    env: Optional[Mapping[str, Optional[str]]] = ...,
+    cwd: Optional[StrPath] = ...,
+    timeout: Optional[float] = ...,
+    python: StrPath = ...,
+    repeat: Literal[1] = ...,
+) -> ExitResult: ...
+
+
+@overload
+def run(
+    code: Optional[str] = ...,
+    *,
+    script: Optional[StrPath] = ...,
+    module: Optional[str] = ...,
+    args: Sequence[str] = ...,
+    env: Optional[Mapping[str, Optional[str]]] = ...,
+    cwd: Optional[StrPath] = ...,
+    timeout: Optional[float] = ...,
+    python: StrPath = ...,
+    repeat: int,
+) -> Union[ExitResult, ExitResults]: ...
+
+
+def run(
+    code: Optional[str] = None,
+    *,
+    script: Optional[StrPath] = None,
+    module: Optional[str] = None,
+    args: Sequence[str] = (),
+    env: Optional[Mapping[str, Optional[str]]] = None,
+    cwd: Optional[StrPath] = None,
+    timeout: Optional[float] = 30.0,
+    python: StrPath = sys.executable,
+    repeat: int = 1,
+) -> Union[ExitResult, ExitResults]:
+    """Run Python ``code`` (``-c``), a ``script`` or a ``module`` (``-m``), exactly one
+    of them, in a fresh ``python -X faulthandler`` and decode how it exited.
+
+    ``args`` follow on the command line.  Everything else is as in :func:`run_command`:
+    new session, full capture, ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` plus
+    ``env`` (``None`` removes a variable), the whole process group killed on timeout.
+
+    :returns: an :class:`ExitResult`; for ``repeat > 1`` an :class:`ExitResults`.
+    """
+    argv = python_argv(code, script=script, module=module, args=args, python=python)
+    return run_command(argv, env=env, cwd=cwd, timeout=timeout, repeat=repeat)
