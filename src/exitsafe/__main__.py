@@ -1,0 +1,10 @@
+"""``python -m exitsafe``: the ``exitsafe`` command; see :mod:`exitsafe.cli`."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The ``exitsafe`` command (also ``python -m exitsafe``).
+
+``exitsafe run [--repeat N] [--timeout S] [--json] [--show-output] -- CMD ...``
+    Run a program and tell how it exited: a summary line first (``CLEAN`` or
+    ``NOT CLEAN`` with the decoded signal or status), then where it crashed
+    (faulthandler's frames), the exceptions ignored at exit, and exitsafe's teardown
+    steps and ledger summary when the program uses exitsafe.  The program runs with
+    ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` added to its environment, in its
+    own process group, killed whole on timeout.  Exit status: 0 clean (every run), 1
+    not clean, 2 usage error (including a command that cannot be started).
+``exitsafe demo [ARGS ...]``
+    Run the scenario catalogue unprotected and protected (``exitsafe.lab.demo``).
+``exitsafe --version``
+    Print the version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence, TextIO
+
+EXIT_CLEAN = 0
+EXIT_NOT_CLEAN = 1
+EXIT_USAGE = 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _timeout(text: str) -> Optional[float]:
+    if text.lower() in ("none", "0", "inf"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``run`` and ``demo`` subcommands)."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="exitsafe",
+        description="Diagnose how programs that hold native handles exit.",
+    )
+    parser.add_argument("--version", action="version", version=f"exitsafe {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="run a program and tell how it exited",
+        description=(
+            "Run CMD (any command; a Python program gets faulthandler and exitsafe's"
+            " teardown trace through its environment) and diagnose how it exited."
+            " Exit status: 0 clean, 1 not clean, 2 usage error."
+        ),
+        usage="exitsafe run [--repeat N] [--timeout S] [--json] [--show-output] -- CMD ...",
+    )
+    run.add_argument(
+        "--repeat", type=_positive_int, default=1, metavar="N",
+        help="run N times and report how many runs failed, and how (default 1)",
+    )
+    run.add_argument(
+        "--timeout", type=_timeout, default=60.0, metavar="S",
+        help="seconds before a run is killed with its process group (default 60; 0: none)",
+    )
+    run.add_argument("--json", action="store_true", help="print the decoded result as JSON")
+    run.add_argument(
+        "--show-output", action="store_true",
+        help="print the program's own stdout and stderr before the diagnosis",
+    )
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command to run")
+    commands.add_parser(
+        "demo",
+        help="run the scenario catalogue unprotected and protected",
+        add_help=False,
+    )
+    return parser
+
+
+def _run(args: argparse.Namespace, cmd: list[str], out: TextIO, err: TextIO) -> int:
+    from .testing import ExitResult, ExitResults, run_command
+
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        print("exitsafe run: no command given (usage: exitsafe run [options] -- CMD ...)",
+              file=err)
+        return EXIT_USAGE
+    try:
+        result = run_command(cmd, timeout=args.timeout, repeat=args.repeat)
+    except OSError as exc:
+        print(f"exitsafe run: cannot start {cmd[0]!r}: {exc}", file=err)
+        return EXIT_USAGE
+    runs: Sequence[ExitResult] = result if isinstance(result, ExitResults) else (result,)
+    if args.json:
+        json.dump(result.to_dict(), out, indent=2)
+        out.write("\n")
+        return EXIT_CLEAN if result.clean else EXIT_NOT_CLEAN
+    if args.show_output:
+        for number, one in enumerate(runs, 1):
+            label = f" (run {number})" if len(runs) > 1 else ""
+            out.write(f"--- stdout{label} ---\n{one.stdout}")
+            out.write(f"--- stderr{label} ---\n{one.stderr}")
+            out.write("--- end of output ---\n")
+    out.write(result.report() + "\n")
+    return EXIT_CLEAN if result.clean else EXIT_NOT_CLEAN
+
+
+def _demo(argv: list[str], err: TextIO) -> int:
+    import importlib
+
+    try:
+        demo_main = importlib.import_module("exitsafe.lab.demo").main
+    except (ImportError, AttributeError) as exc:
+        print(
+            "exitsafe demo: the scenario lab is not available in this installation"
+            f" (exitsafe.lab.demo could not be imported: {exc})",
+            file=err,
+        )
+        return EXIT_USAGE
+    return int(demo_main(argv) or 0)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the ``exitsafe`` command with ``argv`` (default ``sys.argv[1:]``); return the
+    exit status (0 clean, 1 not clean, 2 usage error)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    out, err = sys.stdout, sys.stderr
+    if args_list and args_list[0] == "demo":
+        return _demo(args_list[1:], err)
+    cmd: Optional[list[str]] = None
+    if args_list and args_list[0] == "run" and "--" in args_list:
+        split = args_list.index("--")
+        args_list, cmd = args_list[:split], args_list[split + 1 :]
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse printed
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+    if args.command == "run":
+        if cmd is not None and args.cmd:
+            print(f"exitsafe run: unexpected arguments before '--': {args.cmd}", file=err)
+            return EXIT_USAGE
+        return _run(args, cmd if cmd is not None else list(args.cmd), out, err)
+    parser.print_help(err)
+    return EXIT_USAGE
