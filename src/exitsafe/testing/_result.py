@@ -260,6 +260,11 @@ class ExitResult:
         if self.clean:
             return None
         finalizing = self.fatal_error is not None and self.fatal_error.during_finalization
+        if self.timed_out and self.returncode == 0 and self.fatal_error is None:
+            return (
+                "the main process exited 0, but processes it started kept its stdout or"
+                " stderr open past the timeout; they were killed with its process group."
+            )
         if self.timed_out:
             return (
                 "the program did not exit in time; the stacks above (faulthandler, on SIGABRT"

@@ -6,8 +6,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Literal, Mapping, Optional, Sequence, Union, overload
+from typing import IO, Literal, Mapping, Optional, Sequence, Union, overload
 
 from ._result import ExitResult, ExitResults
 
@@ -114,6 +115,43 @@ def _decode(data: Union[bytes, str, None]) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+class _Reader:
+    """Read one output stream to its end on a thread, so a big output never blocks the
+    program and the timeout is measured on the program, not on the pipe."""
+
+    def __init__(self, stream: Optional[IO[bytes]]) -> None:
+        self.stream = stream
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=self._read, name="exitsafe-reader", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        stream = self.stream
+        if stream is None:
+            return
+        try:
+            while True:
+                chunk = stream.read(65536)
+                if not chunk:
+                    break
+                self.chunks.append(chunk)
+        except (OSError, ValueError):
+            pass  # the pipe was closed under us after a kill: keep what was read
+
+    def join(self, timeout: Optional[float]) -> bool:
+        """Wait for the end of the stream; whether it was reached."""
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def text(self) -> str:
+        if self.stream is not None:
+            try:
+                self.stream.close()
+            except OSError:
+                pass  # closing a broken pipe: nothing left to read anyway
+        return _decode(b"".join(self.chunks))
+
+
 def _run_once(
     argv: Sequence[str],
     env: dict[str, str],
@@ -126,7 +164,8 @@ def _run_once(
         kwargs["start_new_session"] = True
     else:
         kwargs["creationflags"] = _CREATE_NEW_PROCESS_GROUP
-    started = time.perf_counter()
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
@@ -138,28 +177,33 @@ def _run_once(
     )
     timed_out = False
     try:
+        readers = (_Reader(proc.stdout), _Reader(proc.stderr))
         try:
-            out, err = proc.communicate(timeout=timeout)
-            if proc.poll() is None:
-                # Only a fake Popen returns from communicate() with the process running.
-                raise subprocess.TimeoutExpired(list(argv), timeout or 0.0)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             _stop(proc, dump_on_timeout)
-            out, err = proc.communicate()
+            proc.wait()
+        duration = time.monotonic() - started
+        for reader in readers:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not reader.join(left):
+                # The program exited but processes it started keep its output open past
+                # the timeout: the run as a whole did not finish in time.
+                timed_out = True
+                _kill_group(proc)
+                reader.join(None)
     except BaseException:
         _kill_group(proc)  # interrupted (KeyboardInterrupt ...): leave nothing running
         proc.wait()
         raise
-    duration = time.perf_counter() - started
-    returncode = proc.poll()
-    if returncode is None:
-        returncode = proc.wait()
+    returncode = proc.returncode
+    assert returncode is not None
     return ExitResult.from_output(
         argv,
         returncode,
-        _decode(out),
-        _decode(err),
+        readers[0].text(),
+        readers[1].text(),
         duration=duration,
         timed_out=timed_out,
         timeout=timeout,
