@@ -165,6 +165,7 @@ def pytest_runtest_makereport(
     if not results:
         return
     from exitsafe.testing import ExitResults
+    from exitsafe.testing._result import NOT_CLEAN_PREFIX
 
     report = outcome.get_result()
     repeated = [r for r in results if isinstance(r, ExitResults)]
@@ -172,7 +173,13 @@ def pytest_runtest_makereport(
     if summaries is not None:
         for result in repeated:
             summaries.append((item.nodeid, result.summary()))
-    if report.failed:
+    excinfo = call.excinfo
+    already_decoded = (
+        excinfo is not None
+        and isinstance(excinfo.value, AssertionError)
+        and str(excinfo.value).startswith(NOT_CLEAN_PREFIX)
+    )
+    if report.failed and not already_decoded:
         bad = [r for r in results if not r.clean]
         if bad:
             text = "\n\n".join(r.report() for r in bad)

@@ -23,6 +23,9 @@ LAST_STEPS = 5
 _STDERR_TAIL = 15
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
+#: The first line of :func:`assert_clean_exit`'s message.
+NOT_CLEAN_PREFIX = "the program did not exit cleanly\n"
+
 
 def _quote_argv(args: Sequence[str]) -> str:
     text = " ".join(shlex.quote(a) for a in args).replace("\n", "\\n")
@@ -512,4 +515,4 @@ def assert_clean_exit(result: Union[ExitResult, ExitResults]) -> None:
             f"assert_clean_exit expects an ExitResult or ExitResults, not {type(result).__name__}"
         )
     if not result.clean:
-        raise AssertionError("the program did not exit cleanly\n" + result.report())
+        raise AssertionError(NOT_CLEAN_PREFIX + result.report())

@@ -1,0 +1,178 @@
+"""The ``exitsafe`` command: ``run``, ``demo``, ``--version``; exit status 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import exitsafe
+from exitsafe.cli import main
+
+SEGFAULT = "import ctypes; ctypes.string_at(0)"
+
+
+def test_run_clean_program(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--", sys.executable, "-c", "print('hello')"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("CLEAN: exit status 0")
+    assert "\nhello\n" not in out  # the program's output is not shown unless asked
+
+
+def test_run_crashing_program(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--", sys.executable, "-c", SEGFAULT]) == 1
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("NOT CLEAN: ")
+    if os.name == "posix":
+        assert "SIGSEGV (signal 11)" in first
+    assert "Fatal Python error: Segmentation fault" in out
+    assert "in string_at" in out
+
+
+def test_run_shows_unraisable_and_teardown(capsys: pytest.CaptureFixture[str]) -> None:
+    code = textwrap.dedent(
+        """
+        import exitsafe
+        dev = exitsafe.track(1, lambda raw: None, kind="device", name="dev0")
+
+        class Old:
+            def __del__(self):
+                raise RuntimeError("late")
+
+        old = Old()
+        """
+    )
+    assert main(["run", "--", sys.executable, "-c", code]) == 1
+    out = capsys.readouterr().out
+    assert "NOT CLEAN: 1 unraisable exception at exit" in out
+    assert "RuntimeError: late in <function Old.__del__>" in out
+    assert "registry 'default' (atexit): 1 steps, released 1, leaked 0, failed 0" in out
+    assert "ledger: released_at_exit 1" in out
+
+
+def test_run_without_separator(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", sys.executable, "-c", "pass"]) == 0
+    assert capsys.readouterr().out.startswith("CLEAN")
+
+
+def test_run_repeat_reports_failure_kinds(
+    tmp_path: object, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(str(tmp_path))
+    code = (
+        "from pathlib import Path\n"
+        "p = Path('n'); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))\n"
+        "import sys, os\n"
+        "if n == 1: os.abort()\n"
+        "if n == 2: sys.exit(7)\n"
+    )
+    assert main(["run", "--repeat", "4", "--", sys.executable, "-c", code]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("NOT CLEAN: 2 of 4 runs failed (50%)")
+    assert "exit status 7: 1 run(s) (run 3)" in out
+    if os.name == "posix":
+        assert "SIGABRT: 1 run(s) (run 2)" in out
+
+
+def test_run_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    code = "import time; time.sleep(600)"
+    assert main(["run", "--timeout", "1", "--", sys.executable, "-c", code]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("NOT CLEAN: timed out after 1 s")
+
+
+def test_run_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--json", "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["clean"] is False
+    assert data["returncode"] == 3
+    assert data["failure_kind"] == "exit status 3"
+    assert main(["run", "--json", "--repeat", "2", "--", sys.executable, "-c", "pass"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == 2 and data["failure_rate"] == 0.0
+
+
+def test_run_show_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code = "import sys; print('to out'); print('to err', file=sys.stderr)"
+    assert main(["run", "--show-output", "--", sys.executable, "-c", code]) == 0
+    out = capsys.readouterr().out
+    assert "--- stdout ---\nto out\n" in out
+    assert "--- stderr ---\nto err\n" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run"], "no command given"),
+        (["run", "--"], "no command given"),
+        (["run", "--", "exitsafe-no-such-program-xyz"], "cannot start"),
+        (["run", "--repeat", "0", "--", "x"], "must be at least 1"),
+        (["run", "--timeout", "soon", "--", "x"], "not a number of seconds"),
+        (["run", "--bogus", "--", "x"], "unrecognized arguments: --bogus"),
+        (["run", "prog", "--", "x"], "unexpected arguments before '--'"),
+        (["frobnicate"], "invalid choice"),
+        ([], "usage: exitsafe"),
+    ],
+)
+def test_usage_errors_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"exitsafe {exitsafe.__version__}"
+
+
+def test_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--help"]) == 0
+    assert "--repeat N" in capsys.readouterr().out
+
+
+def test_demo_delegates_to_the_lab(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    calls: list[list[str]] = []
+    fake = types.ModuleType("exitsafe.lab.demo")
+    fake.main = lambda argv: calls.append(list(argv)) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "exitsafe.lab", types.ModuleType("exitsafe.lab"))
+    monkeypatch.setitem(sys.modules, "exitsafe.lab.demo", fake)
+    assert main(["demo", "--scenario", "S1", "--", "x"]) == 0
+    assert calls == [["--scenario", "S1", "--", "x"]]
+
+
+def test_demo_without_the_lab_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "exitsafe.lab.demo", None)  # import fails
+    assert main(["demo"]) == 2
+    assert "exitsafe demo: the scenario lab is not available" in capsys.readouterr().err
+
+
+def test_python_m_exitsafe_run_end_to_end() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "exitsafe", "run", "--", sys.executable, "-c", SEGFAULT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout.startswith("NOT CLEAN: ")
+    assert "Fatal Python error: Segmentation fault" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "exitsafe", "run", "--", sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("CLEAN: exit status 0")
