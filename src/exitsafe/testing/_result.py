@@ -20,6 +20,8 @@ from .trace import RegistryTeardown, TeardownStep, parse_trace, summarize
 #: How many frames of the crashing thread, and teardown steps before a crash, reports show.
 TOP_FRAMES = 8
 LAST_STEPS = 5
+#: How many steps of a finished teardown reports list.
+SHOWN_STEPS = 10
 _STDERR_TAIL = 15
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
@@ -51,7 +53,9 @@ class ExitResult:
     :ivar uncaught: the uncaught exception that ended the program, if one was printed.
     :ivar teardown: exitsafe's trace lines (``EXITSAFE_TRACE=1``), parsed; empty when the
         program does not use exitsafe.
-    :ivar stdout, stderr: everything the program wrote, decoded as UTF-8 (bad bytes replaced).
+    :ivar stdout: everything the program wrote on stdout, decoded as UTF-8 (bad bytes
+        replaced).
+    :ivar stderr: everything it wrote on stderr, decoded the same way.
     :ivar duration: wall-clock seconds from start to exit (or to the kill).
     :ivar timeout: the timeout the run had, in seconds (``None``: none).
     """
@@ -242,11 +246,17 @@ class ExitResult:
             if registry.outcomes:
                 ledger = ", ".join(f"{k} {v}" for k, v in registry.outcomes.items())
                 lines.append(f"    ledger: {ledger}")
-            failed = [step for step in registry.steps if step.failed]
-            for step in failed[:LAST_STEPS]:
-                lines.append(f"    failed: {step.describe()}")
             crashed = not registry.finished and registry.reason is not None
-            if crashed and not self.clean:
+            if not crashed:
+                for step in registry.steps[:SHOWN_STEPS]:
+                    mark = "FAILED " if step.failed else ""
+                    lines.append(f"    {mark}{step.describe()}")
+                if len(registry.steps) > SHOWN_STEPS:
+                    failed = [s for s in registry.steps[SHOWN_STEPS:] if s.failed]
+                    more = len(registry.steps) - SHOWN_STEPS
+                    lines.append(f"    ... {more} more step(s), {len(failed)} of them failed")
+                    lines.extend(f"    FAILED {s.describe()}" for s in failed[:LAST_STEPS])
+            elif not self.clean:
                 shown = registry.steps[-LAST_STEPS:]
                 if shown:
                     lines.append("    last steps before the end of the trace:")

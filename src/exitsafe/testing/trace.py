@@ -184,12 +184,16 @@ class RegistryTeardown:
 
     :ivar registry: the registry's name.
     :ivar reason: why the teardown ran (``"atexit"``, ``"signal"``, ...), if traced.
-    :ivar live: live handles when it began; ``hooks``: teardown hooks.
+    :ivar live: live handles when it began.
+    :ivar hooks: teardown hooks when it began.
     :ivar planned: steps in the plan.
     :ivar steps: the ``step`` events, in order.
     :ivar finished: whether ``teardown-end`` was printed: a teardown that began and did
         not finish was cut short, by a crash during the step after the last one listed.
-    :ivar released, leaked, failed, ms: ``teardown-end``'s counts and duration.
+    :ivar released: handles released at exit, from ``teardown-end``.
+    :ivar leaked: handles leaked at exit, from ``teardown-end``.
+    :ivar failed: failed steps, from ``teardown-end``.
+    :ivar ms: the teardown's duration in milliseconds, from ``teardown-end``.
     :ivar late_releases: release requests that came after the registry closed (no-ops).
     """
 
