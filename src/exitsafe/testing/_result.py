@@ -520,6 +520,7 @@ def assert_clean_exit(result: Union[ExitResult, ExitResults]) -> None:
     exceptions, the last teardown steps before a crash; for several runs also the
     failure rate and the distinct failure kinds.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's body
     if not isinstance(result, (ExitResult, ExitResults)):
         raise TypeError(
             f"assert_clean_exit expects an ExitResult or ExitResults, not {type(result).__name__}"
