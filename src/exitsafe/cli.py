@@ -93,8 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace, cmd: list[str], out: TextIO, err: TextIO) -> int:
     from .testing import ExitResult, ExitResults, run_command
 
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
     if not cmd:
         print("exitsafe run: no command given (usage: exitsafe run [options] -- CMD ...)",
               file=err)
@@ -134,6 +132,27 @@ def _demo(argv: list[str], err: TextIO) -> int:
     return int(demo_main(argv) or 0)
 
 
+_RUN_OPTIONS_WITH_VALUE = ("--repeat", "--timeout")
+
+
+def _split_run(argv: list[str]) -> tuple[list[str], Optional[list[str]]]:
+    """Split ``run ...`` into exitsafe's options and the command: the command starts after
+    the first ``--`` among the options, or at the first argument that is not an option.
+    A ``--`` after the command's start belongs to the command."""
+    index = 1
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            return argv[:index], argv[index + 1 :]
+        if token in _RUN_OPTIONS_WITH_VALUE:
+            index += 2
+        elif token.startswith("-"):
+            index += 1
+        else:
+            return argv[:index], argv[index:]
+    return argv, None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the ``exitsafe`` command with ``argv`` (default ``sys.argv[1:]``); return the
     exit status (0 clean, 1 not clean, 2 usage error)."""
@@ -142,9 +161,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args_list and args_list[0] == "demo":
         return _demo(args_list[1:], err)
     cmd: Optional[list[str]] = None
-    if args_list and args_list[0] == "run" and "--" in args_list:
-        split = args_list.index("--")
-        args_list, cmd = args_list[:split], args_list[split + 1 :]
+    if args_list and args_list[0] == "run":
+        args_list, cmd = _split_run(args_list)
     parser = build_parser()
     try:
         args = parser.parse_args(args_list)
@@ -152,9 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
     if args.command == "run":
-        if cmd is not None and args.cmd:
-            print(f"exitsafe run: unexpected arguments before '--': {args.cmd}", file=err)
-            return EXIT_USAGE
-        return _run(args, cmd if cmd is not None else list(args.cmd), out, err)
+        # _split_run leaves no positional argument for argparse: the command is ``cmd``.
+        return _run(args, cmd or [], out, err)
     parser.print_help(err)
     return EXIT_USAGE

@@ -357,6 +357,8 @@ def test_result_from_a_crash_during_teardown() -> None:
     cut = "\n".join(TRACE.splitlines()[:5])
     stderr = cut + "\n" + SEGV_TWO_THREADS
     result = ExitResult.from_output(["python", "app.py"], -11, "", stderr, duration=0.5)
+    assert result == ExitResult.from_output(["python", "app.py"], -11, "", stderr, duration=0.5)
+    assert len({result, result}) == 1  # results are frozen and hashable
     assert result.signal == "SIGSEGV"
     assert len(result.teardown) == 4
     (registry,) = result.registries

@@ -47,6 +47,10 @@ class TeardownStep:
     fields: Mapping[str, str] = field(default_factory=dict)
     line: str = ""
 
+    def __hash__(self) -> int:
+        # The line determines every field; hashing it keeps results hashable.
+        return hash((self.event, self.line))
+
     def get(self, key: str) -> Optional[str]:
         """The value of ``key``, or ``None``."""
         return self.fields.get(key)
