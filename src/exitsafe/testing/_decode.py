@@ -45,10 +45,10 @@ class NtStatus(NamedTuple):
 WINDOWS_ABORT_EXIT_CODE = 3
 
 _NTSTATUS: dict[int, tuple[str, str]] = {
-    WINDOWS_ABORT_EXIT_CODE: ("ABORT_EXIT_CODE", "abort() was called (the C runtime exits with 3)"),
+    WINDOWS_ABORT_EXIT_CODE: ("ABORT_EXIT_CODE", "abort() was called: the C runtime exits with 3"),
     0x40000015: ("STATUS_FATAL_APP_EXIT", "fatal application exit, often abort()"),
     0x80000003: ("STATUS_BREAKPOINT", "a breakpoint or debug assertion was hit"),
-    0xC0000005: ("STATUS_ACCESS_VIOLATION", "invalid memory access (the Windows segfault)"),
+    0xC0000005: ("STATUS_ACCESS_VIOLATION", "invalid memory access, the Windows segfault"),
     0xC0000006: ("STATUS_IN_PAGE_ERROR", "a mapped page could not be read in"),
     0xC0000008: ("STATUS_INVALID_HANDLE", "an invalid handle was used"),
     0xC000000D: ("STATUS_INVALID_PARAMETER", "the C runtime rejected a parameter"),
@@ -61,8 +61,8 @@ _NTSTATUS: dict[int, tuple[str, str]] = {
     0xC0000135: ("STATUS_DLL_NOT_FOUND", "a required DLL was not found"),
     0xC0000139: ("STATUS_ENTRYPOINT_NOT_FOUND", "a DLL entry point was not found"),
     0xC000013A: ("STATUS_CONTROL_C_EXIT", "ended by Ctrl+C"),
-    0xC0000142: ("STATUS_DLL_INIT_FAILED", "a DLL's initialization (DllMain) failed"),
-    0xC0000374: ("STATUS_HEAP_CORRUPTION", "heap corruption (double free, use after free)"),
+    0xC0000142: ("STATUS_DLL_INIT_FAILED", "a DLL's initialization, its DllMain, failed"),
+    0xC0000374: ("STATUS_HEAP_CORRUPTION", "heap corruption: a double free or use after free"),
     0xC0000409: (
         "STATUS_STACK_BUFFER_OVERRUN",
         "fail-fast exception: stack buffer overrun, or abort() / __fastfail",

@@ -232,8 +232,6 @@ class ExitResult:
             )
         if self.signal is not None:
             return f"killed by {self.exit_description} {when}"
-        if self.ntstatus is not None:
-            return f"{self.exit_description} {when}"
         return f"{self.exit_description} {when}"
 
     def _teardown_lines(self) -> list[str]:
