@@ -229,10 +229,17 @@ static struct rt_object *check_object(const void *ptr, int kind, const char *fn,
               (unsigned)o->magic);
     int shared = shared_get(o->slot);
     if (shared < 0)
-        fatal("%s #%llu was destroyed by another process (pid %d, a forked child?) while "
-              "process %d still holds it (%s)",
-              name, o->id, -shared, (int)getpid(), fn);
+        fatal("%s #%llu was destroyed by another process (pid %d, a forked child?) (%s in "
+              "process %d)",
+              name, o->id, -shared, fn, (int)getpid());
     for (struct rt_object *a = o->parent; a != NULL; a = a->parent) {
+        int ashared = shared_get(a->slot);
+        if (ashared < 0 && a->magic != MAGIC_DEAD)
+            fatal("%s #%llu %s after its %s %s #%llu was destroyed by another process (pid %d, "
+                  "a forked child?) (%s)",
+                  name, o->id, releasing ? "released" : "used",
+                  a == o->parent ? "parent" : "ancestor", KIND_NAMES[a->kind], a->id, -ashared,
+                  fn);
         if (a->magic == MAGIC_DEAD) {
             const char *what = a == o->parent ? "parent" : "ancestor";
             if (releasing)

@@ -1,0 +1,8 @@
+"""The scenario programs: for each of S1-S10, the binding written the usual way
+(``sN_unprotected.py``) and the same binding protected by exitsafe
+(``sN_protected.py``).
+
+Each file is a standalone program: run it with ``python path/to/sN_x.py`` or
+``python -m exitsafe.lab.scenarios.sN_x``.  :mod:`exitsafe.lab.catalog`
+describes what each must do; :mod:`exitsafe.lab.runner` runs and judges them.
+"""
