@@ -57,6 +57,7 @@ class Scenario:
 
     :ivar id: ``"S1"`` ... ``"S10"``.
     :ivar title: the situation, in a line.
+    :ivar short: the situation in a few words, for tables.
     :ivar failure: what the unprotected program must do.
     :ivar protected_by: the exitsafe feature the protected program relies on.
     :ivar leaks: leaks (kind -> count, only non-zero kinds) the main process of the
@@ -80,6 +81,7 @@ class Scenario:
     title: str
     failure: Failure
     protected_by: str
+    short: str = ""
     leaks: Mapping[str, int] = field(default_factory=dict)
     leaks_when_releasing: Mapping[str, int] = field(default_factory=dict)
     leaks_when_leaking: Mapping[str, int] = field(default_factory=dict)
@@ -107,6 +109,7 @@ class Scenario:
         return {
             "id": self.id,
             "title": self.title,
+            "short": self.short,
             "unprotected": {
                 "kind": self.failure.kind,
                 "summary": self.failure.summary,
@@ -137,6 +140,7 @@ def _variant(protected: bool) -> str:
 CATALOG: Tuple[Scenario, ...] = (
     Scenario(
         id="S1",
+        short="dependency unloaded before a release",
         title="dependency library unloaded before a handle whose release calls into it",
         failure=Failure(
             "signal",
@@ -148,6 +152,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S2",
+        short="globals + cycle finalized in GC order",
         title="instance and device in globals and a reference cycle, finalized in GC order",
         failure=Failure(
             "fatal",
@@ -159,6 +164,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S3",
+        short="last reference dropped after shutdown",
         title="last reference dropped on a background thread after the runtime shut down",
         failure=Failure(
             "fatal",
@@ -171,6 +177,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S4",
+        short="native logger calls finalized Python",
         title="native thread calls a Python logger callback during / after finalization",
         failure=Failure(
             "signal",
@@ -183,6 +190,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S5",
+        short="handle outlives its worker thread",
         title="handle created on a worker thread; the worker ends; another worker needs it",
         failure=Failure(
             "fatal",
@@ -196,6 +204,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S6",
+        short="forked child releases parent's objects",
         title="forked child exits and releases the parent's native objects",
         failure=Failure(
             "fatal",
@@ -209,6 +218,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S7",
+        short="release blocks forever at exit",
         title="a release blocks forever at exit (lost device)",
         failure=Failure("hang", "hang: the device release never returns"),
         protected_by="per-step timeout: leak it, log it, exit",
@@ -219,6 +229,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S8",
+        short="parent released while children live",
         title="parent released explicitly while its children live",
         failure=Failure(
             "fatal",
@@ -230,6 +241,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S9",
+        short="use after release, double release",
         title="handle used after release, or released twice, from another thread",
         failure=Failure(
             "fatal",
@@ -242,6 +254,7 @@ CATALOG: Tuple[Scenario, ...] = (
     ),
     Scenario(
         id="S10",
+        short="leak-checker run",
         title="leak-checker run: everything must be freed",
         failure=Failure(
             "leaks",
