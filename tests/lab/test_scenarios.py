@@ -173,3 +173,16 @@ def test_protected_is_clean_20_times_in_a_row(lab: Path, scenario: catalog.Scena
         runs = list(pool.map(lambda _: run_protected(scenario), range(20)))
     for run in runs:
         check(run)
+
+
+@pytest.mark.repeat
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=IDS)
+def test_unprotected_fails_20_times_in_a_row(lab: Path, scenario: catalog.Scenario) -> None:
+    times = 3 if scenario.failure.kind == "hang" else 20  # a hang costs its whole timeout
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(
+            pool.map(lambda _: runner.run_scenario(scenario, protected=False), range(times))
+        )
+    for run in runs:
+        check(run)
