@@ -151,10 +151,14 @@ def test_example(block: Block, tmp_path: Path) -> None:
             timeout=TIMEOUT,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{block.id}: the example did not finish within {TIMEOUT} s\n{exc.stderr or ''}")
-    where = f"{block.id} (the example starting at line {block.line} of docs/{block.id.split(':')[0]})"
+        pytest.fail(
+            f"{block.id}: the example did not finish within {TIMEOUT} s\n{exc.stderr or ''}"
+        )
+    page = block.id.split(":")[0]
+    where = f"{block.id} (the example starting at line {block.line} of docs/{page})"
     assert proc.returncode == 0, (
-        f"{where} exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        f"{where} exited with {proc.returncode}\n"
+        f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     )
     for needle in FORBIDDEN:
         assert needle not in proc.stderr, (

@@ -515,7 +515,9 @@ class LifetimeMachine(RuleBasedStateMachine):
     def drop_last_reference(self, data):
         # A handle a live hook runs "before" is kept out: see
         # test_hook_before_edge_keeps_a_dropped_handle_alive.
-        hooked = {p for m in self.nodes.values() if m.role == "hook" and not m.ended for p in m.parents}
+        hooked = {
+            p for m in self.nodes.values() if m.role == "hook" and not m.ended for p in m.parents
+        }
         pool = [i for i in self.handles if i not in hooked]
         if not pool:
             return
@@ -665,8 +667,9 @@ class LifetimeMachine(RuleBasedStateMachine):
         fails = data.draw(st.integers(0, 4), label="hook fails") == 0
         before, after = [], []
         if pool and not (self.tearing or self.closed):
-            before = data.draw(st.lists(st.sampled_from(pool), unique=True, max_size=2), label="before")
-            after = data.draw(st.lists(st.sampled_from(pool), unique=True, max_size=2), label="after")
+            some = st.lists(st.sampled_from(pool), unique=True, max_size=2)
+            before = data.draw(some, label="before")
+            after = data.draw(some, label="after")
         ident, num = self._new_id("hook")
         expected = None
         if not (self.tearing or self.closed):
@@ -821,7 +824,7 @@ class LifetimeMachine(RuleBasedStateMachine):
             return
         if not self.closed:
             self._teardown()
-        for ident, cm in self.borrow_cms:
+        for _ident, cm in self.borrow_cms:
             cm.__exit__(None, None, None)  # no effect once closed
         self.borrow_cms.clear()
 
@@ -840,7 +843,7 @@ def test_lifetime_state_machine():
     )
 
 
-# ---------------------------------------------------------------- core bugs the machine steers around
+# ------------------------------------------------------- core bugs the machine steers around
 
 
 @pytest.mark.xfail(
