@@ -547,3 +547,36 @@ def test_handle_repr_and_info(reg, rec):
     assert h.kind == "device" and h.created_on_main_thread
     assert not h.inherited and not h.borrowed
     assert "live" in repr(reg)
+
+
+def test_a_log_handler_that_keeps_records_does_not_keep_handles_alive():
+    # A failed release is logged with the exception's repr, not the exception: a
+    # handler that keeps records (pytest's caplog, logging.handlers.MemoryHandler)
+    # would otherwise keep its traceback, the frames, and the handles they refer to.
+    import logging
+    import weakref
+
+    kept: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            kept.append(record)
+
+    def boom(raw: object) -> None:
+        raise RuntimeError(f"cannot free {raw}")
+
+    handler = Keep()
+    logger = logging.getLogger("exitsafe")
+    logger.addHandler(handler)
+    try:
+        reg = Registry(name="log-keeps-records")
+        parent = reg.track("p", lambda raw: None, name="p")
+        child = reg.track("c", boom, name="c", depends_on=[parent])
+        refs = [weakref.ref(parent), weakref.ref(child)]
+        del parent, child  # the child's release fails, from the garbage collector's drop
+        gc.collect()
+    finally:
+        logger.removeHandler(handler)
+    assert any("cannot free c" in record.getMessage() for record in kept)
+    assert [ref() for ref in refs] == [None, None]
+    assert {e.name: e.outcome for e in reg.ledger()}["c"] == Outcome.RELEASE_FAILED

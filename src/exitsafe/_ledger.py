@@ -22,7 +22,8 @@ class Outcome:
     ``leaked_timeout``      its release step blocked past the step or total timeout.
     ``leaked_dependent``    something depending on it was leaked or failed, so releasing it
                             could pull native state from under that dependent.
-    ``leaked_after_close``  tracked after the registry's teardown began.
+    ``leaked_after_close``  tracked after the registry's teardown began (or, rarely, garbage
+                            collected in the instant teardown began, so that it never saw it).
     ``leaked_inherited``    inherited by a forked child, which never releases its parent's handles.
     ``release_failed``      the release function raised; it is never called again.
     ``hook_ran`` / ``hook_failed`` / ``hook_timeout``  a teardown hook's fate.

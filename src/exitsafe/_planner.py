@@ -27,10 +27,16 @@ def teardown_order(nodes: Sequence[HandleInfo]) -> list[HandleInfo]:
     libraries; within one priority the newest node goes first, the way an
     ``ExitStack`` unwinds.  Parents outside ``nodes`` (already gone) are
     ignored.
+
+    Each node's ``_parents`` is read exactly once: a release finishing on
+    another thread may clear it meanwhile, and the counts of both passes must
+    come from the same edges.
     """
     remaining: dict[HandleInfo, int] = dict.fromkeys(nodes, 0)
+    edges: dict[HandleInfo, tuple[HandleInfo, ...]] = {}
     for node in nodes:
-        for parent in node._parents:
+        parents = edges[node] = node._parents
+        for parent in parents:
             if parent in remaining:
                 remaining[parent] += 1
     stacks: tuple[list[HandleInfo], list[HandleInfo], list[HandleInfo]] = ([], [], [])
@@ -50,7 +56,7 @@ def teardown_order(nodes: Sequence[HandleInfo]) -> list[HandleInfo]:
         else:
             break
         append(node)
-        for parent in node._parents:
+        for parent in edges[node]:
             count = remaining.get(parent)
             if count is not None:
                 count -= 1

@@ -74,7 +74,7 @@ def teardown_all(reason: str) -> None:
         try:
             registry.teardown(reason=reason)
         except BaseException as exc:  # keep tearing down the other registries
-            log().error("exitsafe: teardown of registry %r failed: %r", registry.name, exc)
+            log().error("exitsafe: teardown of registry %r failed: %s", registry.name, repr(exc))
     path = _config.ledger_path()
     if path:
         write_ledger(path)

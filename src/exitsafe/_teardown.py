@@ -228,8 +228,8 @@ def _decide(node: Handle, override: Optional[str], policy: object) -> str:
         verdict = policy(node)  # type: ignore[operator]
     except BaseException as exc:  # a broken policy must not stop the teardown
         log().error(
-            "exitsafe: exit policy for %s %r raised %r; leaking it", node.kind, node.name, exc
-        )
+            "exitsafe: exit policy for %s %r raised %s; leaking it", node.kind, node.name, repr(exc)
+        )  # the repr, so that a handler keeping records does not keep the traceback
         return f"leak:exit policy raised {exc!r}"
     if verdict == "release":
         return "release"

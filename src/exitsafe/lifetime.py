@@ -343,6 +343,18 @@ class _HookHandle(Handle):
         pass
 
 
+def _disown(node: Handle) -> None:
+    """Forget a handle whose registration was refused: the caller still owns its object.
+
+    Its finalizer then finds no owner and never calls ``release``.
+    """
+    node._refs = 0
+    node._state = _LEAKED
+    node._raw = None
+    node._fn = None
+    node._parents = ()
+
+
 class Registry:
     """An independent graph of handles with its own teardown.
 
@@ -549,16 +561,25 @@ class Registry:
         parents = node._parents
         with self._lock:
             if self._phase == _OPEN:
+                error: Optional[Exception] = None
                 for parent in parents:
                     if parent._state != _LIVE or not parent._refs:
-                        raise HandleClosedError("depends_on: " + self._closed_message(parent))
-                for child in children:
+                        error = HandleClosedError("depends_on: " + self._closed_message(parent))
+                        break
+                for child in children if error is None else ():
                     if child._state != _LIVE:
-                        raise HandleClosedError("after: " + self._closed_message(child))
+                        error = HandleClosedError("after: " + self._closed_message(child))
+                        break
                     for parent in parents:
                         path = dependency_path(parent, child)
                         if path is not None:
-                            raise self._cycle_error(node, path)
+                            error = self._cycle_error(node, path)
+                            break
+                    if error is not None:
+                        break
+                if error is not None:
+                    _disown(node)
+                    raise error
                 self._seq += 1
                 node._seq = self._seq
                 if node._role != ROLE_HOOK:
@@ -583,6 +604,7 @@ class Registry:
 
     def _registered_after_close(self, node: Handle) -> Handle:
         if self.strict:
+            _disown(node)
             raise RegistryClosedError(
                 f"registry {self.name!r} is closed (its teardown began); "
                 f"cannot register {node.kind} {node.name!r}"
@@ -736,13 +758,16 @@ class Registry:
         # inside one of our critical sections (GC can run on any allocation).  So never
         # block on the lock here: queue the node; whoever holds the lock drains the
         # queue right after releasing it.
-        if self._is_closed:
+        if self._is_closed and node._state:
             self._late_requests += 1
             if self._trace:
                 self._trace_late(node)
             return
         if node._state:
             return
+        # Live: either an ordinary drop, or, once teardown has begun, a handle its
+        # snapshot never saw (a cyclic collection had cleared our weak reference to it
+        # before the snapshot and ran __del__ after it); the drain leaks the latter.
         self._gc_queue.append(node)
         self._drain_gc_queue()
 
@@ -756,6 +781,9 @@ class Registry:
                 targets = []
                 for node in queue:
                     if node._state == _LIVE and node._refs:
+                        if self._phase:
+                            self._leak_missed_locked(node)
+                            continue
                         node._refs = 0
                         if not (node._children or node._borrows or self._phase):
                             node._state = _RELEASING
@@ -765,12 +793,34 @@ class Registry:
             for node in targets:
                 error = self._release_chain(node)
                 if error is not None:
+                    # Log the repr, not the exception: a handler that keeps records
+                    # (pytest's caplog, a MemoryHandler) would otherwise keep its
+                    # traceback, and through its frames every handle they refer to.
                     log().error(
-                        "release of %s %r failed after its last reference was dropped: %r",
+                        "release of %s %r failed after its last reference was dropped: %s",
                         node.kind,
                         node.name,
-                        error,
+                        repr(error),
                     )
+                    error = None
+
+    def _leak_missed_locked(self, node: Handle) -> None:
+        # Teardown's snapshot holds every handle it saw, so a live handle collected
+        # after teardown began was not among them.  Native code must not run any
+        # more: leak it, so that it still ends in exactly one outcome.
+        node._state = _LEAKED
+        node._refs = 0
+        self._record(
+            node,
+            Outcome.LEAKED_AFTER_CLOSE,
+            "collected while teardown began, unseen by it",
+            True,
+        )
+        if node._raw is not None:
+            _states.kept_alive.append(node._raw)
+        node._raw = None
+        node._fn = None
+        node._parents = ()
 
     def _end_borrow(self, node: Handle) -> None:
         with self._lock:

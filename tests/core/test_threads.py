@@ -318,13 +318,8 @@ def test_teardown_racing_releases_on_other_threads(round_):
             h.release()  # beyond the last owner: a no-op
         parents[t].release()
 
-    planner_errors: list[BaseException] = []
-
     def teardown(reason: str) -> None:
-        try:
-            reg.teardown(reason=reason)
-        except AssertionError as exc:  # see test_teardown_plans_while_releases_finish
-            planner_errors.append(exc)
+        reg.teardown(reason=reason)
 
     def second_teardown() -> None:
         go.wait()
@@ -338,8 +333,6 @@ def test_teardown_racing_releases_on_other_threads(round_):
     closed.set()
     assert reg.closed
     join(*threads)
-    if planner_errors:
-        pytest.xfail(f"core bug hit in this round (planner race): {planner_errors[0]}")
     kids.clear()
     parents.clear()
     gc.collect()
@@ -424,7 +417,7 @@ def test_borrow_on_one_thread_while_teardown_runs_on_another():
     lib = reg.pin("lib", close=rec, name="lib")
     parent = reg.track("parent", rec, name="parent", depends_on=[lib])
     busy = reg.track("busy", rec, name="busy", depends_on=[parent])
-    reg.track("idle", rec, name="idle", depends_on=[lib])
+    idle = reg.track("idle", rec, name="idle", depends_on=[lib])  # held: live at teardown
     inside, done = threading.Event(), threading.Event()
     seen = []
 
@@ -444,6 +437,7 @@ def test_borrow_on_one_thread_while_teardown_runs_on_another():
     assert got["parent"] == Outcome.LEAKED_DEPENDENT
     assert got["lib"] == Outcome.LEAKED_DEPENDENT  # the borrowed handle still needs it
     assert got["idle"] == Outcome.RELEASED_AT_EXIT
+    assert idle.state == "released"
     done.set()
     join(user)
     assert seen == ["busy"]
@@ -642,11 +636,6 @@ def test_teardown_timeout_is_a_total_deadline():
 # ---------------------------------------------------------------- core bugs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a handle in a reference cycle that the garbage collector is "
-    "finalizing while teardown takes its snapshot ends with no ledger outcome",
-)
 def test_cyclic_gc_on_another_thread_racing_teardown_loses_no_handle():
     reg = Registry(name="threads-gc-vs-teardown", ledger_limit=None)
     rec = Recorder()
@@ -683,6 +672,9 @@ def test_cyclic_gc_on_another_thread_racing_teardown_loses_no_handle():
     # The cyclic handle was never released and never leaked on purpose: the ledger
     # must still say what happened to it (every handle ends in exactly one outcome).
     assert "cyclic" in got, f"no outcome for the cyclic handle: {got}"
+    # teardown never saw it and native code must not run after close: leaked, not released
+    assert got["cyclic"] == Outcome.LEAKED_AFTER_CLOSE
+    assert "cyclic" not in rec.raws
     assert keep.state == "released"
 
 
@@ -690,13 +682,6 @@ class _Unreached(Exception):
     """The test could not reach the window it is about (the planner changed shape)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core bug: teardown_order() reads each handle's _parents in two passes without "
-    "the lock; a release finishing on another thread in between clears them, the planner "
-    "loses count and the whole teardown aborts ('the handle graph has a cycle')",
-)
 def test_teardown_plans_while_releases_finish_on_other_threads():
     K = 4
     reg = Registry(name="threads-plan-race", ledger_limit=None)
