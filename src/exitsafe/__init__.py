@@ -24,6 +24,15 @@ from ._errors import (
 from ._guard import Guarded
 from ._ledger import LedgerEntry, Outcome
 from .lifetime import Handle, HandleInfo, Registry, default_registry, registries
+from .objects import (
+    AlreadyTrackedError,
+    NeutralizeError,
+    adopt,
+    handle_of,
+    neutralize,
+    neutralize_at_exit,
+)
+from .wrapper import NativeObject
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,6 +46,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadyTrackedError",
     "DependencyCycleError",
     "ExitsafeError",
     "ForeignHandleError",
@@ -46,13 +56,19 @@ __all__ = [
     "HandleInfo",
     "LedgerEntry",
     "LiveDependentsError",
+    "NativeObject",
+    "NeutralizeError",
     "Outcome",
     "Registry",
     "RegistryClosedError",
     "__version__",
+    "adopt",
     "default_registry",
     "guard",
+    "handle_of",
     "ledger",
+    "neutralize",
+    "neutralize_at_exit",
     "on_teardown",
     "pin",
     "registries",

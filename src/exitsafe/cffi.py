@@ -33,7 +33,8 @@ import sys
 from _weakref import ref as _weakref
 
 from ._guard import Guarded
-from .adopt import (
+from .lifetime import Handle, Registry
+from .objects import (
     _bind_address,
     _claim_address,
     _forget_address,
@@ -42,10 +43,9 @@ from .adopt import (
     _registry,
     _resolve,
 )
-from .adopt import (
+from .objects import (
     handle_of as _adopt_handle_of,
 )
-from .lifetime import Handle, Registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def track(
     NULL raises ``ValueError``; non-pointers, cdata owned by cffi
     (``ffi.new``, ``ffi.from_buffer``) and ``ffi.gc`` results raise
     ``TypeError``; a pointer already tracked raises
-    :class:`~exitsafe.adopt.AlreadyTrackedError`.
+    :class:`~exitsafe.AlreadyTrackedError`.
 
     ``release`` is usually ``lib.thing_free``.  The handle keeps ``ffi`` and
     ``lib`` referenced.  When the library is pinned with :func:`pin` in the

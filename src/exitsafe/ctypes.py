@@ -28,7 +28,8 @@ import sys
 from _weakref import ref as _weakref
 
 from ._guard import Guarded
-from .adopt import (
+from .lifetime import Handle, Registry
+from .objects import (
     _bind_address,
     _claim_address,
     _forget_address,
@@ -38,10 +39,9 @@ from .adopt import (
     _registry,
     _resolve,
 )
-from .adopt import (
+from .objects import (
     handle_of as _adopt_handle_of,
 )
-from .lifetime import Handle, Registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -297,7 +297,7 @@ def track(
 
     ``ptr``: a ``c_void_p``, ``c_char_p``, ``POINTER(T)`` instance or an
     ``int`` address; NULL raises ``ValueError``, non-pointers ``TypeError``,
-    a pointer already tracked :class:`~exitsafe.adopt.AlreadyTrackedError`.
+    a pointer already tracked :class:`~exitsafe.AlreadyTrackedError`.
     ``release``: usually ``lib.thing_free``; when it has no ``argtypes`` an
     int address is passed as ``c_void_p`` (not truncated to a C int).
 

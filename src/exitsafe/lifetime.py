@@ -517,6 +517,12 @@ class Registry:
         (``hook_timeout``) and the handles in ``before`` are then leaked.
         ``release()`` on the returned handle cancels the hook; dropping the
         handle does not.
+
+        Until it runs or is cancelled, the hook refers to the handles in
+        ``before``: dropping your last reference to one of them does not
+        release it before the hook (garbage collection cannot reach it), while
+        an explicit ``release()`` on it still releases it at once (the edge
+        orders the teardown; it does not defer releases).
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")

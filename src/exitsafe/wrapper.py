@@ -32,8 +32,8 @@ or on the thread running the teardown.
 
 from __future__ import annotations
 
-from .adopt import _registry, _resolve
 from .lifetime import Handle, Registry
+from .objects import _registry, _resolve
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class NativeObject:
     ``handle=`` instead wraps an existing handle, for example one returned
     by :func:`exitsafe.cffi.track` or :func:`exitsafe.ctypes.track`, which
     validate pointers first.  ``parent`` is another wrapper (or anything
-    :func:`exitsafe.adopt.handle_of` knows) that must outlive this one: the
+    :func:`exitsafe.handle_of` knows) that must outlive this one: the
     wrapper keeps it referenced (:attr:`parent`) and its handle depends on
     the parent's.  ``depends_on`` adds more such handles (a pinned library,
     a callback).
@@ -168,7 +168,7 @@ class NativeObject:
 
     @property
     def __exitsafe_handle__(self) -> Handle:
-        """Lets :func:`exitsafe.adopt.handle_of` and every ``depends_on`` accept the wrapper."""
+        """Lets :func:`exitsafe.handle_of` and every ``depends_on`` accept the wrapper."""
         return self._es_handle
 
     @property

@@ -8,7 +8,7 @@ import gc
 import pytest
 
 import exitsafe
-from exitsafe.adopt import (
+from exitsafe import (
     AlreadyTrackedError,
     NeutralizeError,
     adopt,

@@ -10,8 +10,7 @@ import pytest
 from conftest import HEADER, NATIVE, is_mapped, needs_proc_maps
 
 import exitsafe
-from exitsafe import HandleClosedError
-from exitsafe.adopt import AlreadyTrackedError
+from exitsafe import AlreadyTrackedError, HandleClosedError
 
 cffi = pytest.importorskip("cffi")
 es_cffi = pytest.importorskip("exitsafe.cffi")

@@ -11,9 +11,8 @@ import pytest
 from conftest import is_mapped, needs_proc_maps
 
 import exitsafe
-from exitsafe import HandleClosedError
+from exitsafe import AlreadyTrackedError, HandleClosedError
 from exitsafe import ctypes as es_ctypes
-from exitsafe.adopt import AlreadyTrackedError
 
 vp = ctypes.c_void_p
 

@@ -285,7 +285,7 @@ def test_neutralize_at_exit_is_the_seed_fix_in_one_call(tmp_path, toy_so):
         CTYPES_PRELUDE
         + BINDING
         + """
-from exitsafe.adopt import neutralize_at_exit
+from exitsafe import neutralize_at_exit
 catalog = Catalog()
 neutralize_at_exit(catalog, "_handle")
 """,
@@ -302,7 +302,7 @@ def test_adopt_closes_the_catalog_in_order_before_the_runtime_goes(tmp_path, toy
         + BINDING
         + """
 import exitsafe.ctypes as es
-from exitsafe.adopt import adopt
+from exitsafe import adopt
 runtime = es.pin(lib, close=False)
 catalog = Catalog()
 adopt(catalog, depends_on=[runtime])
@@ -319,7 +319,7 @@ def test_adopt_with_leak_policy_and_neutralize(tmp_path, toy_so):
         CTYPES_PRELUDE
         + BINDING
         + """
-from exitsafe.adopt import adopt
+from exitsafe import adopt
 catalog = Catalog()
 adopt(catalog, exit_policy="leak", neutralize="_handle")
 """,

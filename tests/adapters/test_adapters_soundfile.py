@@ -55,7 +55,7 @@ def test_unclosed_soundfile_loses_its_header_without_exitsafe(tmp_path):
 
 def test_adopted_soundfile_is_closed_at_exit(tmp_path):
     proc = run_py(
-        RECORDER.format(protect="from exitsafe.adopt import adopt", adopt="adopt(take)"),
+        RECORDER.format(protect="from exitsafe import adopt", adopt="adopt(take)"),
         tmp_path,
     )
     assert_clean_exit(proc)
@@ -69,7 +69,7 @@ def test_soundfile_on_a_python_file_closes_before_the_file(tmp_path):
         """
 import json, numpy as np, soundfile as sf
 import exitsafe
-from exitsafe.adopt import adopt
+from exitsafe import adopt
 
 raw = open("virtual.wav", "wb")
 snd = sf.SoundFile(raw, "w", 8000, 1, format="WAV")
@@ -108,7 +108,7 @@ def test_neutralized_soundfile_makes_no_native_call_after_teardown(tmp_path):
         """
 import numpy as np, soundfile as sf
 import exitsafe
-from exitsafe.adopt import neutralize_at_exit
+from exitsafe import neutralize_at_exit
 
 take = sf.SoundFile("leak.wav", "w", 8000, 1)
 take.write(np.zeros(10))
@@ -129,7 +129,7 @@ exitsafe.on_teardown(check, after=[hook])
 
 def test_adopt_neutralize_with_leak_policy_in_process(tmp_path):
     import exitsafe
-    from exitsafe.adopt import adopt
+    from exitsafe import adopt
 
     registry = exitsafe.Registry("soundfile")
     snd = sf.SoundFile(str(tmp_path / "x.wav"), "w", 8000, 1)

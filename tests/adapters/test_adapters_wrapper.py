@@ -8,8 +8,7 @@ import pickle
 
 import pytest
 
-from exitsafe import HandleClosedError
-from exitsafe.adopt import handle_of
+from exitsafe import HandleClosedError, handle_of
 from exitsafe.wrapper import NativeObject
 
 

@@ -26,6 +26,8 @@ Thread rules: every function here may be called from any thread.  The close
 method of an adopted object runs on the thread that drops the handle's last
 owner, or on the thread running the teardown; neutralization at exit runs on
 the teardown thread.
+
+Every public name here is also importable from :mod:`exitsafe` itself.
 """
 
 from __future__ import annotations
@@ -497,7 +499,7 @@ def adopt(
     if existing is not None and existing._raw is obj and existing.state == "live":
         raise AlreadyTrackedError(
             f"{type(obj).__qualname__} object is already adopted as {existing.name!r}; "
-            f"use exitsafe.adopt.handle_of(obj).retain() to share ownership",
+            f"use exitsafe.handle_of(obj).retain() to share ownership",
             existing,
         )
     adoption = _Adoption(close, key)
