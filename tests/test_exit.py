@@ -291,3 +291,99 @@ def test_wrappers_in_a_cycle_with_del_are_quiet_at_shutdown(tmp_path):
     )
     assert_clean(proc)
     assert order[-1] == "instance" and sorted(order[:-1]) == ["device", "device"]
+
+
+SHUTDOWN_SEQUENCE = textwrap.dedent(
+    """
+    import atexit, os, sys, threading, time
+    LOG = os.environ["ORDER_LOG"]
+
+    def record(what):
+        with open(LOG, "a") as fh:
+            fh.write(str(what) + "\\n")
+
+    atexit.register(record, "atexit-registered-before-import")
+    import exitsafe
+    atexit.register(record, "atexit-registered-after-import")
+    threading._register_atexit(record, "threading-atexit")   # what concurrent.futures uses
+
+    class ModuleGlobal:
+        def __init__(self):
+            # module globals, even open(), may be unusable when __del__ runs
+            self.fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            self.write = os.write
+
+        def __del__(self):
+            self.write(self.fd, b"module-finalization\\n")
+
+    GLOBAL = ModuleGlobal()
+    h = exitsafe.track("exitsafe-teardown", record)
+
+    def worker():
+        time.sleep(0.2)
+        record("non-daemon-thread-done")
+
+    threading.Thread(target=worker).start()
+    """
+)
+
+
+def test_where_the_teardown_runs_in_the_shutdown_sequence(tmp_path):
+    # Pins the same position on every supported CPython (3.9-3.13): after
+    # threading's own atexit callbacks ran and the non-daemon threads were joined
+    # (threading._shutdown, in that order), among the atexit callbacks in LIFO
+    # order (so after those registered later than `import exitsafe`, before those
+    # registered earlier), and before module finalization.
+    log = tmp_path / "order.log"
+    script = tmp_path / "prog.py"
+    script.write_text(SHUTDOWN_SEQUENCE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXITSAFE_")}
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env={**env, "ORDER_LOG": str(log)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_clean(proc)
+    assert log.read_text().split() == [
+        "threading-atexit",
+        "non-daemon-thread-done",
+        "atexit-registered-after-import",
+        "exitsafe-teardown",
+        "atexit-registered-before-import",
+        "module-finalization",
+    ]
+
+
+def test_step_timeouts_hold_at_exit_on_every_version(tmp_path):
+    # CPython 3.12 refuses to start threads once shutdown began (gh-104690): the
+    # workers that bound timed steps are started ahead of time, when a timeout is
+    # configured.  Two standby workers: the exit teardown survives one abandoned
+    # step on every version; after a second one, 3.12 can start no new worker and
+    # leaks the remaining timed steps instead of running them unbounded.
+    proc, order = run_program(
+        """
+        import time
+        reg = exitsafe.Registry(name="timed", step_timeout=0.3)
+        early = reg.track("early", record, name="early")
+        hang1 = reg.track("hang1", lambda raw: time.sleep(30), name="hang1")
+        after_one = reg.track("after-one", record, name="after-one")
+        hang2 = reg.track("hang2", lambda raw: time.sleep(30), name="hang2")
+        """,
+        tmp_path,
+        EXITSAFE_LEDGER=str(tmp_path / "ledger.json"),
+    )
+    assert_clean(proc)
+    data = json.loads((tmp_path / "ledger.json").read_text())
+    (timed,) = [r for r in data["registries"] if r["name"] == "timed"]
+    got = {e["name"]: (e["outcome"], e["detail"]) for e in timed["entries"]}
+    assert got["hang2"][0] == got["hang1"][0] == "leaked_timeout"
+    assert got["after-one"][0] == "released_at_exit"
+    if sys.version_info[:2] == (3, 12):
+        assert got["early"][0] == "leaked_timeout"
+        assert "no thread could be started" in got["early"][1]
+        assert order == ["after-one"]
+    else:
+        assert got["early"][0] == "released_at_exit"
+        assert order == ["after-one", "early"]

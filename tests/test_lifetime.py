@@ -580,3 +580,36 @@ def test_a_log_handler_that_keeps_records_does_not_keep_handles_alive():
     assert any("cannot free c" in record.getMessage() for record in kept)
     assert [ref() for ref in refs] == [None, None]
     assert {e.name: e.outcome for e in reg.ledger()}["c"] == Outcome.RELEASE_FAILED
+
+
+def test_a_timeout_starts_standby_workers_before_shutdown():
+    from exitsafe import _steps
+
+    Registry(name="timed-standby", step_timeout=1.0)
+    assert len(_steps._standby) == _steps.STANDBY
+    reg = Registry(name="timed-standby-reuse", step_timeout=1.0)
+    reg.track("x", lambda raw: None, name="x")
+    reg.teardown()
+    # the worker the teardown used is handed back, not left to end
+    assert len(_steps._standby) == _steps.STANDBY
+
+
+def test_a_timed_step_without_a_worker_is_leaked_not_run_unbounded(monkeypatch):
+    # What CPython 3.12 does at exit once the standby workers are used up.
+    from exitsafe import _steps
+
+    def refuse(*args: object) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    calls: list[object] = []
+    reg = Registry(name="no-worker", step_timeout=1.0)
+    timed = reg.track("timed", calls.append, name="timed")  # noqa: F841  (held: live at teardown)
+    reg.on_teardown(lambda: calls.append("hook"), name="hook")
+    monkeypatch.setattr(_steps, "_standby", [])
+    monkeypatch.setattr(_steps, "_Worker", refuse)
+    reg.teardown()
+    assert calls == []
+    got = {e.name: (e.outcome, e.detail) for e in reg.ledger()}
+    assert got["timed"][0] == Outcome.LEAKED_TIMEOUT
+    assert got["hook"][0] == Outcome.HOOK_TIMEOUT
+    assert "no thread could be started" in got["timed"][1]

@@ -4,6 +4,14 @@ Without a limit a step runs inline, on the thread doing the teardown.  With a
 limit it runs on a daemon worker thread while the tearing-down thread waits; a
 step that overruns is *abandoned*: its worker is left blocked (a daemon thread
 never keeps the process alive) and a fresh worker runs the next step.
+
+CPython 3.12 refuses to start threads once interpreter shutdown has begun,
+which is when the exit teardown runs (atexit).  So the worker is started
+*ahead of time*: as soon as any timeout is configured (:func:`prepare`),
+``STANDBY`` idle workers wait, and a teardown hands back the one it used.
+So on 3.12 an exit teardown survives ``STANDBY - 1`` abandoned steps; after
+that a worker cannot be started and the caller leaks each further timed
+step rather than run it unbounded.
 """
 
 from __future__ import annotations
@@ -55,6 +63,50 @@ class _Worker:
         self._go.release()
 
 
+class NoWorkerError(RuntimeError):
+    """No thread could be started to run a step under its time limit."""
+
+
+#: How many idle workers :func:`prepare` keeps ready: one for the steps, one
+#: to replace it if a step is abandoned.
+STANDBY = 2
+
+#: The idle workers kept ready for teardowns that need one (a list because
+#: ``pop()`` / ``append()`` are atomic, whichever thread tears down).
+_standby: list[_Worker] = []
+
+
+def prepare() -> None:
+    """Start standby workers up to :data:`STANDBY` (nothing to do when they exist).
+
+    Called whenever a timeout is configured, so that workers exist before
+    interpreter shutdown forbids starting them.
+    """
+    while len(_standby) < STANDBY:
+        _standby.append(_Worker())
+
+
+def after_fork_in_child() -> None:
+    """The parent's standby threads do not exist in a forked child: start new ones."""
+    if _standby:
+        _standby.clear()
+        try:
+            prepare()
+        except RuntimeError:  # a fork during shutdown: the child's teardown leaks timed steps
+            pass
+
+
+def _take_worker() -> _Worker:
+    try:
+        return _standby.pop()
+    except IndexError:
+        pass
+    try:
+        return _Worker()
+    except RuntimeError as exc:  # CPython 3.12: "can't create new thread at interpreter shutdown"
+        raise NoWorkerError(str(exc)) from None
+
+
 class StepRunner:
     """Calls ``fn(arg)`` inline, or on a worker thread when a timeout applies."""
 
@@ -70,6 +122,8 @@ class StepRunner:
 
         ``finished`` is ``False`` when the step overran ``timeout`` and was
         abandoned; ``error`` is the exception it raised, if it finished by raising.
+        Raises :class:`NoWorkerError`, without running the step, when a timeout
+        applies and no worker thread can be started.
         """
         if timeout is None:
             try:
@@ -79,7 +133,7 @@ class StepRunner:
             return True, None
         worker = self._worker
         if worker is None:
-            worker = self._worker = _Worker()
+            worker = self._worker = _take_worker()  # NoWorkerError goes to the caller
         worker.start(fn, arg)
         if worker.wait(max(timeout, 0.0)):
             return True, worker._error
@@ -87,7 +141,10 @@ class StepRunner:
         return False, None
 
     def close(self) -> None:
-        """Let the idle worker thread (if any) end."""
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
+        """Hand the idle worker (if any) back as the standby, or let it end."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            if len(_standby) < STANDBY:
+                _standby.append(worker)
+            else:
+                worker.stop()

@@ -27,7 +27,7 @@ from ._ledger import Outcome
 from ._planner import ROLE_HOOK, teardown_order
 from ._report import emit, log, quote
 from ._states import LEAKED, LIVE, RELEASED, RELEASING, TAINTING
-from ._steps import StepRunner
+from ._steps import NoWorkerError, StepRunner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -138,10 +138,11 @@ def _finish(node: Handle, outcome: str, detail: Optional[str]) -> None:
         node._state = LEAKED
         if node._raw is not None:
             _states.kept_alive.append(node._raw)
-        reason = f"{node.kind} {node.name!r} depending on it ended {outcome}"
-        for parent in node._parents:
-            if parent._taint is None:
-                parent._taint = reason
+        if node._parents:  # the reason is formatted only when a parent needs it
+            reason = f"{node.kind} {node.name!r} depending on it ended {outcome}"
+            for parent in node._parents:
+                if parent._taint is None:
+                    parent._taint = reason
     else:
         node._state = RELEASED
     node._raw = None
@@ -178,7 +179,13 @@ def _general_step(
         timeout = left if timeout is None else min(timeout, left)
     fn = node._fn
     assert fn is not None
-    finished, error = runner.call(fn, node._raw, timeout)
+    try:
+        finished, error = runner.call(fn, node._raw, timeout)
+    except NoWorkerError as exc:
+        # Running it unbounded could hang the exit this timeout exists to bound.
+        detail = f"not run: no thread could be started to bound it ({exc})"
+        log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)
+        return (Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT), detail
     if not finished:
         detail = f"still running after {timeout:.3g} s; abandoned"
         log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)

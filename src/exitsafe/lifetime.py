@@ -31,7 +31,7 @@ import _thread
 import time
 from _weakref import ref as _weakref
 
-from . import _config, _states, _teardown
+from . import _config, _states, _steps, _teardown
 from ._errors import (
     DependencyCycleError,
     ForeignHandleError,
@@ -86,6 +86,7 @@ def _check_timeout(timeout: object, what: str) -> Optional[float]:
         raise TypeError(f"{what} must be a number of seconds or None, got {type(timeout).__name__}")
     if not timeout > 0 or timeout == float("inf"):
         raise ValueError(f"{what} must be a positive, finite number of seconds, got {timeout!r}")
+    _steps.prepare()  # a worker thread must exist before shutdown forbids starting one
     return float(timeout)
 
 
@@ -396,8 +397,8 @@ class Registry:
         self.name = name
         self.strict = bool(strict)
         self.exit_policy: ExitPolicy = exit_policy
-        self.step_timeout = _check_timeout(step_timeout, "step_timeout")
-        self.teardown_timeout = _check_timeout(teardown_timeout, "teardown_timeout")
+        self._step_timeout = _check_timeout(step_timeout, "step_timeout")
+        self._teardown_timeout = _check_timeout(teardown_timeout, "teardown_timeout")
         self._ledger_limit = ledger_limit
         self._lock = _thread.allocate_lock()
         self._teardown_lock = _thread.allocate_lock()
@@ -416,6 +417,24 @@ class Registry:
         self._trace = False
         self._is_closed = False
         register(self)
+
+    @property
+    def step_timeout(self) -> Optional[float]:
+        """Seconds one teardown step may take before it is abandoned and leaked (or ``None``)."""
+        return self._step_timeout
+
+    @step_timeout.setter
+    def step_timeout(self, value: Optional[float]) -> None:
+        self._step_timeout = _check_timeout(value, "step_timeout")
+
+    @property
+    def teardown_timeout(self) -> Optional[float]:
+        """Seconds the whole teardown may take; steps after that are leaked (or ``None``)."""
+        return self._teardown_timeout
+
+    @teardown_timeout.setter
+    def teardown_timeout(self, value: Optional[float]) -> None:
+        self._teardown_timeout = _check_timeout(value, "teardown_timeout")
 
     # ------------------------------------------------------------------ registration
 
