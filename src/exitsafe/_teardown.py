@@ -38,8 +38,27 @@ if TYPE_CHECKING:
 _RELEASED_AT_EXIT = Outcome.RELEASED_AT_EXIT
 
 
-def execute(registry: Registry, snapshot: list[Handle], reason: str) -> None:
-    """Run ``registry``'s teardown over ``snapshot`` (its live handles and hooks, oldest first)."""
+def claim(snapshot: list[Handle]) -> set[Handle]:
+    """Mark every live node of ``snapshot`` as being released by the teardown.
+
+    Called under the registry's lock in the same section that took the
+    snapshot and began the teardown, so that a live node seen after that
+    (see ``Registry._leak_missed_locked``) is one the snapshot did not hold.
+    Returns the nodes another thread is releasing (or just released).
+    """
+    elsewhere = set()
+    for node in snapshot:
+        if node._state == LIVE:
+            node._state = RELEASING
+        else:
+            elsewhere.add(node)
+    return elsewhere
+
+
+def execute(
+    registry: Registry, snapshot: list[Handle], elsewhere: set[Handle], reason: str
+) -> None:
+    """Run ``registry``'s teardown over ``snapshot`` (claimed by :func:`claim`, oldest first)."""
     started = perf_counter()
     trace = registry._trace = _config.trace_enabled()
     override = _config.at_exit_override()
@@ -49,13 +68,6 @@ def execute(registry: Registry, snapshot: list[Handle], reason: str) -> None:
     total = registry._total_timeout()
     deadline = None if total is None else started + total
 
-    with registry._lock:
-        elsewhere = set()
-        for node in snapshot:
-            if node._state == LIVE:
-                node._state = RELEASING
-            else:
-                elsewhere.add(node)  # another thread is releasing it (or just finished)
     order = teardown_order(snapshot)
     if trace:
         hooks = sum(1 for n in snapshot if n._role == ROLE_HOOK)

@@ -830,22 +830,14 @@ class Registry:
                     error = None
 
     def _leak_missed_locked(self, node: Handle) -> None:
-        # Teardown's snapshot holds every handle it saw, so a live handle collected
-        # after teardown began was not among them.  Native code must not run any
-        # more: leak it, so that it still ends in exactly one outcome.
-        node._state = _LEAKED
+        # Teardown claims every handle of its snapshot in the section that begins it,
+        # so a handle still live after that was not in the snapshot (a collection had
+        # cleared our weak reference to it).  Native code must not run any more: leak
+        # it, so that it still ends in exactly one outcome, and taint its parents.
         node._refs = 0
-        self._record(
-            node,
-            Outcome.LEAKED_AFTER_CLOSE,
-            "collected while teardown began, unseen by it",
-            True,
+        self._finish_locked(
+            node, Outcome.LEAKED_AFTER_CLOSE, "collected while teardown began, unseen by it", True
         )
-        if node._raw is not None:
-            _states.kept_alive.append(node._raw)
-        node._raw = None
-        node._fn = None
-        node._parents = ()
 
     def _end_borrow(self, node: Handle) -> None:
         with self._lock:
@@ -991,6 +983,7 @@ class Registry:
                 self._teardown_thread = me
                 self._teardown_lock.acquire()
                 snapshot = self._snapshot()
+                elsewhere = _teardown.claim(snapshot)
         if phase != _OPEN:
             if phase == _TEARING and self._teardown_thread != me:
                 total = self._total_timeout()
@@ -998,7 +991,7 @@ class Registry:
                     self._teardown_lock.release()
             return
         try:
-            _teardown.execute(self, snapshot, reason)
+            _teardown.execute(self, snapshot, elsewhere, reason)
         finally:
             with self._lock:
                 self._phase = _CLOSED
