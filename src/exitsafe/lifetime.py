@@ -797,14 +797,18 @@ class Registry:
         self._drain_gc_queue()
 
     def _drain_gc_queue(self) -> None:
+        # The queue is one list for the registry's life, emptied with pop(): swapping
+        # in a new list would lose a node that a finalizer on another thread appends
+        # to the old one between its load of the attribute and the append.
         lock = self._lock
-        while self._gc_queue:
+        queue = self._gc_queue
+        while queue:
             if not lock.acquire(False):
                 return  # the holder drains after releasing
             try:
-                queue, self._gc_queue = self._gc_queue, []
                 targets = []
-                for node in queue:
+                while queue:
+                    node = queue.pop()
                     if node._state == _LIVE and node._refs:
                         if self._phase:
                             self._leak_missed_locked(node)
