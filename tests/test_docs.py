@@ -128,8 +128,9 @@ def test_no_run_marker_is_used_sparingly() -> None:
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_example(block: Block, tmp_path: Path) -> None:
     if not block.run:
+        # marked no-run (it needs a real native library): checked to compile, not run
         compile(block.code, block.id, "exec")
-        pytest.skip(f"{block.id} is marked {NO_RUN}")
+        return
     code = program(block)
     env = dict(os.environ)
     for var in ("EXITSAFE_AT_EXIT", "EXITSAFE_TRACE", "EXITSAFE_LEDGER",
