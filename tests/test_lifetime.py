@@ -613,3 +613,37 @@ def test_a_timed_step_without_a_worker_is_leaked_not_run_unbounded(monkeypatch):
     assert got["timed"][0] == Outcome.LEAKED_TIMEOUT
     assert got["hook"][0] == Outcome.HOOK_TIMEOUT
     assert "no thread could be started" in got["timed"][1]
+
+
+def test_importing_exitsafe_loads_only_the_core():
+    # The adapters, the teardown executor and the step runner load on first use.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import exitsafe; "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('exitsafe')))); "
+        "print(' '.join(m for m in ('cffi', 'ctypes', 'threading', 'logging') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    loaded = set(out[0].split())
+    assert not loaded & {
+        "exitsafe.objects",
+        "exitsafe.wrapper",
+        "exitsafe._teardown",
+        "exitsafe._steps",
+        "exitsafe.cffi",
+        "exitsafe.ctypes",
+        "exitsafe.testing",
+        "exitsafe.lab",
+    }
+    assert out[1:] in ([], [""])
+    # ... and the lazy names resolve
+    import exitsafe
+
+    assert exitsafe.adopt.__module__ == "exitsafe.objects"
+    assert "NativeObject" in dir(exitsafe)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        exitsafe.nope  # noqa: B018

@@ -24,15 +24,6 @@ from ._errors import (
 from ._guard import Guarded
 from ._ledger import LedgerEntry, Outcome
 from .lifetime import Handle, HandleInfo, Registry, default_registry, registries
-from .objects import (
-    AlreadyTrackedError,
-    NeutralizeError,
-    adopt,
-    handle_of,
-    neutralize,
-    neutralize_at_exit,
-)
-from .wrapper import NativeObject
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,6 +31,15 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional, TypeVar
 
     from .lifetime import ExitPolicy
+    from .objects import (
+        AlreadyTrackedError,
+        NeutralizeError,
+        adopt,
+        handle_of,
+        neutralize,
+        neutralize_at_exit,
+    )
+    from .wrapper import NativeObject
 
     T = TypeVar("T")
 
@@ -75,6 +75,34 @@ __all__ = [
     "teardown",
     "track",
 ]
+
+
+#: Names imported from their module on first access (PEP 562), so that importing
+#: exitsafe does not load the adapters' code.
+_LAZY = {
+    "AlreadyTrackedError": "objects",
+    "NeutralizeError": "objects",
+    "adopt": "objects",
+    "handle_of": "objects",
+    "neutralize": "objects",
+    "neutralize_at_exit": "objects",
+    "NativeObject": "wrapper",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'exitsafe' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def track(

@@ -16,7 +16,7 @@ import os
 import sys
 from _weakref import ref as _weakref
 
-from . import _config, _states, _steps
+from . import _config, _states
 from ._report import log
 from ._states import CLOSED, TEARING
 
@@ -113,11 +113,15 @@ def _after_fork_in_child() -> None:
             registry._phase = CLOSED
         registry._teardown_lock = _thread.allocate_lock()
         registry._teardown_thread = None
-    _steps.after_fork_in_child()
+    steps = sys.modules.get("exitsafe._steps")
+    if steps is not None:  # not imported: no worker was ever started
+        steps.after_fork_in_child()
 
 
 atexit.register(at_exit)
 if os.environ.get("EXITSAFE_STEP_TIMEOUT") or os.environ.get("EXITSAFE_TEARDOWN_TIMEOUT"):
+    from . import _steps
+
     _steps.prepare()  # the exit teardown will need a worker thread (see exitsafe._steps)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -31,7 +31,7 @@ import _thread
 import time
 from _weakref import ref as _weakref
 
-from . import _config, _states, _steps, _teardown
+from . import _config, _states
 from ._errors import (
     DependencyCycleError,
     ForeignHandleError,
@@ -86,6 +86,8 @@ def _check_timeout(timeout: object, what: str) -> Optional[float]:
         raise TypeError(f"{what} must be a number of seconds or None, got {type(timeout).__name__}")
     if not timeout > 0 or timeout == float("inf"):
         raise ValueError(f"{what} must be a positive, finite number of seconds, got {timeout!r}")
+    from . import _steps  # imported on first use: importing exitsafe stays cheap
+
     _steps.prepare()  # a worker thread must exist before shutdown forbids starting one
     return float(timeout)
 
@@ -979,6 +981,8 @@ class Registry:
         from another thread while a teardown runs waits for it to finish.
         Runs automatically at process exit.
         """
+        from . import _teardown  # imported on first use: importing exitsafe stays cheap
+
         me = _get_ident()
         with self._lock:
             phase = self._phase
