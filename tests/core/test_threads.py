@@ -703,3 +703,33 @@ def test_teardown_order_reads_each_nodes_edges_once():
     assert len(order) == 55
     assert order.index(parent) > max(order.index(c) for c in children)
     assert all(n.reads == 1 for n in [parent, *children, *others])
+
+
+def test_hot_path_waits_for_a_long_held_lock():
+    # track / retain / release yield to the lock's holder first, then block: a long
+    # critical section elsewhere (a big teardown recording its outcomes) only delays them.
+    reg = Registry(name="threads-long-hold", ledger_limit=None)
+    rec = Recorder()
+    h = reg.track("h", rec, name="h")
+    done = threading.Event()
+    results: list[str] = []
+
+    def worker() -> None:
+        other = reg.track("other", rec, name="other")
+        h.retain()
+        h.release()
+        other.release()
+        results.append("done")
+        done.set()
+
+    reg._lock.acquire()
+    try:
+        thread = start(worker)
+        # longer than the yields take: the worker has to block on the lock
+        assert not done.wait(0.2)
+    finally:
+        reg._lock.release()
+    join(thread)
+    assert results == ["done"]
+    assert rec.raws == ["other"]
+    assert h.owners == 1
