@@ -1,8 +1,20 @@
 """The interpreter matrix: the unit tests and the scenario suite on every supported CPython.
 
-Run ``nox`` (or ``nox -s tests-3.12`` for one interpreter).  Interpreters are found on PATH
-and, on machines that use pyenv, under ``$PYENV_ROOT/versions``; a supported interpreter that
-is not installed is reported with a visible line and skipped, never silently.
+Run ``nox`` for the whole matrix, CPython 3.9 to 3.15 (``nox -s tests-3.12`` for one
+interpreter).  Interpreters are found on PATH and, on machines that use pyenv, under
+``$PYENV_ROOT/versions``.  A supported version with no local interpreter is handled so:
+
+- 3.14 and 3.15: the session ``tests-3.14`` / ``tests-3.15`` delegates to
+  ``.ci/sid-python test VERSION``, which runs the same pytest command in a venv of
+  Debian sid's interpreter inside a cached sid root (Linux, as root; see that script).
+  When even that cannot be had, it prints ``SKIPPED CPython 3.14: <reason>`` and the
+  session passes.
+- older versions: a visible ``SKIPPING CPython 3.x`` line, never silently.
+
+Each session runs ``pytest -q -m "not repeat and not real"`` plus the arguments after
+``--``; pass ``-m "not real"`` there to include the 20x repetition runs
+(``nox -s tests-3.15 -- -m "not real" -n 2``).  ``tests/real`` (marker ``real``) runs
+once, from the main interpreter, over every interpreter's environment itself.
 """
 
 from __future__ import annotations
@@ -10,12 +22,16 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import sys
 
 import nox
 
-SUPPORTED = ["3.9", "3.10", "3.11", "3.12", "3.13"]
+SUPPORTED = ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
+#: versions that .ci/sid-python can provide from Debian sid when none is installed
+FROM_SID = ["3.14", "3.15"]
+#: tests/real runs once, from the main interpreter, over every interpreter itself
+PYTEST = ["-q", "-m", "not repeat and not real", "-p", "no:cacheprovider"]
 
-nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 
@@ -33,16 +49,34 @@ def _add_pyenv_interpreters() -> None:
 
 
 _add_pyenv_interpreters()
-AVAILABLE = [v for v in SUPPORTED if shutil.which(f"python{v}")]
-for _missing in sorted(set(SUPPORTED) - set(AVAILABLE)):
+LOCAL = [v for v in SUPPORTED if shutil.which(f"python{v}")]
+SID = [v for v in FROM_SID if v not in LOCAL and sys.platform.startswith("linux")]
+for _missing in sorted(set(SUPPORTED) - set(LOCAL) - set(SID)):
     print(f"nox: SKIPPING CPython {_missing}: no python{_missing} on this machine")
 
+nox.options.sessions = ["tests", *[f"tests-{v}" for v in SID]]
 
-@nox.session(python=AVAILABLE)
+
+@nox.session(python=LOCAL)
 def tests(session: nox.Session) -> None:
-    """Unit tests and the scenario suite (the repetition runs stay on the main interpreter)."""
+    """Unit tests and the scenario suite (the repetition runs with ``-- -m "not real"``)."""
     session.install("-e", ".[test]")
-    session.run(
-        "python", "-m", "pytest", "-q", "-m", "not repeat", "-p", "no:cacheprovider",
-        *session.posargs,
+    session.run("python", "-m", "pytest", *PYTEST, *session.posargs)
+
+
+def _sid_session(version: str) -> None:
+    def run_in_sid_root(session: nox.Session) -> None:
+        # exit status 75: the interpreter cannot be had here; the script printed why
+        session.run(
+            "bash", ".ci/sid-python", "test", version, *PYTEST, *session.posargs,
+            external=True, success_codes=[0, 75],
+        )
+
+    run_in_sid_root.__doc__ = (
+        f"The same tests on Debian sid's CPython {version} (no local python{version})."
     )
+    nox.session(name=f"tests-{version}", python=False)(run_in_sid_root)
+
+
+for _version in SID:
+    _sid_session(_version)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("hot_path", "teardown", "memory", "threads", "import", "exit")
+SECTIONS = ("hot_path", "teardown", "memory", "threads", "import", "exit", "calls")
 
 pytestmark = pytest.mark.skipif(
     not (ROOT / "benchmarks" / "run.py").exists(), reason="benchmarks/ not in this checkout"
@@ -76,7 +76,10 @@ def test_every_section_ran(quick_run: dict[str, Any]) -> None:
     assert results["meta"]["quick"] is True
     assert tuple(results["sections"]) == SECTIONS
     assert set(results["section_seconds"]) == set(SECTIONS)
-    for title in ("Hot path", "Teardown", "Memory", "Threads", "Import time", "Process exit"):
+    for title in (
+        "Hot path", "Teardown", "Memory", "Threads", "Import time", "Process exit",
+        "Automatic borrow",
+    ):
         assert title in quick_run["stdout"]
     assert "Bars (DESIGN.md)" in quick_run["stdout"]
 

@@ -14,27 +14,44 @@ opening fence changes that:
     (the nearest preceding block that is neither ``no-run`` nor a continuation):
     that block's code runs first, in the same fresh interpreter.
 
-A second test builds the site with ``mkdocs build --strict`` when mkdocs is
-installed (``pip install -e '.[docs]'``), and is skipped with that reason otherwise.
+A block made only of ``--8<-- "path"`` lines includes a file of ``docs/examples/`` (the
+pymdownx.snippets syntax): those programs are real files, and each has an expectation below
+(:data:`EXPECTED`): the "before" programs must fail exactly as their page says (a signal, a
+FATAL line), the "after" programs must exit 0 cleanly, the example test files must pass (or
+fail, for the one that shows a failure report).  The commands the pages show (``$ ...`` lines)
+must use the checkout's ``.venv/bin/`` tools, as set up in the README, and the ones of the
+pages listed in :data:`COMMAND_PAGES` are run, their first output line compared with the page.
+
+Python code lines in the pages are at most :data:`MAX_LINE` characters, the width of the text
+column at 1280 pixels.
+
+The site itself (its build, its diagrams, what it loads) is checked by
+tests/test_docs_site.py.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+EXAMPLES = DOCS / "examples"
 NO_RUN = "<!-- no-run -->"
 CONTINUE = "<!-- continue -->"
 FORBIDDEN = ("Exception ignored", "Traceback")
 TIMEOUT = 120
 
+_SNIPPET = re.compile(r'^\s*--8<--\s+"([^"]+)"\s*$')
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 
 
@@ -47,6 +64,7 @@ class Block:
         self.run = marker != NO_RUN
         self.continues = marker == CONTINUE
         self.setup: Block | None = None  # the example a continuation block continues
+        self.includes: list[str] = []  # docs/examples files included with --8<--
 
     @property
     def id(self) -> str:
@@ -74,7 +92,16 @@ def extract_blocks(path: Path) -> list[Block]:
                 break
             j += 1
         body = [line[len(indent) :] if line.startswith(indent) else line for line in lines[start:j]]
-        blocks.append(Block(path, i + 1, lang, "\n".join(body) + "\n", previous))
+        block = Block(path, i + 1, lang, "\n".join(body) + "\n", previous)
+        snippets = [_SNIPPET.match(line) for line in body if line.strip()]
+        if snippets and all(snippets):
+            block.includes = [m.group(1) for m in snippets if m]
+            block.code = "".join(
+                (EXAMPLES / name).read_text(encoding="utf-8")
+                for name in block.includes
+                if (EXAMPLES / name).exists()
+            )
+        blocks.append(block)
         i = j + 1
     return blocks
 
@@ -88,8 +115,8 @@ def python_blocks() -> list[Block]:
     for path in doc_files():
         root: Block | None = None
         for block in extract_blocks(path):
-            if block.lang not in ("python", "py"):
-                continue
+            if block.lang not in ("python", "py") or block.includes:
+                continue  # an included file runs under its own expectation (EXPECTED)
             if block.continues:
                 block.setup = root
             elif block.run:
@@ -167,19 +194,290 @@ def test_example(block: Block, tmp_path: Path) -> None:
         )
 
 
-def test_mkdocs_build_strict(tmp_path: Path) -> None:
-    try:
-        import mkdocs  # noqa: F401
-        import mkdocstrings  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"mkdocs is not installed ({exc}); pip install -e '.[docs]' to build the site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+# --------------------------------------------------------------------------- docs/examples
+
+
+@dataclass
+class Exits:
+    """How a program of docs/examples must end when run as ``python FILE``."""
+
+    returncode: Union[int, Tuple[int, ...]] = 0  # negative: killed by that signal (POSIX)
+    stdout: Optional[str] = None  # the whole of stdout, when given
+    stderr_has: Tuple[str, ...] = ()  # lines (or parts of lines) stderr must contain
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Pytest:
+    """An example test file: ``python -m pytest FILE`` must give these counts."""
+
+    passed: int = 0
+    failed: int = 0
+    output_has: Tuple[str, ...] = ()
+
+
+SIGSEGV, SIGABRT = -int(signal.SIGSEGV), -int(signal.SIGABRT)
+CHILD = "FATAL: device released after its parent instance was released"
+NO_LEAKS = "instances=0 devices=0 buffers=0 catalogs=0 inherited=0"
+CRASHES = tuple(-int(getattr(signal, n)) for n in ("SIGSEGV", "SIGILL", "SIGTRAP", "SIGBUS")
+                if hasattr(signal, n))
+
+#: Every file of docs/examples and what it must do.  A "before" program fails the way its page
+#: says; its "after" counterpart exits 0 with no "Traceback" and no "Exception ignored".
+EXPECTED: Dict[str, Union[Exits, Pytest]] = {
+    # testing.md
+    "testing/crash.py": Exits(SIGSEGV, stdout="work done\n"),
+    "testing/fixed.py": Exits(0, stdout="work done\n"),
+    "testing/test_exit_crash.py": Pytest(passed=4),
+    # quickstart.md
+    "quickstart/app.py": Exits(0, stdout=""),
+    # adapters.md: the lab runtime aborts with a FATAL line naming the broken rule; its leak
+    # report (at unload) must show nothing leaked, or only what the program leaks on purpose
+    "adapters/cffi_gc_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "adapters/cffi_gc_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    "adapters/cffi_pin_before.py": Exits(SIGSEGV, stdout="work done\n"),
+    "adapters/cffi_pin_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    # the callback is called into a finalized interpreter: SIGSEGV mostly, SIGILL / SIGTRAP /
+    # SIGBUS when its trampoline was freed with its Python object
+    "adapters/cffi_callback_before.py": Exits(
+        CRASHES, stdout="work done\n", stderr_has=("logger=1",)
+    ),
+    "adapters/cffi_callback_after.py": Exits(
+        0, stdout="work done\n", stderr_has=(NO_LEAKS + " teardown=unload logger=0",)
+    ),
+    "adapters/ctypes_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "adapters/ctypes_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    "adapters/adopt_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "adapters/adopt_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    "adapters/neutralize_before.py": Exits(
+        SIGABRT,
+        stdout="['lab-cpu', 'lab-gpu', 'lab-npu']\n",
+        stderr_has=("FATAL: runtime used after it was torn down (rt_catalog_release",),
+    ),
+    "adapters/neutralize_after.py": Exits(
+        0,
+        stdout="['lab-cpu', 'lab-gpu', 'lab-npu']\n",
+        stderr_has=("instances=0 devices=0 buffers=0 catalogs=1 inherited=0 teardown=shutdown",),
+    ),
+    "adapters/wrapper_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "adapters/wrapper_after.py": Exits(0, stdout="closed\nwork done\n",
+                                       stderr_has=(NO_LEAKS,)),
+    "testing/test_crash_report.py": Pytest(
+        failed=1,
+        output_has=(
+            "NOT CLEAN: 5 of 5 runs failed (100%): SIGSEGV x5",
+            "in device_release",
+            "in __del__",
+        ),
+    ),
+}
+
+
+def example_files() -> List[str]:
+    return sorted(p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.rglob("*.py"))
+
+
+def _clean_env(**extra: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    for var in list(env):
+        if var.startswith("EXITSAFE_"):
+            del env[var]
+    env.update(PYTHONFAULTHANDLER="1", PYTHONIOENCODING="utf-8", **extra)
+    return env
+
+
+def test_every_example_file_has_an_expectation() -> None:
+    files = set(example_files())
+    assert files, f"no example programs under {EXAMPLES}"
+    assert files == set(EXPECTED), (
+        f"without an expectation: {sorted(files - set(EXPECTED))}; "
+        f"expected but missing: {sorted(set(EXPECTED) - files)}"
     )
-    assert proc.returncode == 0, f"mkdocs build --strict failed\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_every_included_file_is_an_example() -> None:
+    included = {name for path in doc_files() for b in extract_blocks(path) for name in b.includes}
+    assert included <= set(EXPECTED), f"pages include unknown files: {included - set(EXPECTED)}"
+    shown = {name for name in EXPECTED if not name.startswith("testing/test_")}
+    assert shown <= included, f"example programs no page shows: {sorted(shown - included)}"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_file(name: str, tmp_path: Path) -> None:
+    expected = EXPECTED[name]
+    path = EXAMPLES / name
+    if isinstance(expected, Pytest):
+        argv = [sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider",
+                "-p", "no:randomly", "-o", "addopts="]
+        cwd = ROOT
+        env = _clean_env()
+    else:
+        argv, cwd, env = [sys.executable, str(path)], tmp_path, _clean_env(**expected.env)
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                              encoding="utf-8", errors="replace", timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"docs/examples/{name} did not finish within {TIMEOUT} s\n{exc.stderr or ''}")
+    report = f"docs/examples/{name}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    if isinstance(expected, Pytest):
+        summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        for count, word in ((expected.passed, "passed"), (expected.failed, "failed")):
+            if count:
+                assert f"{count} {word}" in summary, report
+            else:
+                assert f" {word}" not in summary, report
+        assert proc.returncode == (1 if expected.failed else 0), report
+        for needle in expected.output_has:
+            assert needle in proc.stdout, f"{needle!r} not in the output of {report}"
+        return
+    codes = expected.returncode if isinstance(expected.returncode, tuple) else (
+        expected.returncode,)
+    assert proc.returncode in codes, (
+        f"exit status {proc.returncode}, expected {' or '.join(map(str, codes))}: {report}"
+    )
+    if expected.stdout is not None:
+        assert proc.stdout == expected.stdout, report
+    for needle in expected.stderr_has:
+        assert needle in proc.stderr, f"{needle!r} not on stderr of {report}"
+    if codes == (0,):
+        for needle in FORBIDDEN:
+            assert needle not in proc.stderr, f"{needle!r} on stderr of {report}"
+
+
+# ------------------------------------------------------------------------------- commands
+
+#: Tools that exist only in the checkout's virtual environment (README set-up): a page shows
+#: them as .venv/bin/<tool> (or says to activate the environment first).
+VENV_TOOLS = {"python", "pip", "pip3", "exitsafe", "pytest", "mkdocs", "nox", "ruff", "mypy"}
+#: Pages whose commands are run by test_commands_of_the_page, in order.
+COMMAND_PAGES = ("testing.md", "quickstart.md", "adapters.md")
+
+
+def commands(path: Path) -> List[Tuple[int, str, Optional[List[str]]]]:
+    """``(line, command, output)`` for each command a page shows in a shell block; ``output``
+    is the lines shown after a ``$ `` prompt, ``None`` for a command shown without one (a
+    set-up step such as an install, never run by the tests)."""
+    found = []
+    for block in extract_blocks(path):
+        if block.lang not in ("sh", "bash", "shell", "console", "text", ""):
+            continue
+        lines = block.code.splitlines()
+        prompt = block.lang in ("console", "text", "") or any(x.startswith("$ ") for x in lines)
+        for i, line in enumerate(lines):
+            if prompt and not line.startswith("$ "):
+                continue
+            command = line[2:] if prompt else line
+            command = command.split(" #")[0].strip()
+            if not command or command.startswith("#"):
+                continue
+            output = []
+            for later in lines[i + 1:]:
+                if later.startswith("$ "):
+                    break
+                output.append(later)
+            found.append((block.line + 1 + i, command, output if prompt else None))
+    return found
+
+
+def _programs(command: str) -> List[str]:
+    words = []
+    for part in re.split(r"&&|\|\||;|\|", command):
+        tokens = shlex.split(part)
+        while tokens and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tokens[0]):
+            tokens.pop(0)  # VAR=value before the command
+        if tokens:
+            words.append(tokens[0])
+    return words
+
+
+def test_commands_use_the_checkout_environment() -> None:
+    bad = []
+    for path in [*doc_files(), ROOT / "README.md"]:
+        for line, command, _ in commands(path):
+            for program in _programs(command):
+                if program in VENV_TOOLS:
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: {command}")
+    assert not bad, (
+        "commands that only work with the virtual environment activated; write "
+        ".venv/bin/<tool> (the README's set-up):\n" + "\n".join(bad)
+    )
+
+
+def _normalize(line: str) -> str:
+    line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
+    return re.sub(r"\d+(\.\d+)?", "#", line).rstrip()
+
+
+@pytest.mark.parametrize("page", COMMAND_PAGES)
+def test_commands_of_the_page(page: str) -> None:
+    """Each command runs from the checkout's root, as a reader would run it after the README's
+    set-up; its first line of output (numbers and addresses aside) is what the page shows, and
+    an ``echo $?`` shown after it gives the status shown."""
+    bindir = str(Path(sys.executable).parent)
+    shown = commands(DOCS / page)
+    assert shown, f"no commands on {page}"
+    status = None
+    for line, command, output in shown:
+        if output is None or "-m pytest" in command:
+            continue  # a set-up step; or an example test file, run under EXPECTED
+        if command == "echo $?":
+            assert output and status is not None, f"{page}:{line}: nothing to echo"
+            assert output[0].strip() == str(status), (
+                f"{page}:{line}: the page shows exit status {output[0]}, the command gave {status}"
+            )
+            continue
+        real = command.replace(".venv/bin/", bindir + "/")
+        proc = subprocess.run(["bash", "-c", real], cwd=ROOT, env=_clean_env(),
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        status = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        first = (proc.stdout + proc.stderr).splitlines()
+        if output:
+            assert first, f"{page}:{line}: `{command}` printed nothing"
+            assert _normalize(first[0]) == _normalize(output[0]), (
+                f"{page}:{line}: `{command}`\n  page: {output[0]}\n  real: {first[0]}"
+            )
+
+
+# ----------------------------------------------------------------------------- line width
+
+#: The longest code line that fits the text column of the site at 1280 pixels with both
+#: sidebars (docs/stylesheets/extra.css sets the code font); longer lines hide behind a
+#: horizontal scrollbar.  Program output is exempt: it is shown as printed.
+MAX_LINE = 88
+
+
+def test_code_lines_fit_the_text_column() -> None:
+    long_lines = []
+    for path in doc_files():
+        for block in extract_blocks(path):
+            if block.lang not in ("python", "py", "sh", "bash") or block.includes:
+                continue
+            for i, line in enumerate(block.code.splitlines()):
+                if len(line) > MAX_LINE:
+                    long_lines.append(f"{block.id.split(':')[0]}:{block.line + 1 + i}: "
+                                      f"{len(line)} characters")
+    for name in example_files():
+        for i, line in enumerate((EXAMPLES / name).read_text(encoding="utf-8").splitlines()):
+            if len(line) > MAX_LINE:
+                long_lines.append(f"examples/{name}:{i + 1}: {len(line)} characters")
+    assert not long_lines, (
+        f"code lines wider than the text column ({MAX_LINE} characters):\n"
+        + "\n".join(long_lines)
+    )
+
+
+# -------------------------------------------------------------------------------- wording
+
+#: Words of the project's own notes that mean nothing to a reader of the documentation.
+JARGON = re.compile(r"\bseeds?\b|\bbars? of the design\b|\bproduct brief\b|\bdesign contract\b",
+                    re.IGNORECASE)
+
+
+def test_no_internal_jargon() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in [*doc_files(), ROOT / "README.md"]
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if JARGON.search(line)
+    ]
+    assert not found, "internal jargon in the documentation:\n" + "\n".join(found)

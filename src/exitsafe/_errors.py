@@ -65,3 +65,19 @@ class ForeignHandleError(ExitsafeError, ValueError):
     Dependencies never cross registries: each registry tears down on its own,
     so an edge between two of them could not be honoured.
     """
+
+
+class ReentrancyError(ExitsafeError, RuntimeError):
+    """An exitsafe call that must answer at once arrived while exitsafe itself was
+    interrupted on the same thread.
+
+    Python may run a finalizer (a ``__del__``, a weakref callback, a garbage
+    collection) or a signal handler in the middle of one of exitsafe's own short
+    bookkeeping steps.  If that code calls exitsafe, waiting for the interrupted step
+    would mean waiting for itself.  Release requests (``Handle.release()``, the
+    garbage collection of a handle, the end of a borrow, cancelling a hook,
+    ``teardown()``) are therefore queued and run right after the interrupted step;
+    calls that must return a result (``track``, ``retain``, ``detach`` ...) raise
+    this error instead of hanging.  Move such calls out of ``__del__`` methods and
+    signal handlers.
+    """

@@ -6,7 +6,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-    from .lifetime import Registry
+    from ._registry import Registry
 
 
 class Guarded:
@@ -16,8 +16,8 @@ class Guarded:
     :func:`exitsafe.teardown`) every call returns ``default`` without calling
     ``fn``, on whatever thread the native code calls from, so a native thread
     that calls back late finds a harmless no-op.  Exceptions raised by ``fn``
-    before that propagate unchanged.  The check reads one attribute and no
-    module global, so it stays safe while the interpreter finalizes modules.
+    before that propagate unchanged.  The check reads one property of the registry
+    and no module global, so it stays safe while the interpreter finalizes modules.
 
     Keeping the native side's function pointer alive is the FFI adapter's job
     (:func:`exitsafe.cffi.callback`); a ``Guarded`` only decides whether to call.
@@ -26,8 +26,14 @@ class Guarded:
     __slots__ = ("__wrapped__", "_registry", "default")
 
     def __init__(self, fn: Callable[..., Any], default: Any, registry: Registry) -> None:
+        from ._registry import Registry
+
         if not callable(fn):
             raise TypeError(f"guard() needs a callable, got {type(fn).__name__}")
+        if not isinstance(registry, Registry):
+            raise TypeError(
+                f"registry must be an exitsafe.Registry, got {type(registry).__name__}"
+            )
         self.__wrapped__ = fn
         self.default = default
         self._registry = registry
@@ -35,10 +41,10 @@ class Guarded:
     @property
     def active(self) -> bool:
         """``True`` until teardown begins; then calls return ``default``."""
-        return not self._registry._phase
+        return not self._registry.tearing_down
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._registry._phase:
+        if self._registry.tearing_down:
             return self.default
         return self.__wrapped__(*args, **kwargs)
 

@@ -1,15 +1,21 @@
-"""The ledger: what happened to every handle, as data.
+"""The ledger: what happened to every handle, as data; and the trace grammar.
 
-Every handle ends in exactly one outcome.  The registry appends one compact
-record per outcome; :class:`LedgerEntry` objects are built only when somebody
+Every handle ends in exactly one outcome.  A registry appends one compact record per
+outcome to its :class:`Ledger`; :class:`LedgerEntry` objects are built only when somebody
 asks for them, so the release hot path stays cheap.
+
+The teardown trace (``EXITSAFE_TRACE=1``) is written with :func:`trace_line` and read
+back by :mod:`exitsafe.testing` with :func:`parse_trace_line`: one grammar, defined here.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any, Optional
+
+    Record = tuple[int, str, Optional[str], str, Optional[str], bool]
 
 
 class Outcome:
@@ -18,16 +24,24 @@ class Outcome:
     ``released``            released by its owners before teardown.
     ``released_at_exit``    released natively by the teardown.
     ``leaked_policy``       its exit policy (or ``EXITSAFE_AT_EXIT=leak``) said leak.
-    ``leaked_in_use``       it was borrowed (or being released on another thread) at teardown.
-    ``leaked_timeout``      its release step blocked past the step or total timeout.
+    ``leaked_in_use``       it was borrowed, or being released on another thread (or on
+                            the teardown's own thread, which a teardown never waits for),
+                            when the teardown reached it.
+    ``leaked_timeout``      its release step (or its exit policy) ran past the step or
+                            total timeout.
     ``leaked_dependent``    something depending on it was leaked or failed, so releasing it
                             could pull native state from under that dependent.
-    ``leaked_after_close``  tracked after the registry's teardown began (or, rarely, garbage
-                            collected in the instant teardown began, so that it never saw it).
+    ``leaked_after_close``  tracked after the registry's teardown began.
     ``leaked_inherited``    inherited by a forked child, which never releases its parent's handles.
+    ``leaked_affinity``     thread-affine: its release must run on a thread that was still
+                            running, elsewhere, when the teardown reached it.
+    ``leaked_interrupted``  the teardown was interrupted (an exception escaped it) before it
+                            reached this handle: it was neither released nor decided.
     ``release_failed``      the release function raised; it is never called again.
+    ``detached``            :meth:`exitsafe.Handle.detach` gave the object back to the program.
     ``hook_ran`` / ``hook_failed`` / ``hook_timeout``  a teardown hook's fate.
-    ``hook_cancelled``      a teardown hook removed with :meth:`Handle.release` before teardown.
+    ``hook_cancelled``      a teardown hook removed with :meth:`exitsafe.Handle.release` before
+                            teardown.
     """
 
     RELEASED = "released"
@@ -38,7 +52,10 @@ class Outcome:
     LEAKED_DEPENDENT = "leaked_dependent"
     LEAKED_AFTER_CLOSE = "leaked_after_close"
     LEAKED_INHERITED = "leaked_inherited"
+    LEAKED_INTERRUPTED = "leaked_interrupted"
+    LEAKED_AFFINITY = "leaked_affinity"
     RELEASE_FAILED = "release_failed"
+    DETACHED = "detached"
     HOOK_RAN = "hook_ran"
     HOOK_FAILED = "hook_failed"
     HOOK_TIMEOUT = "hook_timeout"
@@ -54,7 +71,10 @@ class Outcome:
             LEAKED_DEPENDENT,
             LEAKED_AFTER_CLOSE,
             LEAKED_INHERITED,
+            LEAKED_INTERRUPTED,
+            LEAKED_AFFINITY,
             RELEASE_FAILED,
+            DETACHED,
             HOOK_RAN,
             HOOK_FAILED,
             HOOK_TIMEOUT,
@@ -110,3 +130,202 @@ class LedgerEntry:
     def __repr__(self) -> str:
         detail = f" ({self.detail})" if self.detail else ""
         return f"<LedgerEntry {self.registry}:{self.name} {self.outcome}{detail}>"
+
+
+class Ledger:
+    """One registry's outcomes: the newest ``limit`` records and exact counts of all.
+
+    :meth:`add` is called with :data:`exitsafe._sync.LOCK` held; the readers copy
+    under it.  ``limit=None`` keeps every record; ``0`` keeps none (counts only).
+    Counts are derived when asked for: the records kept, plus the counts of the
+    records the limit dropped, so that :meth:`add` (on every release) only appends.
+    """
+
+    __slots__ = ("_cap", "_dropped", "_dropped_counts", "_late", "_records", "limit")
+
+    def __init__(self, limit: Optional[int]) -> None:
+        self.limit = limit
+        #: Records kept until there are this many, then trimmed to ``limit``.
+        self._cap = -1 if limit is None else 2 * limit
+        self._records: list[Record] = []
+        self._dropped_counts: dict[str, int] = {}
+        self._dropped = 0
+        # One entry per release request that arrived after close: appended without any
+        # lock (an append is atomic), because such a request may come from a finalizer late
+        # in interpreter shutdown, when a thread frozen inside exitsafe may hold its lock.
+        self._late: list[None] = []
+
+    def add_late_request(self) -> None:
+        """Count a release request that arrived after close (takes no lock)."""
+        self._late.append(None)
+
+    @property
+    def late_requests(self) -> int:
+        """Release requests that arrived after close and were ignored."""
+        return len(self._late)
+
+    def add(
+        self, seq: int, kind: str, name: Optional[str], outcome: str, detail: Optional[str],
+        at_exit: bool,
+    ) -> None:
+        """Record one outcome (the caller holds the lock)."""
+        records = self._records
+        records.append((seq, kind, name, outcome, detail, at_exit))
+        if len(records) > self._cap >= 0:
+            self._trim()
+
+    def _trim(self) -> None:
+        records = self._records
+        limit = self.limit
+        assert limit is not None
+        drop = len(records) - limit
+        counts = self._dropped_counts
+        for record in records[:drop]:
+            outcome = record[3]
+            counts[outcome] = counts.get(outcome, 0) + 1
+        del records[:drop]
+        self._dropped += drop
+
+    def entries(self, registry: str) -> list[LedgerEntry]:
+        """The kept records, oldest first (at most ``limit``), as entries."""
+        records = list(self._records)
+        limit = self.limit
+        if limit is not None and len(records) > limit:
+            records = records[len(records) - limit :]
+        return [
+            LedgerEntry(
+                registry, seq, kind, name if name is not None else f"{kind}#{seq}", outcome,
+                detail, at_exit,
+            )
+            for seq, kind, name, outcome, detail, at_exit in records
+        ]
+
+    def counts(self) -> dict[str, int]:
+        """How many handles ended in each outcome (exact, never truncated)."""
+        counts = dict(self._dropped_counts)
+        for record in self._records:
+            outcome = record[3]
+            counts[outcome] = counts.get(outcome, 0) + 1
+        return counts
+
+    @property
+    def dropped(self) -> int:
+        """How many records the limit dropped (their counts are still exact)."""
+        return self._dropped
+
+
+# ---------------------------------------------------------------------- trace grammar
+
+#: Every trace line starts with this.
+TRACE_PREFIX = "exitsafe: "
+
+#: The trace events and their fields, in the order they are printed.  A value is a
+#: bare token (numbers, outcomes, actions) or a JSON string (names, reasons, errors).
+TRACE_EVENTS: dict[str, tuple[str, ...]] = {
+    "teardown-begin": ("registry", "reason", "live", "hooks"),
+    "plan": ("registry", "steps"),
+    "step-begin": ("registry", "index", "of", "kind", "name"),
+    "step": ("registry", "index", "of", "action", "kind", "name", "outcome", "ms", "error"),
+    "teardown-end": ("registry", "released", "leaked", "failed", "ms"),
+    "late-release": ("registry", "kind", "name"),
+}
+
+#: Fields printed as JSON strings; the others are bare tokens.
+TRACE_QUOTED = frozenset({"registry", "reason", "kind", "name", "error"})
+
+
+def quote(text: str) -> str:
+    """Quote a trace value as a JSON string (without importing json)."""
+    out = ['"']
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch < " ":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def trace_line(event: str, **fields: object) -> str:
+    """One trace line: the event, then its fields in grammar order (``None`` omitted)."""
+    parts = [TRACE_PREFIX + event]
+    for key in TRACE_EVENTS[event]:
+        value = fields.get(key)
+        if value is None:
+            continue
+        text = quote(str(value)) if key in TRACE_QUOTED else str(value)
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+def parse_trace_line(line: str) -> Optional[tuple[str, dict[str, str]]]:
+    """``(event, fields)`` for a line of the grammar, or ``None`` for any other line.
+
+    Values are decoded to ``str`` (JSON strings unquoted).  Unknown events and keys
+    are kept, so a newer exitsafe's trace still parses.  Never raises.
+    """
+    if not line.startswith(TRACE_PREFIX):
+        return None
+    rest = line[len(TRACE_PREFIX) :]
+    event, _, tail = rest.partition(" ")
+    if not event or not (event[0].isalpha() and all(c.isalnum() or c in "-_" for c in event)):
+        return None
+    fields: dict[str, str] = {}
+    i, n = 0, len(tail)
+    while i < n:
+        while i < n and tail[i] == " ":
+            i += 1
+        if i >= n:
+            break
+        eq = tail.find("=", i)
+        key = tail[i:eq] if eq > i else ""
+        if not key or not key.replace("_", "a").isalnum():
+            return None
+        j = eq + 1
+        if j < n and tail[j] == '"':
+            value, j = _unquote(tail, j)
+            if value is None:
+                return None
+        else:
+            end = tail.find(" ", j)
+            end = n if end < 0 else end
+            value = tail[j:end]
+            j = end
+        fields[key] = value
+        i = j
+    return event, fields
+
+
+def _unquote(text: str, start: int) -> tuple[Optional[str], int]:
+    """Decode the JSON string starting at ``text[start]``; ``(None, _)`` if malformed."""
+    import json
+
+    i = start + 1
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == '"':
+            try:
+                return json.loads(text[start : i + 1]), i + 1
+            except ValueError:
+                return None, i + 1
+        i += 1
+    return None, n
+
+
+def summarize_outcomes(outcomes: Iterable[str]) -> tuple[int, int, int]:
+    """``(released, leaked, failed)`` counts of a teardown's outcomes."""
+    released = leaked = failed = 0
+    for outcome in outcomes:
+        if outcome == Outcome.RELEASED_AT_EXIT:
+            released += 1
+        elif outcome.startswith("leaked_"):
+            leaked += 1
+        if outcome in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED):
+            failed += 1
+    return released, leaked, failed

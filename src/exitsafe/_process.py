@@ -2,126 +2,241 @@
 
 The exit teardown is one :mod:`atexit` callback, registered when exitsafe is imported:
 it runs after the interpreter joined the non-daemon threads and before it finalizes
-modules, tears down every registry newest first, then writes the ledger when
-``EXITSAFE_LEDGER`` asks for it.  After ``os.fork()`` the child bumps the fork
-generation (so inherited handles are never released there) and replaces the locks
-that another thread of the parent may have held.
+modules, tears down every registry newest first (and any registry a hook creates
+meanwhile), then writes the ledger when ``EXITSAFE_LEDGER`` asks for it.  A registry
+created after that is closed at once.
+
+After ``os.fork()`` the child bumps the fork generation (so inherited handles are
+never released there), reinitializes exitsafe's lock and drops the work queued by the
+parent's threads; the fork itself waits (bounded) for any section in progress.
 """
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import os
 import sys
 from _weakref import ref as _weakref
 
-from . import _config, _states
+from . import _config, _sync
 from ._report import log
-from ._states import CLOSED, TEARING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional
 
-    from .lifetime import Registry
+    from ._registry import Registry
 
 
 _registries: list[Any] = []  # weak references, oldest first
-_registries_lock = _thread.allocate_lock()
-_default: Optional[Registry] = None
+#: Registries with teardown hooks, kept alive until their teardown (a hook is owned by
+#: its registry: dropping the registry object must not drop the hook).
+_kept: dict[int, Registry] = {}
+_default: list[Registry] = []
+#: The exit teardown's progress: "open" -> "exiting" -> "exited".
+_exit_phase: list[str] = ["open"]
+#: Objects kept referenced for the life of the process: the raw objects of leaked
+#: handles and pinned libraries that must never be unloaded by exitsafe's doing.
+_kept_alive: list[object] = []
 
 
-def register(registry: Registry) -> None:
-    """Remember ``registry`` (weakly) for the exit teardown."""
-    with _registries_lock:
+def register(registry: Registry) -> bool:
+    """Remember ``registry`` (weakly) for the exit teardown.
+
+    Returns ``False`` when the exit teardown has already finished: the caller then
+    starts closed.
+    """
+    _sync.enter()
+    try:
         _registries[:] = [r for r in _registries if r() is not None]
         _registries.append(_weakref(registry))
+        return _exit_phase[0] != "exited"
+    finally:
+        _sync.leave()
+
+
+def keep_until_teardown(registry: Registry) -> None:
+    """Keep ``registry`` alive until its teardown (it has hooks to run)."""
+    _kept[id(registry)] = registry
 
 
 def registries() -> list[Registry]:
     """Every registry still alive, oldest first (the exit teardown goes newest first)."""
-    with _registries_lock:
-        found = [r() for r in _registries]
+    found = [r() for r in list(_registries)]
     return [r for r in found if r is not None]
 
 
 def default_registry() -> Registry:
     """The process-wide registry that the module-level functions act on (created on first use)."""
-    global _default
-    registry = _default
-    if registry is None:
-        with _registries_lock:
-            registry = _default
-        if registry is None:
-            from .lifetime import Registry
+    if _default:
+        return _default[0]
+    from ._registry import Registry
 
-            created = Registry("default")
-            with _registries_lock:
-                if _default is None:
-                    _default = created
-                registry = _default
-    return registry
+    created = Registry("default")
+    _sync.enter()
+    try:
+        if not _default:
+            _default.append(created)
+        return _default[0]
+    finally:
+        _sync.leave()
+
+
+def keep_forever(obj: object) -> None:
+    """Keep a reference to ``obj`` for the rest of the process (never released by us)."""
+    _kept_alive.append(obj)
+
+
+def exit_teardown_begun() -> bool:
+    """Whether the process's exit teardown has begun."""
+    return _exit_phase[0] != "open"
 
 
 def teardown_all(reason: str) -> None:
     """Tear down every registry, newest first, then write the ledger if asked to.
 
-    One registry failing does not stop the others.  Used by the exit hook and by the
-    signal handlers of :mod:`exitsafe.signals`.
+    A registry created meanwhile (by a hook, or a release function) is torn down in a
+    further round.  One registry failing does not stop the others.  Used by the exit
+    hook and by the signal handlers of :mod:`exitsafe.signals`.
     """
-    for registry in reversed(registries()):
-        try:
-            registry.teardown(reason=reason)
-        except BaseException as exc:  # keep tearing down the other registries
-            log().error("exitsafe: teardown of registry %r failed: %s", registry.name, repr(exc))
+    done: set[int] = set()
+    while True:
+        todo = [r for r in reversed(registries()) if id(r) not in done]
+        if not todo:
+            break
+        for registry in todo:
+            done.add(id(registry))
+            try:
+                registry.teardown(reason=reason)
+            except Exception as exc:  # keep tearing down the other registries
+                log().error(
+                    "exitsafe: teardown of registry %r failed: %s", registry.name, repr(exc)
+                )
+            _kept.pop(id(registry), None)
     path = _config.ledger_path()
     if path:
         write_ledger(path)
 
 
 def at_exit() -> None:
-    """The :mod:`atexit` callback."""
-    teardown_all("atexit")
+    """The :mod:`atexit` callback: the exit teardown (then, in a forked child set to
+    leave quietly, the end: see :mod:`exitsafe._children`)."""
+    from ._interrupts import held
+
+    _exit_phase[0] = "exiting"
+    try:
+        with held(at_exit=True):
+            teardown_all("atexit")
+    finally:
+        _exit_phase[0] = "exited"
+    lsan = sys.modules.get("exitsafe._lsan")  # EXITSAFE_LSAN (see below)
+    if lsan is not None:
+        # Everything exitsafe keeps for ever was leaked on purpose (its handle ended
+        # leaked_*, or a library is never unloaded): not a leak for LeakSanitizer, whose
+        # own check runs after this, at the C-level exit.
+        for raw in list(_kept_alive):
+            lsan.leaked(raw)
+    if "exitsafe._audit" in sys.modules:  # EXITSAFE_AUDIT / EXITSAFE_TRACE (see below)
+        sys.modules["exitsafe._audit"].after_exit_teardown()
+    if _sync.generation:
+        from ._children import quiet_end
+
+        quiet_end()
 
 
 def write_ledger(path: str) -> None:
-    import json
+    """Write every registry's ledger as JSON to ``path``, a regular file (or a new one).
 
+    A symbolic link is followed to its target.  A path naming a directory, a device,
+    a FIFO or anything but a regular file is refused with one logged error and left
+    untouched; the file is written through a temporary file in the same directory,
+    which never outlives this call.
+    """
+    import json
+    import stat
+
+    target = os.path.realpath(path)
+    try:
+        mode: Optional[int] = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        log().error("exitsafe: could not write the ledger to %r: %s", path, exc)
+        return
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        log().error(
+            "exitsafe: not writing the ledger to %r: it is %s (EXITSAFE_LEDGER must name "
+            "a regular file)",
+            path,
+            kind,
+        )
+        return
     data = {
         "pid": os.getpid(),
         "python": sys.version.split()[0],
         "registries": [r._as_json() for r in registries()],
     }
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{target}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-        os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with open(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=1)
+            os.replace(tmp, target)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
     except OSError as exc:
         log().error("exitsafe: could not write the ledger to %r: %s", path, exc)
 
 
+# ---------------------------------------------------------------------- fork
+
+
+def _before_fork() -> None:
+    from . import _children
+
+    _children.before_fork()
+    _sync.before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    _sync.after_fork_in_parent()
+
+
 def _after_fork_in_child() -> None:
-    global _registries_lock
-    _states.fork_generation += 1
-    _registries_lock = _thread.allocate_lock()
+    from . import _children, _early, _interrupts, _threads
+
+    _sync.after_fork_in_child()
+    _interrupts.after_fork_in_child()
+    _exit_phase[0] = "open"  # the child has an exit of its own
     for registry in registries():
-        # Another thread of the parent may have held these at fork time.
-        registry._lock = _thread.allocate_lock()
-        if registry._phase == TEARING:
-            registry._phase = CLOSED
-        registry._teardown_lock = _thread.allocate_lock()
-        registry._teardown_thread = None
+        registry._after_fork_in_child()
     steps = sys.modules.get("exitsafe._steps")
     if steps is not None:  # not imported: no worker was ever started
         steps.after_fork_in_child()
+    _threads.after_fork_in_child()
+    _early.after_fork_in_child()
+    _children.after_fork_in_child()
 
 
 atexit.register(at_exit)
+if "multiprocessing.util" in sys.modules:  # imported in a multiprocessing worker?
+    from . import _children
+
+    _children.in_worker()
+if os.environ.get("EXITSAFE_AUDIT") or os.environ.get("EXITSAFE_TRACE"):
+    from . import _audit  # noqa: F401  (audit mode / thread list at exit; see _audit)
+if os.environ.get("EXITSAFE_LSAN"):
+    from . import _lsan  # noqa: F401  (leaked handles handed to LeakSanitizer; see _lsan)
 if os.environ.get("EXITSAFE_STEP_TIMEOUT") or os.environ.get("EXITSAFE_TEARDOWN_TIMEOUT"):
     from . import _steps
 
     _steps.prepare()  # the exit teardown will need a worker thread (see exitsafe._steps)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

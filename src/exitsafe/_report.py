@@ -1,8 +1,7 @@
 """Reporting: the ``exitsafe`` logger and the teardown trace lines on stderr.
 
-Trace lines (``EXITSAFE_TRACE=1``) start with ``exitsafe: `` followed by an event word
-and ``key=value`` pairs; a value is a bare token or a JSON string.  ``exitsafe.testing``
-parses them back.
+Trace lines (``EXITSAFE_TRACE=1``) are formatted by :func:`exitsafe._ledger.trace_line`,
+whose grammar ``exitsafe.testing`` parses back.
 """
 
 from __future__ import annotations
@@ -19,20 +18,6 @@ def log() -> Any:
     import logging
 
     return logging.getLogger("exitsafe")
-
-
-def quote(text: str) -> str:
-    """Quote a trace value as a JSON string."""
-    out = ['"']
-    for ch in text:
-        if ch == '"' or ch == "\\":
-            out.append("\\" + ch)
-        elif ch < " ":
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 def emit(line: str) -> None:

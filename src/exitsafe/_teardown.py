@@ -1,263 +1,420 @@
 """The teardown executor: one registry's ordered release of its live handles and hooks.
 
-:meth:`Registry.teardown` switches the registry to the tearing-down phase and takes a
-snapshot under its lock; from then on no other thread can claim a release (their
-requests only drop owners).  :func:`execute` then
+:meth:`Registry.teardown` switches the registry to the tearing-down phase and, in the
+same locked section, :func:`claim`-s every live node (state ``RELEASING``, so ``raw``
+and ``borrow()`` refuse them from now on and no other thread can release them).  Then
+:func:`run`, outside the lock,
 
-1. claims every live handle and hook of the snapshot at once (state ``RELEASING``, so
-   ``raw`` and ``borrow()`` refuse them from now on); a handle that another thread was
-   already releasing is waited for instead;
-2. orders them (:func:`exitsafe._planner.teardown_order`);
-3. decides each step (hook, inherited, dependent of a leak, borrowed, deadline, exit
-   policy) and runs it outside the lock, inline or on a worker thread when a timeout
-   applies;
-4. records every outcome in one locked section at the end.
+1. orders the nodes (:func:`exitsafe._graph.teardown_order`);
+2. decides each step (inherited, dependent of a leak, borrowed, deadline, exit policy)
+   and runs it: inline, or on a worker thread when a timeout applies; a release that
+   another thread was already running is waited for (bounded) instead;
+3. writes each decision into the ``decided`` dict it is given, as it goes.
 
-Only the tearing-down thread touches the claimed handles, which keeps a step down to a
-few attribute reads and one call: 10^6 handles tear down in about a second.
+The registry records the decisions (and ``leaked_interrupted`` for the nodes ``run``
+never reached, if something interrupted it) after ``run`` returns or raises: the
+teardown is all or recorded.  Only the tearing-down thread touches the claimed nodes,
+which keeps a step to a few attribute reads and one call.
 """
 
 from __future__ import annotations
 
-import time
-from time import perf_counter
+from time import perf_counter, sleep
 
-from . import _config, _states
-from ._ledger import Outcome
-from ._planner import ROLE_HOOK, teardown_order
-from ._report import emit, log, quote
-from ._states import LEAKED, LIVE, RELEASED, RELEASING, TAINTING
-from ._steps import NoWorkerError, StepRunner
+from . import _config, _sync, _threads
+from ._graph import teardown_order
+from ._ledger import Outcome, trace_line
+from ._node import HOOK, LEAKED, LIVE, RELEASED, RELEASING, TAINTING
+from ._report import emit, log
+from ._threads import StillRunning
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Any, Callable, Optional
 
-    from .lifetime import Handle, Registry
+    from ._handle import HandleInfo
+    from ._node import Node
+    from ._registry import Registry
+    from ._steps import StepRunner
+
+    Decided = dict[Node, tuple[str, Optional[str]]]
+
+#: Seconds a teardown waits, when no step timeout is configured, for a release that
+#: another thread is running (and another thread waits for a teardown in progress
+#: elsewhere) before it gives up and records the handle ``leaked_in_use``.
+IN_FLIGHT_WAIT = 5.0
 
 _RELEASED_AT_EXIT = Outcome.RELEASED_AT_EXIT
 
 
-def claim(snapshot: list[Handle]) -> set[Handle]:
-    """Mark every live node of ``snapshot`` as being released by the teardown.
+def claim(nodes: list[Node], me: int) -> set[Node]:
+    """Mark every live node of ``nodes`` as being released by this teardown.
 
-    Called under the registry's lock in the same section that took the
-    snapshot and began the teardown, so that a live node seen after that
-    (see ``Registry._leak_missed_locked``) is one the snapshot did not hold.
-    Returns the nodes another thread is releasing (or just released).
+    Called under the lock in the section that begins the teardown.  Returns the nodes
+    some thread was already releasing: the teardown waits for them instead.
     """
     elsewhere = set()
-    for node in snapshot:
+    for node in nodes:
         if node._state == LIVE:
             node._state = RELEASING
+            node._releaser = me
         else:
             elsewhere.add(node)
     return elsewhere
 
 
-def execute(
-    registry: Registry, snapshot: list[Handle], elsewhere: set[Handle], reason: str
-) -> None:
-    """Run ``registry``'s teardown over ``snapshot`` (claimed by :func:`claim`, oldest first)."""
-    started = perf_counter()
-    trace = registry._trace = _config.trace_enabled()
-    override = _config.at_exit_override()
-    step_timeout = registry.step_timeout
-    if step_timeout is None:
-        step_timeout = _config.seconds("EXITSAFE_STEP_TIMEOUT")
-    total = registry._total_timeout()
-    deadline = None if total is None else started + total
+class Settings:
+    """What one teardown needs to know, read once when it begins."""
 
-    order = teardown_order(snapshot)
+    __slots__ = (
+        "allowed",
+        "deadline",
+        "default_policy",
+        "main_ident",
+        "override",
+        "reason",
+        "registry_name",
+        "started",
+        "step_timeout",
+        "trace",
+    )
+
+    def __init__(self, registry: Registry, reason: str) -> None:
+        self.started = perf_counter()
+        self.registry_name = registry.name
+        self.reason = reason
+        self.trace = _config.trace_enabled()
+        self.override = _config.at_exit_override()
+        self.default_policy: Any = registry.exit_policy
+        step = registry.step_timeout
+        self.step_timeout = step if step is not None else _config.seconds("EXITSAFE_STEP_TIMEOUT")
+        total = registry.teardown_timeout
+        if total is None:
+            total = _config.seconds("EXITSAFE_TEARDOWN_TIMEOUT")
+        self.deadline = None if total is None else self.started + total
+        self.main_ident: Optional[int] = None  # looked up when a policy first needs it
+        #: Threads that may borrow during this teardown (its own, its step workers).
+        self.allowed: set[int] = set()
+
+
+def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: Decided) -> None:
+    """Run one teardown over ``nodes`` (claimed by :func:`claim`, oldest first)."""
+    order = teardown_order(nodes)
+    trace = settings.trace
+    name = settings.registry_name
     if trace:
-        hooks = sum(1 for n in snapshot if n._role == ROLE_HOOK)
-        name = quote(registry.name)
+        hooks = sum(1 for n in nodes if n._role == HOOK)
         emit(
-            f"exitsafe: teardown-begin registry={name} reason={quote(reason)}"
-            f" live={len(snapshot) - hooks} hooks={hooks}"
+            trace_line(
+                "teardown-begin", registry=name, reason=settings.reason,
+                live=len(nodes) - hooks, hooks=hooks,
+            )
         )
-        emit(f"exitsafe: plan registry={name} steps={len(order)}")
+        emit(trace_line("plan", registry=name, steps=len(order)))
+    from ._steps import StepRunner
 
-    generation = _states.fork_generation
-    default_policy = registry.exit_policy
     runner = StepRunner()
-    records: list[tuple[Handle, str, Optional[str]]] = []
-    record = records.append
-    failed = 0
+    runner.allowed = settings.allowed
+    override = settings.override
+    default_policy = settings.default_policy
+    fast = override is None and settings.deadline is None and settings.step_timeout is None
+    total = len(order)
     try:
         for index, node in enumerate(order, 1):
             t0 = perf_counter() if trace else 0.0
-            if elsewhere and node in elsewhere:
-                _wait_for_other_thread(registry, node, step_timeout, deadline)
-                continue
-            detail: Optional[str] = None
-            is_hook = node._role == ROLE_HOOK
-            policy = node._policy if node._policy is not None else default_policy
-            if (
-                not is_hook
-                and override is None
-                and policy == "release"
-                and node._taint is None
-                and not node._borrows
-                and node._gen == generation
-                and deadline is None
-                and step_timeout is None
-                and node._timeout is None
-            ):
-                # The common case, kept free of everything the general path checks.
-                try:
-                    node._fn(node._raw)  # type: ignore[misc]
-                    outcome = _RELEASED_AT_EXIT
-                except BaseException as exc:  # recorded and logged; teardown goes on
-                    outcome, detail = Outcome.RELEASE_FAILED, repr(exc)
-                    failed += 1
-                    _log_failure("release", node, detail)
-            else:
-                outcome, detail = _general_step(
-                    registry, node, is_hook, override, policy, step_timeout, deadline, runner
-                )
-                if outcome in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED):
-                    failed += 1
-            _finish(node, outcome, detail)
-            record((node, outcome, detail))
-            if trace:
-                action = "hook" if is_hook else "release"
-                if outcome.startswith("leaked_"):
-                    action = "leak"
-                error = f" error={quote(detail)}" if detail else ""
+            if trace:  # so that a step that hangs or crashes is named in the trace
                 emit(
-                    f"exitsafe: step registry={quote(registry.name)} index={index}"
-                    f" of={len(order)} action={action} kind={quote(node.kind)}"
-                    f" name={quote(node.name)} outcome={outcome}"
-                    f" ms={(perf_counter() - t0) * 1000:.3f}{error}"
+                    trace_line(
+                        "step-begin", registry=name, index=index, of=total, kind=node._kind,
+                        name=node._display_name(),
+                    )
                 )
+            detail: Optional[str] = None
+            if elsewhere and node in elsewhere:
+                verdict = _wait_in_flight(node, settings)
+                if verdict is None:
+                    continue  # finished on its thread, which recorded its outcome
+                outcome, detail = verdict
+            else:
+                policy = node._policy if node._policy is not None else default_policy
+                if (
+                    fast
+                    and policy == "release"
+                    and node._role != HOOK
+                    and node._taint is None
+                    and not node._borrows
+                    and node._timeout is None
+                    and node._gen == _sync.generation  # read per step: a step may fork
+                ):
+                    # The common case, kept free of everything the general path checks.
+                    try:
+                        node._fn(node._raw)  # type: ignore[misc]
+                        outcome = _RELEASED_AT_EXIT
+                    except BaseException as exc:  # recorded and logged; teardown goes on
+                        outcome, detail = Outcome.RELEASE_FAILED, repr(exc)
+                        _log_failure("release", node, detail)
+                else:
+                    outcome, detail = _general_step(node, policy, settings, runner)
+            decided[node] = (outcome, detail)
+            mine = not (elsewhere and node in elsewhere)  # else _close settles it, locked
+            if outcome in TAINTING:
+                if mine:
+                    node._state = LEAKED  # visible at once: to later hooks, to Handle.state
+                node._taint_parents(outcome)
+            elif mine:
+                node._state = RELEASED
+            if trace:
+                _trace_step(settings, index, total, node, outcome, detail, t0)
     finally:
         runner.close()
-        with registry._lock:
-            registry._record_teardown(records)
     if trace:
-        released = sum(1 for _, outcome, _ in records if outcome == _RELEASED_AT_EXIT)
-        leaked = sum(1 for _, outcome, _ in records if outcome.startswith("leaked_"))
+        outcomes = [o for o, _ in decided.values()]
+        released = outcomes.count(_RELEASED_AT_EXIT)
+        leaked = sum(1 for o in outcomes if o.startswith("leaked_"))
+        failed = sum(1 for o in outcomes if o in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED))
         emit(
-            f"exitsafe: teardown-end registry={quote(registry.name)} released={released}"
-            f" leaked={leaked} failed={failed} ms={(perf_counter() - started) * 1000:.3f}"
+            trace_line(
+                "teardown-end", registry=name, released=released, leaked=leaked, failed=failed,
+                ms=f"{(perf_counter() - settings.started) * 1000:.3f}",
+            )
         )
 
 
-def _finish(node: Handle, outcome: str, detail: Optional[str]) -> None:
-    """Settle a claimed handle: final state, taint what it depends on if it may still exist."""
-    if outcome in TAINTING:
-        node._state = LEAKED
-        if node._raw is not None:
-            _states.kept_alive.append(node._raw)
-        if node._parents:  # the reason is formatted only when a parent needs it
-            reason = f"{node.kind} {node.name!r} depending on it ended {outcome}"
-            for parent in node._parents:
-                if parent._taint is None:
-                    parent._taint = reason
-    else:
-        node._state = RELEASED
-    node._raw = None
-    node._fn = None
-    node._parents = ()
+def _trace_step(
+    settings: Settings, index: int, total: int, node: Node, outcome: str,
+    detail: Optional[str], t0: float,
+) -> None:
+    action = "hook" if node._role == HOOK else "release"
+    if outcome.startswith("leaked_"):
+        action = "leak"
+    emit(
+        trace_line(
+            "step", registry=settings.registry_name, index=index, of=total, action=action,
+            kind=node._kind, name=node._display_name(), outcome=outcome,
+            ms=f"{(perf_counter() - t0) * 1000:.3f}", error=detail or None,
+        )
+    )
+
+
+class _PolicyStep:
+    """A callable exit policy and the release it allows, run as one (bounded) step."""
+
+    __slots__ = ("fn", "info", "leak", "phase", "policy")
+
+    def __init__(self, policy: Callable[[HandleInfo], str], info: HandleInfo, fn: Any) -> None:
+        self.policy = policy
+        self.info = info
+        self.fn = fn
+        self.phase = "exit policy"
+        self.leak: Optional[str] = None
+
+    def __call__(self, raw: Any) -> None:
+        self.leak = _ask_policy(self.policy, self.info)
+        if self.leak is None:
+            self.phase = "release"
+            self.fn(raw)
 
 
 def _general_step(
-    registry: Registry,
-    node: Handle,
-    is_hook: bool,
-    override: Optional[str],
-    policy: object,
-    step_timeout: Optional[float],
-    deadline: Optional[float],
-    runner: StepRunner,
+    node: Node, policy: Any, settings: Settings, runner: StepRunner
 ) -> tuple[str, Optional[str]]:
-    if node._gen != _states.fork_generation:
+    is_hook = node._role == HOOK
+    if node._gen != _sync.generation and not (is_hook and node._in_child):
         return Outcome.LEAKED_INHERITED, "inherited from the parent process"
     if node._taint is not None and not is_hook:
         return Outcome.LEAKED_DEPENDENT, node._taint
     if node._borrows:
-        return Outcome.LEAKED_IN_USE, "borrowed at teardown"
+        verdict = _wait_for_borrows(node, settings)
+        if verdict is not None:
+            return verdict
+    if node._affinity is not None and not is_hook:
+        verdict = _check_affinity(node)
+        if verdict is not None:
+            return verdict
+    deadline = settings.deadline
     if deadline is not None and perf_counter() >= deadline:
         outcome = Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT
         return outcome, "teardown deadline passed before this step"
+    step: Any = node._fn
+    policy_step: Optional[_PolicyStep] = None
     if not is_hook:
-        decision = _decide(node, override, policy)
-        if decision != "release":
-            return Outcome.LEAKED_POLICY, decision[5:] or None
-    timeout = node._timeout if node._timeout is not None else step_timeout
+        if settings.override is None and callable(policy):
+            policy_step = step = _PolicyStep(policy, _info(node, settings), node._fn)
+        else:
+            leak = _fixed_verdict(settings.override, policy)
+            if leak is not None:
+                return Outcome.LEAKED_POLICY, leak
+    timeout = node._timeout if node._timeout is not None else settings.step_timeout
     if deadline is not None:
         left = deadline - perf_counter()
         timeout = left if timeout is None else min(timeout, left)
-    fn = node._fn
-    assert fn is not None
+    from ._steps import NoWorkerError
+
     try:
-        finished, error = runner.call(fn, node._raw, timeout)
+        finished, error = runner.call(step, node._raw, timeout, node)
     except NoWorkerError as exc:
         # Running it unbounded could hang the exit this timeout exists to bound.
         detail = f"not run: no thread could be started to bound it ({exc})"
-        log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)
+        log().warning("exitsafe: %s %r %s", node._kind, node._display_name(), detail)
         return (Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT), detail
     if not finished:
-        detail = f"still running after {timeout:.3g} s; abandoned"
-        log().warning("exitsafe: %s %r %s", node.kind, node.name, detail)
+        what = policy_step.phase if policy_step is not None else ("hook" if is_hook else "release")
+        detail = f"{what} still running after {timeout:.3g} s; abandoned"
+        log().warning("exitsafe: %s %r %s", node._kind, node._display_name(), detail)
         return (Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT), detail
     if error is not None:
+        if isinstance(error, StillRunning):  # a worker that did not stop in time
+            log().warning("exitsafe: %s", error)
+            return Outcome.HOOK_TIMEOUT, str(error)
         detail = repr(error)
         _log_failure("hook" if is_hook else "release", node, detail)
         return (Outcome.HOOK_FAILED if is_hook else Outcome.RELEASE_FAILED), detail
+    if policy_step is not None and policy_step.leak is not None:
+        return Outcome.LEAKED_POLICY, policy_step.leak
     return (Outcome.HOOK_RAN if is_hook else _RELEASED_AT_EXIT), None
 
 
-def _log_failure(action: str, node: Handle, detail: str) -> None:
+def _wait_for_borrows(node: Node, settings: Settings) -> Optional[tuple[str, Optional[str]]]:
+    """Wait for the borrows of ``node`` in flight on other threads; ``None`` once they
+    ended, else the outcome.  Borrows cannot start any more (the gate is closed for
+    other threads), so the count only goes down.  Never waits for the teardown's own
+    thread, bounded like a release running elsewhere."""
+    mine = _threads.held_here(node)
+    if mine:
+        return Outcome.LEAKED_IN_USE, "borrowed by the thread running the teardown"
+    limit = settings.step_timeout if settings.step_timeout is not None else IN_FLIGHT_WAIT
+    end = perf_counter() + limit
+    if settings.deadline is not None:
+        end = min(end, settings.deadline)
+    pause = 0.0005
+    while node._borrows and perf_counter() < end:
+        sleep(pause)
+        pause = min(pause * 2, 0.02)
+    if not node._borrows:
+        return None
+    detail = f"still borrowed on another thread after {limit:.3g} s"
+    log().warning("exitsafe: %s %r %s; leaking it", node._kind, node._display_name(), detail)
+    return Outcome.LEAKED_IN_USE, detail
+
+
+def _check_affinity(node: Node) -> Optional[tuple[str, Optional[str]]]:
+    """A thread-affine handle: released here if this thread owns it or its owner is gone,
+    else leaked (its owner still runs, elsewhere)."""
+    owner = node._affinity
+    if _threads.on_owner_thread(node) or not owner.is_alive():
+        return None
+    detail = (
+        f"must be released on {owner.name!r}, which is still running and is not the "
+        f"thread running the teardown"
+    )
+    return Outcome.LEAKED_AFFINITY, detail
+
+
+def _info(node: Node, settings: Settings) -> HandleInfo:
+    from ._handle import HandleInfo
+
+    if settings.main_ident is None:
+        import threading
+
+        settings.main_ident = threading.main_thread().ident
+    return HandleInfo(node, _sync.generation, settings.main_ident)
+
+
+def _log_failure(action: str, node: Node, detail: str) -> None:
     log().error(
-        "exitsafe: %s of %s %r failed at teardown: %s", action, node.kind, node.name, detail
+        "exitsafe: %s of %s %r failed at teardown: %s",
+        action,
+        node._kind,
+        node._display_name(),
+        detail,
     )
 
 
-def _wait_for_other_thread(
-    registry: Registry, node: Handle, step_timeout: Optional[float], deadline: Optional[float]
-) -> None:
-    """Give a release running on another thread time to finish; it records its own outcome."""
-    limit = step_timeout if step_timeout is not None else 5.0
-    end = perf_counter() + limit
-    if deadline is not None:
-        end = min(end, deadline)
-    while node._state == RELEASING and perf_counter() < end:
-        time.sleep(0.001)
-    if node._state == RELEASING:
-        # Still running elsewhere: what it depends on must not go from under it.
-        with registry._lock:
-            for parent in node._parents:
-                if parent._taint is None:
-                    parent._taint = f"{node.kind} {node.name!r} was still being released"
+def _wait_in_flight(node: Node, settings: Settings) -> Optional[tuple[str, Optional[str]]]:
+    """Wait for a release another thread runs; ``None`` when it finished in time.
+
+    Never waits for the calling thread itself (a teardown started from inside a
+    release function or a signal handler on the thread running that release).
+    Otherwise bounded by the step timeout, or :data:`IN_FLIGHT_WAIT`, and the deadline.
+    """
+    import _thread
+
+    if node._releaser == _thread.get_ident():
+        detail = "its release is in progress on the thread running the teardown"
+    else:
+        limit = settings.step_timeout if settings.step_timeout is not None else IN_FLIGHT_WAIT
+        end = perf_counter() + limit
+        if settings.deadline is not None:
+            end = min(end, settings.deadline)
+        pause = 0.0005
+        while node._state == RELEASING and perf_counter() < end:
+            sleep(pause)
+            pause = min(pause * 2, 0.02)
+        if node._state != RELEASING:
+            return None
+        detail = f"still being released on another thread after {limit:.3g} s"
+    log().warning("exitsafe: %s %r %s; leaking it", node._kind, node._display_name(), detail)
+    return Outcome.LEAKED_IN_USE, detail
 
 
-def _decide(node: Handle, override: Optional[str], policy: object) -> str:
-    """``"release"`` or ``"leak<detail>"`` for ``node`` at teardown."""
+# A decision is None (release) or why the handle is leaked.  A callable policy is asked
+# through a _PolicyStep, so that the step's time bound applies to it too.
+
+
+def _fixed_verdict(override: Optional[str], policy: Any) -> Optional[str]:
+    """The decision of ``EXITSAFE_AT_EXIT`` or a ``"release"`` / ``"leak"`` policy."""
     if override == "release":
-        return "release"
+        return None
     if override == "leak":
-        return "leak:EXITSAFE_AT_EXIT=leak"
-    if policy == "release":
-        return "release"
-    if policy == "leak":
-        return "leak:exit_policy='leak'"
+        return "EXITSAFE_AT_EXIT=leak"
+    return "exit_policy='leak'" if policy == "leak" else None
+
+
+def _ask_policy(policy: Callable[[HandleInfo], str], info: HandleInfo) -> Optional[str]:
+    """Ask a callable policy: ``None`` to release, else why the handle is leaked."""
     try:
-        verdict = policy(node)  # type: ignore[operator]
+        verdict = policy(info)
     except BaseException as exc:  # a broken policy must not stop the teardown
         log().error(
-            "exitsafe: exit policy for %s %r raised %s; leaking it", node.kind, node.name, repr(exc)
+            "exitsafe: exit policy for %s %r raised %s; leaking it", info.kind, info.name, repr(exc)
         )  # the repr, so that a handler keeping records does not keep the traceback
-        return f"leak:exit policy raised {exc!r}"
-    if verdict == "release":
-        return "release"
-    if verdict == "leak":
-        return f"leak:exit policy {getattr(policy, '__name__', policy)!s}"
+        return f"exit policy raised {exc!r}"
+    # Only the two strings (or str subclasses such as an enum.StrEnum) count: anything
+    # else is not compared at all (an array-like's __eq__ may raise or answer with an
+    # array), and a str subclass whose comparison raises is a bad answer like any other.
+    try:
+        answer = str.__str__(verdict) if isinstance(verdict, str) else None
+    except BaseException:  # an object whose __class__ raises: a bad answer like any other
+        answer = None
+    if answer == "release":
+        return None
+    if answer == "leak":
+        return f"exit policy {getattr(policy, '__name__', policy)!s}"
+    shown = _describe(verdict)
     log().error(
-        "exitsafe: exit policy for %s %r returned %r (not 'release' or 'leak'); leaking it",
-        node.kind,
-        node.name,
-        verdict,
+        "exitsafe: exit policy for %s %r returned %s (not 'release' or 'leak'); leaking it",
+        info.kind,
+        info.name,
+        shown,
     )
-    return f"leak:exit policy returned {verdict!r}"
+    return f"exit policy returned {shown}"
+
+
+def _describe(value: object) -> str:
+    """``repr(value)``, or its type when that repr itself fails."""
+    try:
+        return repr(value)
+    except BaseException:  # a user object's __repr__: the teardown goes on regardless
+        return f"a {type(value).__name__} object (its repr() failed)"
+
+
+def signals_held() -> Any:
+    """Context manager: on the main thread, hold back SIGINT and exitsafe's own signal
+    handlers while a teardown runs, and deliver what arrived right after it.
+
+    See :mod:`exitsafe._interrupts`.
+    """
+    from ._interrupts import held
+
+    return held()
+

@@ -28,24 +28,14 @@ on the teardown thread.
 
 from __future__ import annotations
 
-import _thread
 import sys
-from _weakref import ref as _weakref
 
+from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses
+from ._adapter import call as _call
+from ._adopt import handle_of as _handle_of
+from ._adopt import registry_arg, resolve
 from ._guard import Guarded
-from .lifetime import Handle, Registry
-from .objects import (
-    _bind_address,
-    _claim_address,
-    _forget_address,
-    _live_at,
-    _register_lookup,
-    _registry,
-    _resolve,
-)
-from .objects import (
-    handle_of as _adopt_handle_of,
-)
+from ._handle import Handle
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,11 +43,11 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, Callable, Optional
 
-    from .lifetime import ExitPolicy
+    from ._registry import ExitPolicy, Registry
 
     OnError = Callable[[type[BaseException], BaseException, Optional[TracebackType]], object]
 
-__all__ = ["callback", "handle_of", "pin", "pinned", "track"]
+__all__ = ["borrowing", "call", "callback", "handle_of", "pin", "pinned", "track"]
 
 #: cdata classes whose memory cffi owns and frees itself.
 _OWNED = {
@@ -70,10 +60,6 @@ _OWNED = {
     ),
 }
 
-_lock = _thread.allocate_lock()
-#: Objects exitsafe keeps referenced until the process ends (pins with close=False).
-_forever: list[object] = []
-
 
 def _check_ffi(ffi: Any) -> None:
     for attr in ("typeof", "cast", "NULL", "CData"):
@@ -83,97 +69,128 @@ def _check_ffi(ffi: Any) -> None:
             )
 
 
-def _pointer_address(ffi: Any, ptr: object, what: str) -> int:
-    """Validate a cdata pointer; return its address."""
-    if not isinstance(ptr, ffi.CData):
-        raise TypeError(f"{what} needs a cffi cdata pointer, got {type(ptr).__name__}")
-    ctype = ffi.typeof(ptr)
-    if ctype.kind != "pointer":
-        if ctype.kind == "function":
-            hint = "a function pointer is not an owned object (pin its library instead)"
-        elif ctype.kind == "array":
-            hint = "arrays are owned by cffi"
-        else:
-            hint = "track the pointer C returned, not a value"
-        raise TypeError(f"{what} needs a pointer; got cdata of type {ctype.cname!r}: {hint}")
-    reason = _OWNED.get(type(ptr).__name__)
-    if reason is not None:
-        raise TypeError(f"{what}: the cdata {ptr!r} must not be tracked: {reason}")
-    if ptr == ffi.NULL:
-        raise ValueError(
-            f"{what} got a NULL pointer ({ctype.cname!r}): there is nothing to own "
-            f"(did the C call fail?)"
-        )
-    return int(ffi.cast("uintptr_t", ptr))
+class _CffiAdapter(Adapter):
+    name = "cffi"
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: id(release function cdata) -> (that cdata, base address of its library or None)
+        self._release_bases: dict[int, tuple[object, Optional[int]]] = {}
+        self._uintptr: Any = None
 
-# ---------------------------------------------------------------------- pointers
+    def pointer_address(self, ptr: object, ffi: Any) -> int:
+        if not isinstance(ptr, ffi.CData):
+            raise TypeError(f"track() needs a cffi cdata pointer, got {type(ptr).__name__}")
+        ctype = ffi.typeof(ptr)
+        if ctype.kind != "pointer":
+            if ctype.kind == "function":
+                hint = "a function pointer is not an owned object (pin its library instead)"
+            elif ctype.kind == "array":
+                hint = "arrays are owned by cffi"
+            else:
+                hint = "track the pointer C returned, not a value"
+            raise TypeError(f"track() needs a pointer; got cdata of type {ctype.cname!r}: {hint}")
+        reason = _OWNED.get(type(ptr).__name__)
+        if reason is not None:
+            raise TypeError(f"track(): the cdata {ptr!r} must not be tracked: {reason}")
+        if ptr == ffi.NULL:
+            raise ValueError(
+                f"track() got a NULL pointer ({ctype.cname!r}): there is nothing to own "
+                f"(did the C call fail?)"
+            )
+        return int(ffi.cast("uintptr_t", ptr))
 
-#: id(release function cdata) -> (that cdata, base address of its module or None).
-_release_bases: dict[int, tuple[object, Optional[int]]] = {}
-#: id(release function cdata) -> (that cdata, weak reference to the pin it was found in).
-_release_pins: dict[int, tuple[object, Callable[[], Optional[Handle]]]] = {}
+    def describe_library(self, lib: object, ffi: Any) -> LibraryInfo:
+        if lib is None or isinstance(lib, (str, bytes, int)):
+            raise TypeError(
+                f"pin() needs the library object returned by ffi.dlopen(), got {lib!r}"
+            )
+        if isinstance(lib, ffi.CData):
+            raise TypeError("pin() needs the library object returned by ffi.dlopen(), got a cdata")
+        base: Optional[int] = None
+        loader_ref: Optional[int] = None
+        address = _symbol_address(ffi, lib)
+        if address is not None:
+            from ._native import loader_ref as take_loader_ref
+            from ._native import module_of_address
 
+            found = module_of_address(address)
+            if found is not None:
+                base = found[0]
+                loader_ref = take_loader_ref(address=address, path=found[1])
+        return LibraryInfo(id(lib), _library_label(lib), ffi.dlclose, loader_ref, base)
 
-def _base_of_function(ffi: Any, fn: object) -> Optional[int]:
-    """Base address of the shared library a function cdata points into (cached)."""
-    cached = _release_bases.get(id(fn))
-    if cached is not None and cached[0] is fn:
-        return cached[1]
-    from .ctypes import _module_of_address
-
-    found = _module_of_address(int(ffi.cast("uintptr_t", fn)))
-    base = found[0] if found is not None else None
-    with _lock:
-        if len(_release_bases) > 1024:
-            _release_bases.clear()
-        _release_bases[id(fn)] = (fn, base)
-    return base
-
-
-def _pin_for_release(ffi: Any, release: object, registry: Registry) -> Optional[Handle]:
-    """The pin of the library ``release`` (a function cdata from ``ffi.dlopen``) lives in."""
-    if not _pins:
-        return None
-    cached = _release_pins.get(id(release))
-    if cached is not None and cached[0] is release:
-        handle = cached[1]()
-        if handle is not None and handle.registry is registry and handle.state == "live":
-            return handle
-    if not isinstance(release, ffi.CData):
-        return None
-    try:
-        if ffi.typeof(release).kind != "function":
+    def pin_for_release(self, release: object, ffi: Any, registry: Registry) -> Optional[Handle]:
+        if not self.has_pins() or not isinstance(release, ffi.CData):
             return None
-    except TypeError:
-        return None
-    base = _base_of_function(ffi, release)
-    if base is None:
-        return None
-    for _lib, handle, pin_base in tuple(_pins.values()):
-        if pin_base == base and handle.registry is registry and handle.state == "live":
-            with _lock:
-                if len(_release_pins) > 1024:
-                    _release_pins.clear()
-                _release_pins[id(release)] = (release, _weakref(handle))
-            return handle
+        try:
+            if ffi.typeof(release).kind != "function":
+                return None
+        except TypeError:
+            return None
+        base = self._base_of_function(ffi, release)
+        return None if base is None else self.pins_at(base, registry)
+
+    def _base_of_function(self, ffi: Any, fn: object) -> Optional[int]:
+        """Base address of the shared library a function cdata points into (cached)."""
+        cached = self._release_bases.get(id(fn))
+        if cached is not None and cached[0] is fn:
+            return cached[1]
+        from ._native import module_of_address
+
+        found = module_of_address(int(ffi.cast("uintptr_t", fn)))
+        base = found[0] if found is not None else None
+        if len(self._release_bases) > 1024:
+            self._release_bases.clear()
+        self._release_bases[id(fn)] = (fn, base)
+        return base
+
+    def lookup(self, obj: object, registry: Registry) -> Optional[Handle]:
+        found = self.pin_of(obj, registry)
+        if found is not None or type(obj).__module__ != "_cffi_backend":
+            return found
+        backend = sys.modules.get("_cffi_backend")  # loaded, since obj is one of its objects
+        if backend is None or not isinstance(obj, backend._CDataBase):
+            return None
+        try:
+            if backend.typeof(obj).kind != "pointer":
+                return None
+            if self._uintptr is None:
+                self._uintptr = backend.new_primitive_type("uintptr_t")
+            address = int(backend.cast(self._uintptr, obj))
+        except (TypeError, ValueError):
+            return None
+        return addresses.get(address) if address else None
+
+
+_ADAPTER = _CffiAdapter()
+
+
+def _symbol_address(ffi: Any, lib: object) -> Optional[int]:
+    """The address of some function or variable of ``lib`` (to find the file it came from)."""
+    for symbol in dir(lib):
+        if symbol.startswith("__"):
+            continue
+        try:
+            addr = ffi.addressof(lib, symbol)
+        except (AttributeError, TypeError, ValueError, NotImplementedError):
+            continue  # a type, or a name declared but missing from the file
+        if not isinstance(addr, ffi.CData):
+            continue  # an integer constant (#define, enum): its value, not an address
+        try:
+            return int(ffi.cast("uintptr_t", addr))
+        except (TypeError, ValueError):
+            continue
     return None
 
 
-class _PointerRelease:
-    """The release function of a tracked cdata: forget the address, call ``release``."""
-
-    __slots__ = ("address", "handle", "keep", "release")
-
-    def __init__(self, release: Callable[[Any], object], address: int, keep: object) -> None:
-        self.release = release
-        self.address = address
-        self.keep = keep  # (ffi, lib): what the release call needs, kept referenced
-        self.handle: Optional[Callable[[], Optional[Handle]]] = None
-
-    def __call__(self, raw: Any) -> None:
-        _forget_address(self.address, self.handle() if self.handle is not None else None)
-        self.release(raw)
+def _library_label(lib: object) -> str:
+    text = repr(lib)
+    start = text.find("'")
+    end = text.rfind("'")
+    if 0 <= start < end:
+        return text[start + 1 : end]  # "<Lib object for '/path/libx.so'>"
+    return type(lib).__name__
 
 
 def track(
@@ -202,8 +219,8 @@ def track(
     ``ptr`` must be a cdata pointer returned by C, from ABI or API mode.
     NULL raises ``ValueError``; non-pointers, cdata owned by cffi
     (``ffi.new``, ``ffi.from_buffer``) and ``ffi.gc`` results raise
-    ``TypeError``; a pointer already tracked raises
-    :class:`~exitsafe.AlreadyTrackedError`.
+    ``TypeError``; a pointer already tracked (by this or the ctypes adapter)
+    raises :class:`~exitsafe.AlreadyTrackedError`.
 
     ``release`` is usually ``lib.thing_free``.  The handle keeps ``ffi`` and
     ``lib`` referenced.  When the library is pinned with :func:`pin` in the
@@ -214,29 +231,10 @@ def track(
     libraries, tracked pointers, adopted objects, wrappers).
     """
     _check_ffi(ffi)
-    if not callable(release):
-        raise TypeError(f"release must be callable, got {type(release).__name__}")
-    address = _pointer_address(ffi, ptr, "track()")
-    reg = _registry(registry)
-    parents = list(_resolve(depends_on, reg, "depends_on"))
-    pin_handle = _pin_of(lib, reg) if lib is not None else _pin_for_release(ffi, release, reg)
-    if pin_handle is not None and pin_handle not in parents:
-        parents.append(pin_handle)
-    _claim_address(address)
-    releaser = _PointerRelease(release, address, (ffi, lib))
-    handle = reg.track(
-        ptr,
-        releaser,
-        kind=kind,
-        depends_on=parents,
-        exit_policy=exit_policy,
-        name=name,
-        timeout=timeout,
+    return _ADAPTER.track(
+        ffi, ptr, release, registry=registry, lib=lib, kind=kind, depends_on=depends_on,
+        exit_policy=exit_policy, name=name, timeout=timeout,
     )
-    releaser.handle = _weakref(handle)
-    if handle.state == "live":
-        _bind_address(address, handle)
-    return handle
 
 
 def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
@@ -246,97 +244,12 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
     when C hands a pointer to a callback and you need its handle.  Any cdata
     with the same address finds the handle, whatever its C type.
     """
-    return _adopt_handle_of(obj, registry=registry)
-
-
-_uintptr: Any = None
-
-
-def _lookup(obj: object, registry: Registry) -> Optional[Handle]:
-    found = _pin_of(obj, registry)
-    if found is not None or type(obj).__module__ != "_cffi_backend":
-        return found
-    global _uintptr
-    backend = sys.modules.get("_cffi_backend")  # loaded, since obj is one of its objects
-    if backend is None or not isinstance(obj, backend._CDataBase):
-        return None
-    try:
-        if backend.typeof(obj).kind != "pointer":
-            return None
-        if _uintptr is None:
-            _uintptr = backend.new_primitive_type("uintptr_t")
-        address = int(backend.cast(_uintptr, obj))
-    except (TypeError, ValueError):
-        return None
-    return _live_at(address) if address else None
-
-
-_register_lookup(_lookup)
-
-
-# ---------------------------------------------------------------------- libraries
-
-#: id(lib) -> (lib, live pin handle, base address or None), held strongly: a pin lives
-#: until released explicitly or by the teardown, not when the pin handle is dropped.
-_pins: dict[int, tuple[object, Handle, Optional[int]]] = {}
-
-
-def _pin_of(lib: object, registry: Registry) -> Optional[Handle]:
-    entry = _pins.get(id(lib))
-    if entry is None or entry[0] is not lib:
-        return None
-    handle = entry[1]
-    if handle.registry is not registry or handle.state != "live" or not handle.owners:
-        return None
-    return handle
+    return _handle_of(obj, registry=registry)
 
 
 def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live pin of ``lib`` (an ``ffi.dlopen`` result) in ``registry``, or ``None``."""
-    return _pin_of(lib, _registry(registry))
-
-
-def _symbol_address(ffi: Any, lib: object) -> Optional[int]:
-    """The address of some function or variable of ``lib`` (to find the file it came from)."""
-    for symbol in dir(lib):
-        if symbol.startswith("__"):
-            continue
-        try:
-            addr = ffi.addressof(lib, symbol)
-        except (AttributeError, TypeError, ValueError, NotImplementedError):
-            continue  # a constant, a type, or a name declared but missing from the file
-        try:
-            return int(ffi.cast("uintptr_t", addr))
-        except (TypeError, ValueError):
-            continue
-    return None
-
-
-class _LibraryCloser:
-    """The release function of a cffi pin."""
-
-    __slots__ = ("close", "ffi", "key", "loader_ref")
-
-    def __init__(self, key: int, ffi: Any, loader_ref: Optional[int], close: bool) -> None:
-        self.key = key
-        self.ffi = ffi
-        self.loader_ref = loader_ref
-        self.close = close
-
-    def __call__(self, lib: object) -> None:
-        with _lock:
-            _pins.pop(self.key, None)
-        if not self.close:
-            _forever.append(lib)  # never unloaded by exitsafe: keep both references
-            return
-        ref, self.loader_ref = self.loader_ref, None
-        try:
-            self.ffi.dlclose(lib)
-        finally:
-            if ref is not None:
-                from .ctypes import _close_library_handle
-
-                _close_library_handle(ref)
+    return _ADAPTER.pin_of(lib, registry_arg(registry))
 
 
 def pin(
@@ -369,50 +282,7 @@ def pin(
     more owner (``close`` must match).
     """
     _check_ffi(ffi)
-    if lib is None or isinstance(lib, (str, bytes, int)):
-        raise TypeError(f"pin() needs the library object returned by ffi.dlopen(), got {lib!r}")
-    if isinstance(lib, ffi.CData):
-        raise TypeError("pin() needs the library object returned by ffi.dlopen(), got a cdata")
-    reg = _registry(registry)
-    existing = _pin_of(lib, reg)
-    if existing is not None:
-        closer = existing._fn
-        if isinstance(closer, _LibraryCloser) and closer.close != bool(close):
-            raise ValueError(
-                f"{existing.name!r} is already pinned with close={closer.close}; "
-                f"cannot pin it again with close={bool(close)}"
-            )
-        return existing.retain()
-    base: Optional[int] = None
-    loader_ref: Optional[int] = None
-    address = _symbol_address(ffi, lib)
-    if address is not None:
-        from .ctypes import _loader_ref, _module_of_address
-
-        found = _module_of_address(address)
-        if found is not None:
-            base = found[0]
-            loader_ref = _loader_ref(address=address, path=found[1])
-    key = id(lib)
-    closer = _LibraryCloser(key, ffi, loader_ref, bool(close))
-    if name is None:
-        name = f"library {_library_label(lib)}"
-    handle = reg.pin(lib, close=closer, name=name, timeout=timeout)
-    if handle.state == "live":
-        with _lock:
-            _pins[key] = (lib, handle, base)
-    elif loader_ref is not None:
-        _forever.append(loader_ref)  # registered after teardown: keep the library mapped
-    return handle
-
-
-def _library_label(lib: object) -> str:
-    text = repr(lib)
-    start = text.find("'")
-    end = text.rfind("'")
-    if 0 <= start < end:
-        return text[start + 1 : end]  # "<Lib object for '/path/libx.so'>"
-    return type(lib).__name__
+    return _ADAPTER.pin(ffi, lib, registry=registry, close=close, name=name, timeout=timeout)
 
 
 # ---------------------------------------------------------------------- callbacks
@@ -480,20 +350,16 @@ def callback(
             f"callback() needs a function pointer type such as 'int(*)(int)', "
             f"got {ctype_obj.cname!r}"
         )
-    reg = _registry(registry)
-    parents = _resolve(depends_on, reg, "depends_on")
+    reg = registry_arg(registry)
+    parents = resolve(depends_on, reg, "depends_on")
     owner: object = None
     if default is None:
         default, owner = _zero_result(ffi, ctype_obj)
-    guarded = Guarded(fn, default, reg)
-    if owner is not None:
-        guarded = Guarded(_KeepOwner(fn, owner), default, reg)
+    guarded = Guarded(fn if owner is None else _KeepOwner(fn, owner), default, reg)
     cdata = ffi.callback(
         ctype_obj, guarded, error=default if error is _SAME else error, onerror=onerror
     )
-    from .ctypes import _register_callback
-
-    return _register_callback(reg, cdata, fn, name, parents, exit_policy)
+    return _ADAPTER.register_callback(reg, cdata, fn, name, parents, exit_policy)
 
 
 class _KeepOwner:
@@ -507,3 +373,22 @@ class _KeepOwner:
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args)
+
+
+def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call ``fn(*args)`` with every handle among ``args`` borrowed for the call and passed
+    as its ``raw`` object (``exitsafe.cffi.call(lib.device_run, device, 10)``).
+
+    A handle cannot be released, nor torn down, in the middle of a native call that
+    uses it: a release waits for the call to end, a teardown waits for it (bounded), and
+    once a teardown has begun the call does not start on another thread (the thread is
+    parked, or gets :class:`~exitsafe.HandleClosedError` if it is a non-daemon thread).
+    See ``docs/threads.md``.
+    """
+    return _call(fn, *args)
+
+
+def borrowing(lib: object) -> BorrowingLibrary:
+    """A view of ``lib`` (``ffi.dlopen(...)``) whose functions borrow their handle arguments,
+    as :func:`call` does: ``borrowing(lib).device_run(device, 10)``."""
+    return BorrowingLibrary(lib)

@@ -1,13 +1,16 @@
 """The ``exitsafe`` command (also ``python -m exitsafe``).
 
-``exitsafe run [--repeat N] [--timeout S] [--json] [--show-output] -- CMD ...``
+``exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit] [--json] [--show-output]
+-- CMD ...``
     Run a program and tell how it exited: a summary line first (``CLEAN`` or
-    ``NOT CLEAN`` with the decoded signal or status), then where it crashed
-    (faulthandler's frames), the exceptions ignored at exit, and exitsafe's teardown
-    steps and ledger summary when the program uses exitsafe.  The program runs with
-    ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` added to its environment, in its
-    own process group, killed whole on timeout.  Exit status: 0 clean (every run), 1
-    not clean, 2 usage error (including a command that cannot be started).
+    ``NOT CLEAN`` with the cause and the decoded signal or status), then where it
+    crashed (faulthandler's frames), the child processes that crashed or hung, the
+    exceptions ignored at exit, the checks, exitsafe's teardown steps and ledger summary
+    when the program uses exitsafe, and the audit's findings.  The program runs with
+    ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` added to its environment and
+    exitsafe's start-up hook on ``PYTHONPATH``, in its own process group, killed whole on
+    timeout.  Exit status: 0 clean (every run), 1 not clean, 2 usage error (including a
+    command that cannot be started).
 ``exitsafe demo [ARGS ...]``
     Run the scenario catalogue unprotected and protected (``exitsafe.lab.demo``).
 ``exitsafe --version``
@@ -66,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
             " teardown trace through its environment) and diagnose how it exited."
             " Exit status: 0 clean, 1 not clean, 2 usage error."
         ),
-        usage="exitsafe run [--repeat N] [--timeout S] [--json] [--show-output] -- CMD ...",
+        usage=(
+            "exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit] [--json]"
+            " [--show-output] -- CMD ..."
+        ),
     )
     run.add_argument(
         "--repeat", type=_positive_int, default=1, metavar="N",
@@ -76,7 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_timeout, default=60.0, metavar="S",
         help="seconds before a run is killed with its process group (default 60; 0: none)",
     )
-    run.add_argument("--json", action="store_true", help="print the decoded result as JSON")
+    run.add_argument(
+        "--check", action="append", default=[], metavar="CMD",
+        help="after the program ends, run CMD (a shell command) in the same directory; a"
+        " failing check makes the run NOT CLEAN (catches output lost at exit); repeatable",
+    )
+    run.add_argument(
+        "--audit", action="store_true",
+        help="audit exit order: report every native release that runs after exitsafe's"
+        " teardown (__del__, ffi.gc, weakref.finalize), with where its object was created",
+    )
+    run.add_argument(
+        "--json", action="store_true",
+        help="print the decoded result as JSON (schema in docs/testing.md)",
+    )
     run.add_argument(
         "--show-output", action="store_true",
         help="print the program's own stdout and stderr before the diagnosis",
@@ -98,11 +117,15 @@ def _run(args: argparse.Namespace, cmd: list[str], out: TextIO, err: TextIO) -> 
               file=err)
         return EXIT_USAGE
     try:
-        result = run_command(cmd, timeout=args.timeout, repeat=args.repeat)
+        result = run_command(
+            cmd, timeout=args.timeout, repeat=args.repeat, checks=args.check, audit=args.audit
+        )
     except OSError as exc:
         print(f"exitsafe run: cannot start {cmd[0]!r}: {exc}", file=err)
         return EXIT_USAGE
     runs: Sequence[ExitResult] = result if isinstance(result, ExitResults) else (result,)
+    global _broken_pipe_status
+    _broken_pipe_status = EXIT_CLEAN if result.clean else EXIT_NOT_CLEAN
     if args.json:
         json.dump(result.to_dict(), out, indent=2)
         out.write("\n")
@@ -132,7 +155,7 @@ def _demo(argv: list[str], err: TextIO) -> int:
     return int(demo_main(argv) or 0)
 
 
-_RUN_OPTIONS_WITH_VALUE = ("--repeat", "--timeout")
+_RUN_OPTIONS_WITH_VALUE = ("--repeat", "--timeout", "--check")
 
 
 def _split_run(argv: list[str]) -> tuple[list[str], Optional[list[str]]]:
@@ -146,6 +169,8 @@ def _split_run(argv: list[str]) -> tuple[list[str], Optional[list[str]]]:
             return argv[:index], argv[index + 1 :]
         if token in _RUN_OPTIONS_WITH_VALUE:
             index += 2
+        elif token.startswith(tuple(f"{o}=" for o in _RUN_OPTIONS_WITH_VALUE)):
+            index += 1
         elif token.startswith("-"):
             index += 1
         else:
@@ -155,7 +180,31 @@ def _split_run(argv: list[str]) -> tuple[list[str], Optional[list[str]]]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the ``exitsafe`` command with ``argv`` (default ``sys.argv[1:]``); return the
-    exit status (0 clean, 1 not clean, 2 usage error)."""
+    exit status (0 clean, 1 not clean, 2 usage error).
+
+    A closed standard output (``exitsafe run ... | head``) ends the command quietly
+    with the status it would have had."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        # The reader went away: nothing more can be shown.  Point stdout at devnull so
+        # the interpreter's final flush does not report the broken pipe again.
+        import os
+
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return _broken_pipe_status
+
+
+_broken_pipe_status = EXIT_NOT_CLEAN
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     out, err = sys.stdout, sys.stderr
     if args_list and args_list[0] == "demo":

@@ -3,10 +3,13 @@
 An exit policy decides, at teardown, whether a live handle is released
 natively (``"release"``) or deliberately leaked (``"leak"``: no native call,
 the OS reclaims the memory at process exit).  A policy is ``"release"``,
-``"leak"`` or a callable taking the :class:`exitsafe.Handle` and
-returning one of the two strings; it runs on the thread doing the teardown,
-outside the registry's lock.  ``EXITSAFE_AT_EXIT=release|leak`` overrides
-every policy of every registry.
+``"leak"`` or a callable taking an :class:`exitsafe.HandleInfo` (a read-only
+snapshot of the handle: ``raw``, ``kind``, ``name``, ``thread_id``,
+``created_on_main_thread``, ``inherited``...) and returning one of the two
+strings; it runs on the thread doing the teardown, outside exitsafe's lock,
+under the same time bound as the release it decides (the step timeout), and
+a policy that raises or answers anything else leaks the handle.
+``EXITSAFE_AT_EXIT=release|leak`` overrides every policy of every registry.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Union
 
-    from .lifetime import HandleInfo
+    from ._handle import HandleInfo
 
     Policy = Union[str, Callable[[HandleInfo], str]]
 
@@ -25,8 +28,8 @@ __all__ = ["any_leak", "leak_if_foreign_thread", "leak_in_forked_child"]
 def leak_if_foreign_thread(info: HandleInfo) -> str:
     """Leak a handle created on a thread other than the main thread; release the rest.
 
-    The Node.js binding fix in the seeds: objects born on worker threads may
-    belong to per-thread runtime state that is already gone at exit.
+    ONNX Runtime's Node.js binding fixed its exit crash this way: objects born on
+    worker threads may belong to per-thread runtime state that is already gone at exit.
     """
     return "release" if info.created_on_main_thread else "leak"
 
@@ -38,9 +41,9 @@ def leak_in_forked_child(info: HandleInfo) -> str:
     any case; this policy also leaks the handles the child created itself,
     for runtimes that are not fork-safe at all.
     """
-    from . import _states
+    from . import _sync
 
-    return "leak" if _states.fork_generation else "release"
+    return "leak" if _sync.generation else "release"
 
 
 def any_leak(*policies: Policy) -> Callable[[HandleInfo], str]:

@@ -21,6 +21,23 @@ queue, a lock file, a driver session) never gets the chance.
     supervisor expects) without running any further Python finalization.
     Use it when the main thread may sit in a long native call.
 
+Timing rules, the same for both modes:
+
+* A signal that arrives while exitsafe itself is in one of its short
+  bookkeeping steps on the main thread is acted on right after that step, on
+  the main thread: a handler never waits for exitsafe's lock (its own thread
+  holds it), so exitsafe sends the signal to the main thread once more from a
+  short-lived thread.  A signal still in flight when the program ends is acted
+  on by the exit teardown (the process then ends by it, as below).
+* A signal that arrives while a teardown runs on the main thread is held back
+  and acted on when that teardown has finished or hit its time bound, with
+  every outcome recorded.  At exit, the process then ends by that signal after
+  the rest of its exit: the ``atexit`` callbacks registered before exitsafe's
+  (``logging``'s flush, for one) still run, and stdio is flushed.  SIGINT's
+  default ``KeyboardInterrupt`` is held back the same way during a teardown.
+* In the immediate mode, a second signal during the teardown it runs is
+  dropped: the process is about to end by the first one.
+
 SIGINT is only taken over when the program left Python's default handler
 (``KeyboardInterrupt``) in place; a program's own handler is never
 replaced.  Handlers can only be installed from the main thread, as
@@ -42,35 +59,66 @@ __all__ = ["teardown_on_signals"]
 
 _MODES = ("exit", "immediate")
 
+#: Signals whose handler cannot be changed: asking for them is an error, not a no-op.
+_UNCATCHABLE = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
 
-def _signal_number(sig: Union[int, str, signal.Signals]) -> int:
+
+def _signal_number(sig: object) -> int:
     if isinstance(sig, str):
-        try:
-            return int(getattr(signal, sig.upper()))
-        except AttributeError:
-            raise ValueError(f"unknown signal name {sig!r} on this platform") from None
-    if isinstance(sig, bool) or not isinstance(sig, int):
+        name = sig.upper()
+        if not name.startswith("SIG") or name.startswith("SIG_"):
+            name = "SIG" + name
+        number = getattr(signal, name, None)
+        if not isinstance(number, int):
+            raise ValueError(f"unknown signal name {sig!r} on this platform")
+        value = int(number)
+    elif isinstance(sig, bool) or not isinstance(sig, int):
         raise TypeError(f"signals must be names or numbers, got {type(sig).__name__}")
-    return int(sig)
+    else:
+        value = int(sig)
+        valid = getattr(signal, "valid_signals", None)
+        if valid is not None and value not in valid():
+            raise ValueError(f"{value} is not a valid signal number on this platform")
+    if value in _UNCATCHABLE:
+        raise ValueError(
+            f"{signal.Signals(value).name} cannot be caught by any process; "
+            f"nothing can run a teardown when it arrives"
+        )
+    return value
 
 
 def teardown_on_signals(
-    signals: Iterable[Union[int, str, signal.Signals]] = ("SIGTERM", "SIGINT"),
+    signals: Union[Iterable[Union[int, str, signal.Signals]], int, str] = ("SIGTERM", "SIGINT"),
     *,
     mode: str = "exit",
 ) -> dict[int, Any]:
     """Install teardown handlers for ``signals``; return ``{signum: previous handler}``.
 
-    See the module documentation for the two modes.  A signal whose current
-    handler is the program's own (anything but the default action or, for
+    ``signals``: one signal or an iterable of signals, each a name (``"SIGTERM"``,
+    ``"TERM"``) or a number.  See the module documentation for the two modes and
+    for what happens when a signal arrives during a teardown.  A signal whose
+    current handler is the program's own (anything but the default action or, for
     SIGINT, Python's default ``KeyboardInterrupt`` handler) is left alone and
-    missing from the result.  Raises ``ValueError`` for an unknown signal or
-    mode, and whatever :func:`signal.signal` raises off the main thread.
+    missing from the result.  Raises ``ValueError`` for an unknown signal or mode
+    and for SIGKILL / SIGSTOP, ``TypeError`` for a signal that is neither a name nor
+    a number, and whatever :func:`signal.signal` raises off the main thread.
+    Every argument is checked before any handler is installed.
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-    numbers = [_signal_number(s) for s in signals]
+    if isinstance(signals, (str, int)):
+        signals = (signals,)
+    try:
+        items = list(signals)
+    except TypeError:
+        raise TypeError(
+            f"signals must be a signal or an iterable of signals, got {type(signals).__name__}"
+        ) from None
+    numbers = list(dict.fromkeys(_signal_number(s) for s in items))
+    from . import _interrupts
+
     installed: dict[int, Any] = {}
+    handler = _exit_handler if mode == "exit" else _immediate_handler
     for signum in numbers:
         current = signal.getsignal(signum)
         ours = current in (signal.SIG_DFL, None) or (
@@ -78,18 +126,93 @@ def teardown_on_signals(
         )
         if not ours:
             continue
-        handler = _exit_handler if mode == "exit" else _immediate_handler
         installed[signum] = signal.signal(signum, handler)
+        _interrupts.installed.add(signum)
     return installed
 
 
 def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
+    from . import _sync
+
+    if _sync.reentered():
+        _send_again(signum)  # see _send_again
+        return
+    _acted_on(signum)
     raise SystemExit(128 + signum)
 
 
 def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
+    from . import _sync
+
+    if _sync.reentered():
+        _send_again(signum)
+        return
+    _acted_on(signum)
+    _teardown_and_die(signum)
+
+
+def _teardown_and_die(signum: int) -> None:
+    from ._interrupts import held
     from ._process import teardown_all
 
-    teardown_all(f"signal {signal.Signals(signum).name}")
+    # A second signal during this teardown is recorded and dropped: the process is
+    # about to end by this one anyway.
+    with held(drop=True):
+        teardown_all(f"signal {signal.Signals(signum).name}")
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def _send_again(signum: int) -> None:
+    """The main thread was inside one of exitsafe's sections: act on the signal later.
+
+    A handler must not act there (the section would be cut in half; a teardown would
+    wait for the lock its own thread holds), and it must not hand the signal to
+    whichever thread next calls exitsafe (a worker thread cannot end the process, and
+    a finalizer swallows the exception).  So a short-lived thread sends the signal to
+    the main thread once more: its handler runs again at the main thread's next
+    bytecode after the section (the sending thread needs the interpreter lock, which
+    the main thread hands over only between bytecodes or in a blocking call), as if
+    the signal had arrived a moment later.  Should it land in a section again, the
+    same happens again.  The thread is a bare ``_thread`` one: a handler may have
+    interrupted code holding ``threading``'s own locks.
+    """
+    import _thread
+    import threading
+
+    from ._interrupts import resent
+
+    main = threading.main_thread().ident
+    if main is not None:
+        if signum not in resent:
+            resent.append(signum)  # if the program ends first, its exit teardown acts on it
+        _thread.start_new_thread(_send_to_main, (signum, main))
+
+
+def _acted_on(signum: int) -> None:
+    from ._interrupts import resent
+
+    while signum in resent:
+        try:
+            resent.remove(signum)
+        except ValueError:  # (free-threaded build) another thread removed it first
+            break
+
+
+def _send_to_main(signum: int, main: int) -> None:
+    pthread_kill = getattr(signal, "pthread_kill", None)
+    try:
+        if pthread_kill is not None:  # POSIX: also wakes a blocking call of the main thread
+            pthread_kill(main, signum)
+        else:
+            import _thread
+
+            _thread.interrupt_main(signum)  # type: ignore[call-arg,arg-type,unused-ignore]
+    except (OSError, ValueError, TypeError):
+        # The main thread is gone (the process is ending) or, before CPython 3.10
+        # outside POSIX, a signal cannot be simulated: nothing is left to act on it.
+        pass
+
+
+_exit_handler.__exitsafe_signal_handler__ = True  # type: ignore[attr-defined]
+_immediate_handler.__exitsafe_signal_handler__ = True  # type: ignore[attr-defined]

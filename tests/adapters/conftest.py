@@ -13,19 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import exitsafe
 
-NATIVE = Path(__file__).resolve().parent / "native"
-HEADER = (NATIVE / "toy.h").read_text()
-
-needs_posix = pytest.mark.skipif(
-    sys.platform == "win32", reason="the toy library is built with a POSIX C compiler"
-)
+from .toy import HEADER, NATIVE
 
 
 def _compiler() -> str | None:
@@ -103,44 +97,3 @@ def ctoy(toy_so: str):
     lib.toy_catalog_open.restype = vp
     lib.toy_catalog_release.argtypes = (vp,)
     return lib
-
-
-def is_mapped(path: str) -> bool:
-    """Whether ``path`` is mapped into this process (Linux only)."""
-    real = os.path.realpath(path)
-    with open("/proc/self/maps") as maps:
-        return any(line.rstrip().endswith(real) for line in maps)
-
-
-needs_proc_maps = pytest.mark.skipif(
-    not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps (Linux)"
-)
-
-
-def run_py(
-    code: str, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter; return the completed process (text output)."""
-    script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent(code))
-    child_env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("EXITSAFE_", "TOY_")) and k != "PYTHONFAULTHANDLER"
-    }
-    child_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=child_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def assert_clean_exit(proc: subprocess.CompletedProcess[str]) -> None:
-    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, detail
-    for word in ("Exception ignored", "Traceback", "FATAL", "Fatal Python error"):
-        assert word not in proc.stderr, detail

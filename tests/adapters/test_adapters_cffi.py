@@ -5,12 +5,15 @@ from __future__ import annotations
 import gc
 import importlib.util
 import sys
+import weakref
 
 import pytest
-from conftest import HEADER, NATIVE, is_mapped, needs_proc_maps
 
 import exitsafe
 from exitsafe import AlreadyTrackedError, HandleClosedError
+
+from ..support import is_mapped
+from .toy import HEADER, NATIVE, needs_proc_maps
 
 cffi = pytest.importorskip("cffi")
 es_cffi = pytest.importorskip("exitsafe.cffi")
@@ -181,6 +184,24 @@ def test_pin_keeps_the_library_mapped_through_an_early_dlclose(toy_copy, reg):
 
 
 @needs_proc_maps
+def test_pin_finds_the_library_when_its_first_symbol_is_a_constant(toy_copy, reg):
+    # dir(lib) is sorted: "AAA_..." comes first, and addressof() of an integer constant
+    # is its value, not an address; the pin must look further for a real symbol.
+    ffi = cffi.FFI()
+    ffi.cdef("#define AAA_FIRST_CONSTANT 7\n" + HEADER)
+    lib = ffi.dlopen(toy_copy)
+    assert dir(lib)[0] == "AAA_FIRST_CONSTANT"
+    pin = es_cffi.pin(ffi, lib, registry=reg)
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert h.depends_on == (pin,)
+    ffi.dlclose(lib)
+    assert is_mapped(toy_copy), "the pin holds its own loader reference"
+    h.release()
+    pin.release()
+    assert not is_mapped(toy_copy)
+
+
+@needs_proc_maps
 def test_pin_release_waits_for_dependents_then_dlcloses(toy_copy, reg):
     ffi = cffi.FFI()
     ffi.cdef(HEADER)
@@ -262,13 +283,16 @@ def test_callback_calls_fn_until_teardown_then_returns_default(abi):
     cb = es_cffi.callback(ffi, "toy_int_fn", lambda x: calls.append(x) or x * 2, registry=registry)
     assert cb.kind == "callback"
     assert lib.toy_call(cb.raw, 21) == 42
+    raw = cb.raw
     registry.teardown()
     assert calls == [21]
     # leaked by default at teardown and kept alive: C may still call it
     assert cb.state == "leaked"
-    from exitsafe import ctypes as es_ctypes
-
-    raw = es_ctypes._forever[-1]
+    kept = weakref.ref(raw)
+    del cb, raw
+    gc.collect()
+    raw = kept()
+    assert raw is not None, "exitsafe keeps a leaked callback alive"
     assert lib.toy_call(raw, 5) == 0  # the int zero, not None (which would not convert)
     assert calls == [21]
 
@@ -372,14 +396,10 @@ def test_api_mode_track_callback_and_lookup(api_module, reg):
         es_cffi.track(ffi, ffi.NULL, lib.toy_ctx_free, registry=reg)
     cb = es_cffi.callback(ffi, "toy_int_fn", lambda x: -x, registry=reg)
     assert lib.toy_call(cb.raw, 3) == -3
+    raw = cb.raw
     ctx.release()
     assert lib.toy_live() == 2  # deferred behind obj
     reg.teardown()
     assert lib.toy_live() == 0
-    assert lib.toy_call(cb.raw if cb.state == "live" else es_cffi_forever(), 3) == 0
-
-
-def es_cffi_forever():
-    from exitsafe import ctypes as es_ctypes
-
-    return es_ctypes._forever[-1]
+    assert cb.state == "leaked"
+    assert lib.toy_call(raw, 3) == 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 import signal
 
 import pytest
-from conftest import NATIVE, assert_clean_exit, needs_posix, run_py
+
+from ..support import assert_clean, run_py
+from .toy import NATIVE, needs_posix
 
 pytestmark = needs_posix
 
@@ -78,7 +80,7 @@ ffi.dlclose(lib)   # the same early close: the pin's loader reference keeps the 
         tmp_path,
         toy_copy,
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert toy_lines(proc) == ["new ctx 1", "free ctx 1"]
 
 
@@ -114,7 +116,7 @@ ctx = Context()
         delete="pass  # nothing: the handle releases itself",
     )
     proc = run(protected, tmp_path, toy_copy)
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert toy_lines(proc) == ["new ctx 1", "free ctx 1"]
 
     # The same with track() but no pin: the ordered release alone cannot help here.
@@ -173,7 +175,7 @@ objs = [Obj(ctx) for _ in range(3)]
 """
     )
     proc = run(protected, tmp_path, toy_so)
-    assert_clean_exit(proc)
+    assert_clean(proc)
     lines = toy_lines(proc)
     assert lines[-1] == "free ctx 1"
     assert sorted(lines[-4:-1]) == ["free obj 2", "free obj 3", "free obj 4"]
@@ -183,7 +185,7 @@ def test_wrapper_classes_release_in_order_at_exit(tmp_path, toy_so):
     proc = run(
         CFFI_PRELUDE
         + """
-from exitsafe.wrapper import NativeObject
+from exitsafe import NativeObject
 
 class Context(NativeObject, kind="ctx", release=lib.toy_ctx_free):
     def __init__(self):
@@ -201,7 +203,7 @@ objs = [Obj(ctx) for _ in range(2)]
         tmp_path,
         toy_so,
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert toy_lines(proc)[-3:] in (
         ["free obj 3", "free obj 2", "free ctx 1"],
         ["free obj 2", "free obj 3", "free ctx 1"],
@@ -226,7 +228,7 @@ obj = es.track(ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, depends_on=[ctx]
         EXITSAFE_AT_EXIT=mode,
         TOY_REPORT="1",
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert f"unloaded with {live} live objects" in proc.stderr
     assert ("free obj" in proc.stderr) == (mode == "release")
 
@@ -256,7 +258,7 @@ assert calls, "the native thread called back"
         toy_so,
         TOY_TRACE="",
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
 
 
 # ------------------------------------------------------------ the seed: a catalog's __del__
@@ -296,7 +298,7 @@ neutralize_at_exit(catalog, "_handle")
         tmp_path,
         toy_so,
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert "release catalog" not in proc.stderr  # deliberately leaked; the OS reclaims it
 
 
@@ -314,7 +316,7 @@ adopt(catalog, depends_on=[runtime])
         tmp_path,
         toy_so,
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert toy_lines(proc) == ["open catalog 1", "release catalog 1", "runtime shutdown"]
 
 
@@ -331,6 +333,6 @@ adopt(catalog, exit_policy="leak", neutralize="_handle")
         toy_so,
         EXITSAFE_TRACE="1",
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert "release catalog" not in proc.stderr
     assert "outcome=leaked_policy" in proc.stderr

@@ -15,7 +15,8 @@ from __future__ import annotations
 import wave
 
 import pytest
-from conftest import assert_clean_exit, run_py
+
+from ..support import assert_clean, run_py
 
 sf = pytest.importorskip(
     "soundfile", reason="soundfile (the third-party cffi binding under test) is not installed"
@@ -58,7 +59,7 @@ def test_adopted_soundfile_is_closed_at_exit(tmp_path):
         RECORDER.format(protect="from exitsafe import adopt", adopt="adopt(take)"),
         tmp_path,
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert frames(tmp_path / "take.wav") == 1000
 
 
@@ -84,7 +85,7 @@ h = Holder(); h.self = h; h.items = (snd, raw)
         tmp_path,
         env={"EXITSAFE_LEDGER": str(tmp_path / "ledger.json")},
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     import json
 
     ledger = json.loads((tmp_path / "ledger.json").read_text())
@@ -123,7 +124,7 @@ exitsafe.on_teardown(check, after=[hook])
 """,
         tmp_path,
     )
-    assert_clean_exit(proc)
+    assert_clean(proc)
     assert "checked" in proc.stdout
 
 

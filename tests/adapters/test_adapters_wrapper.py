@@ -8,8 +8,7 @@ import pickle
 
 import pytest
 
-from exitsafe import HandleClosedError, handle_of
-from exitsafe.wrapper import NativeObject
+from exitsafe import HandleClosedError, NativeObject, handle_of
 
 
 @pytest.fixture

@@ -398,15 +398,18 @@ def test_teardown_leaks_what_a_stuck_release_elsewhere_depends_on():
     reg.teardown()  # waits step_timeout for the child, then leaks what it depends on
     got = outcomes(reg)
     assert got == {
+        "child": Outcome.LEAKED_IN_USE,  # recorded when the wait ran out, with the reason
         "parent": Outcome.LEAKED_DEPENDENT,
         "lib": Outcome.LEAKED_DEPENDENT,
         "other": Outcome.RELEASED_AT_EXIT,
     }
+    child_entry = next(e for e in reg.ledger() if e.name == "child")
+    assert "still being released on another thread" in child_entry.detail
     gate.set()
     join(releaser)
-    got = outcomes(reg)
-    assert got["child"] == Outcome.RELEASED  # recorded by its own thread, once
-    assert len(got) == 4
+    # The release finished later on its own thread: the first outcome stands, once.
+    assert outcomes(reg) == got
+    assert len(reg.ledger()) == 4
     assert rec.raws == ["other", "child"]  # parent and lib never released
     assert other is not None
 
@@ -637,17 +640,26 @@ def test_teardown_timeout_is_a_total_deadline():
 
 
 def test_cyclic_gc_on_another_thread_racing_teardown_loses_no_handle():
+    # A collection on another thread is held in the middle of collecting a tracked handle's
+    # reference cycle (a weakref callback on the garbage blocks) while the teardown runs.
+    # What the teardown can still see of that handle depends on the collector: up to 3.14,
+    # weak references to the garbage (the registry's included) are cleared before any
+    # callback runs, so the teardown misses the handle and its finalizer finds the registry
+    # closed: leaked, never released.  From 3.15 (gh-135552) plain weak references to the
+    # garbage may still be alive while callbacks run, so the teardown finds the handle and
+    # releases it; the finalizer that follows must then do nothing.  Either order is the
+    # collector's right; the invariant is the same: one native release at most, made before
+    # the registry closed, and exactly one ledger outcome that says which.
     reg = Registry(name="threads-gc-vs-teardown", ledger_limit=None)
-    rec = Recorder()
+    events: list[str] = []
     box = Box()
-    box.handle = reg.track(box, lambda raw: rec("cyclic"), name="cyclic")
-    keep = reg.track("kept", rec, name="kept")
+    box.handle = reg.track(box, lambda raw: events.append("released cyclic"), name="cyclic")
+    keep = reg.track("kept", lambda raw: events.append("released kept"), name="kept")
 
     in_callback, resume = threading.Event(), threading.Event()
 
     def callback(_ref):
-        # Runs inside the collection, after the collector cleared every weak reference
-        # to the garbage (the registry's included) and before any __del__ ran.
+        # Runs inside the collection, before the garbage is freed.
         in_callback.set()
         resume.wait(LONG)
 
@@ -657,8 +669,9 @@ def test_cyclic_gc_on_another_thread_racing_teardown_loses_no_handle():
     try:
         del box
         collector = start(gc.collect)
-        assert in_callback.wait(LONG)
+        assert in_callback.wait(LONG)  # the collector is held inside the collection
         reg.teardown()  # e.g. the exit teardown while a daemon thread collects
+        events.append("closed")
         resume.set()
         join(collector)
     finally:
@@ -666,16 +679,18 @@ def test_cyclic_gc_on_another_thread_racing_teardown_loses_no_handle():
         if was_enabled:
             gc.enable()
     gc.collect()
-    assert witness() is None
-    got = outcomes(reg)
-    assert got["kept"] == Outcome.RELEASED_AT_EXIT
-    # The cyclic handle was never released and never leaked on purpose: the ledger
-    # must still say what happened to it (every handle ends in exactly one outcome).
+    assert witness() is None  # the cycle was collected
+    got = outcomes(reg)  # (asserts that no handle ended twice)
+    assert got["kept"] == Outcome.RELEASED_AT_EXIT and keep.state == "released"
+    # The cyclic handle ended with exactly one outcome, whichever the collector allowed.
     assert "cyclic" in got, f"no outcome for the cyclic handle: {got}"
-    # teardown never saw it and native code must not run after close: leaked, not released
-    assert got["cyclic"] == Outcome.LEAKED_AFTER_CLOSE
-    assert "cyclic" not in rec.raws
-    assert keep.state == "released"
+    assert got["cyclic"] in (Outcome.RELEASED_AT_EXIT, Outcome.LEAKED_AFTER_CLOSE), got
+    # Native code ran once at most, and never after the registry closed.
+    released = events.count("released cyclic")
+    assert released == (1 if got["cyclic"] == Outcome.RELEASED_AT_EXIT else 0), events
+    assert events.index("closed") > max(
+        (i for i, e in enumerate(events) if e.startswith("released")), default=-1
+    ), events
 
 
 def test_teardown_order_reads_each_nodes_edges_once():
@@ -683,11 +698,12 @@ def test_teardown_order_reads_each_nodes_edges_once():
     # teardown plans (the end-to-end race is in test_teardown_racing_releases_on_
     # other_threads).  The planner must count and walk the same edges: it reads each
     # node's parents once.  Duck-typed nodes make the interleaving deterministic.
-    from exitsafe._planner import ROLE_HANDLE, teardown_order
+    from exitsafe._graph import teardown_order
+    from exitsafe._node import HANDLE
 
     class Node:
         def __init__(self, name: str, *parents: Node) -> None:
-            self.name, self._role, self.reads = name, ROLE_HANDLE, 0
+            self.name, self._role, self.reads = name, HANDLE, 0
             self._edges = parents
 
         @property
@@ -722,13 +738,15 @@ def test_hot_path_waits_for_a_long_held_lock():
         results.append("done")
         done.set()
 
-    reg._lock.acquire()
+    from exitsafe import _sync
+
+    _sync.LOCK.acquire()
     try:
         thread = start(worker)
         # longer than the yields take: the worker has to block on the lock
         assert not done.wait(0.2)
     finally:
-        reg._lock.release()
+        _sync.LOCK.release()
     join(thread)
     assert results == ["done"]
     assert rec.raws == ["other"]

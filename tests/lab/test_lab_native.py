@@ -17,6 +17,7 @@ import pytest
 
 from exitsafe.lab import report as lab_report
 from exitsafe.lab import shim
+from exitsafe.lab.catalog import CRASH_SIGNALS
 
 from .conftest import Proc, needs_posix, run_python
 
@@ -489,13 +490,17 @@ def test_logger_thread_calls_until_unregistered_and_never_after(lab: Path) -> No
     assert not rep.logger
 
 
-CRASH_SIGNALS = {"SIGSEGV", "SIGILL", "SIGBUS", "SIGABRT"}
-
-
 def test_a_logger_still_registered_at_exit_crashes_the_interpreter(lab: Path) -> None:
     """At unload the runtime tells its logger it is going away, after Py_Finalize: cffi's
-    callback into a finalized interpreter (or a freed callback) crashes every time."""
-    for _ in range(3):
+    callback into a finalized interpreter (or a freed callback) is undefined behaviour.
+
+    It ends with any crash signal (SIGSEGV mostly; SIGILL, SIGTRAP...), sometimes before
+    the runtime wrote its report (the logger thread's own callback crashed first), and,
+    rarely, not at all: then the report, written just before the late call, proves the
+    callback was still registered.  Most runs must really crash."""
+    runs = 5
+    crashed = 0
+    for _ in range(runs):
         proc = lab_run("""
             @ffi.callback("void(int, const char *)")
             def log(level, msg):
@@ -505,9 +510,16 @@ def test_a_logger_still_registered_at_exit_crashes_the_interpreter(lab: Path) ->
                 time.sleep(0.001)
             print("exiting", flush=True)
         """)
-        assert proc.signal in CRASH_SIGNALS, proc
-        (rep,) = lab_report.parse_leak_reports(proc.stderr)
-        assert rep.logger
+        assert "exiting" in proc.stdout, proc
+        reports = lab_report.parse_leak_reports(proc.stderr)
+        assert len(reports) <= 1, proc
+        if reports:
+            assert reports[0].logger, proc  # the late call was made (or about to be)
+        if proc.signal in CRASH_SIGNALS:
+            crashed += 1
+        else:
+            assert not proc.timed_out and proc.signal is None and reports, proc
+    assert crashed > runs // 2, f"only {crashed} of {runs} runs crashed"
 
 
 # --- lost devices --------------------------------------------------------------------------

@@ -8,15 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from exitsafe.testing import (
-    ExitResult,
-    parse_fatal_errors,
-    parse_trace,
-    parse_uncaught,
-    parse_unraisable,
-    summarize,
-)
-from exitsafe.testing.trace import parse_line
+from exitsafe.testing import ExitResult
+from exitsafe.testing.parsers import parse_fatal_errors, parse_uncaught, parse_unraisable
+from exitsafe.testing.trace import parse_line, parse_trace, summarize
 
 TRACE = """\
 some output of the program
@@ -365,8 +359,10 @@ def test_result_from_a_crash_during_teardown() -> None:
     assert not registry.finished
     report = result.report()
     assert report.splitlines()[0] == (
-        "NOT CLEAN: SIGSEGV (signal 11); Fatal Python error: Segmentation fault"
+        "NOT CLEAN: crash inside exitsafe's teardown, in step 3/6; SIGSEGV (signal 11);"
+        " Fatal Python error: Segmentation fault"
     )
+    assert result.diagnosis is not None and result.diagnosis.kind == "crash-in-teardown"
     assert "teardown did NOT finish: 2 of 6 steps completed" in report
     assert "step 2/6 release buffer 'buf \"0\"' -> released_at_exit" in report
     assert "the process ended during step 3/6" in report
@@ -379,13 +375,15 @@ def test_result_to_dict_is_json_ready() -> None:
     stderr = TRACE + UNRAISABLE_39 + SEGV_TWO_THREADS
     result = ExitResult.from_output(["python", "app.py"], 3221225477, "out", stderr)
     data = json.loads(json.dumps(result.to_dict()))
-    assert data["ntstatus"] == {"name": "STATUS_ACCESS_VIOLATION", "hex": "0xC0000005"}
+    assert data["ntstatus"] == {
+        "name": "STATUS_ACCESS_VIOLATION", "hex": "0xC0000005", "code": 0xC0000005
+    }
     assert data["fatal_error"]["threads"][1]["frames"][0] == {
         "file": "<string>", "line": 6, "function": "g",
     }  # fmt: skip
     assert data["unraisable"][0]["type"] == "AttributeError"
     assert data["teardown"][0] == {
         "event": "teardown-begin", "registry": "default", "reason": "atexit",
-        "live": "5", "hooks": "1",
+        "live": 5, "hooks": 1,
     }  # fmt: skip
     assert data["clean"] is False

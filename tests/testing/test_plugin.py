@@ -169,7 +169,7 @@ def test_bad_option_and_marker_are_reported(pytester: pytest.Pytester) -> None:
 
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider", "--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.exitsafe(repeat=1, timeout=30.0)*"])
+    result.stdout.fnmatch_lines(["@pytest.mark.exitsafe(repeat=1, timeout=30.0, audit=False*"])
 
 
 def test_command_method_runs_any_program(pytester: pytest.Pytester) -> None:

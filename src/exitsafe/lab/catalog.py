@@ -1,4 +1,4 @@
-"""The scenario catalogue S1-S10: what each scenario is, and what each of its two programs must do.
+"""The scenario catalogue S1-S11: what each scenario is, and what each of its two programs must do.
 
 Every scenario has two standalone programs in :mod:`exitsafe.lab.scenarios`:
 ``sN_unprotected.py`` (the binding written the usual way) must fail as
@@ -24,8 +24,16 @@ __all__ = ["CATALOG", "SCENARIO_DIR", "Failure", "Scenario", "get", "select"]
 #: Where the scenario programs live.
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
-#: Signals a crash in or after interpreter finalization may end with.
-CRASH_SIGNALS = ("SIGSEGV", "SIGILL", "SIGBUS", "SIGABRT")
+#: Every signal a crash can end a process with: the signals whose default action is to
+#: terminate with a core dump (POSIX; signal(7) on Linux), less SIGQUIT, SIGXCPU and SIGXFSZ,
+#: which come from a terminal or a resource limit, not from a crash.  Undefined behaviour in
+#: or after interpreter finalization (a call into a finalized interpreter, a jump through a
+#: freed callback trampoline) may end with any of them: SIGSEGV most often, SIGILL or
+#: SIGTRAP when the jump lands on bytes that decode as an invalid or a breakpoint
+#: instruction (both seen in this project's runs: SIGILL on 3.11-3.15, SIGTRAP on
+#: 3.13-3.15), SIGBUS, SIGFPE or SIGSYS on other memory, SIGABRT when a consistency check
+#: fires.  SIGKILL and SIGTERM are not crashes (a timeout kills with SIGKILL).
+CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGTRAP", "SIGABRT", "SIGFPE", "SIGSYS")
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,11 @@ class Failure:
 
     ``kind`` is one of:
 
-    ``"signal"``  killed by one of ``signals`` (a crash such as SIGSEGV);
+    ``"signal"``  killed by one of ``signals`` (a crash such as SIGSEGV); when
+                  ``evidence`` is set, the failure is undefined behaviour that may
+                  also, rarely, not crash at all: a run that ends without a signal
+                  still fails as expected when the runtime's leak report carries
+                  every ``evidence`` field (it proves the undefined behaviour ran);
     ``"fatal"``   killed by SIGABRT after exactly one runtime line
                   ``FATAL: ...`` containing ``fatal``;
     ``"hang"``    still running after :attr:`Scenario.hang_timeout` seconds (then
@@ -49,6 +61,7 @@ class Failure:
     fatal: Optional[str] = None
     exit_code: Optional[int] = None
     leaks: Mapping[str, int] = field(default_factory=dict)
+    evidence: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,7 @@ class Scenario:
                 "fatal": self.failure.fatal,
                 "exit_code": self.failure.exit_code,
                 "leaks": dict(self.failure.leaks),
+                "evidence": dict(self.failure.evidence),
                 "script": str(self.script(False)),
             },
             "protected": {
@@ -183,6 +197,8 @@ CATALOG: Tuple[Scenario, ...] = (
             "signal",
             "crash: the callback runs after Py_Finalize",
             signals=CRASH_SIGNALS,
+            # the runtime writes its report, then calls the still-registered callback
+            evidence={"logger": "1"},
         ),
         protected_by="teardown hook unregisters the logger first; guarded callback",
         leaks_when_leaking={"instances": 1},
@@ -264,6 +280,18 @@ CATALOG: Tuple[Scenario, ...] = (
         ),
         protected_by='process-wide "release everything" override: zero leaks',
         env={"EXITSAFE_LAB_LEAK_EXITCODE": "23", "EXITSAFE_AT_EXIT": "release"},
+    ),
+    Scenario(
+        id="S11",
+        short="thread inside a native call at exit",
+        title="a daemon thread is inside a native call when the interpreter finalizes",
+        failure=Failure(
+            "fatal",
+            "abort: device released under a running call",
+            fatal="released while rt_device_run is running on it",
+        ),
+        protected_by="quiesce: the call in flight is waited for, later calls park",
+        leaks_when_leaking={"instances": 1, "devices": 1},
     ),
 )
 

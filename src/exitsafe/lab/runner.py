@@ -31,6 +31,7 @@ __all__ = [
     "fatal_lines",
     "ledger_summary",
     "run_scenario",
+    "survived_with_evidence",
 ]
 
 FATAL_PREFIX = "FATAL: "
@@ -238,8 +239,25 @@ def run_scenario(
         outcome_run.detail = detail
     else:
         outcome_run.problems = _judge_unprotected(scenario, result, reports)
+        if survived_with_evidence(scenario, result, reports):
+            outcome_run.outcome += " (did not crash this time; report: " + " ".join(
+                f"{k}={v}" for k, v in scenario.failure.evidence.items()
+            ) + ")"
         outcome_run.detail = _leak_text(reports) if scenario.failure.kind == "leaks" else ""
     return outcome_run
+
+
+def survived_with_evidence(
+    scenario: Scenario, result: ExitResult, reports: List[LeakReport]
+) -> bool:
+    """The unprotected run ended without a signal, but the runtime's leak report proves the
+    undefined behaviour of a ``"signal"`` scenario ran (:attr:`Failure.evidence`): it
+    happened not to crash this time."""
+    evidence = scenario.failure.evidence
+    if not evidence or result.signal is not None or result.timed_out:
+        return False
+    main = next((r for r in reports if not r.forked), None)
+    return main is not None and all(main.fields.get(k) == v for k, v in evidence.items())
 
 
 def _judge_unprotected(
@@ -255,8 +273,15 @@ def _judge_unprotected(
     elif result.timed_out:
         problems.append(f"expected {failure.summary}, but it hung and was killed")
     elif failure.kind == "signal":
-        if result.signal not in failure.signals:
-            problems.append(f"expected death by {'/'.join(failure.signals)}, got {got}")
+        if result.signal not in failure.signals and not survived_with_evidence(
+            scenario, result, reports
+        ):
+            expected = f"death by {'/'.join(failure.signals)}"
+            if failure.evidence:
+                expected += " (or an exit whose leak report shows " + " ".join(
+                    f"{k}={v}" for k, v in failure.evidence.items()
+                ) + ")"
+            problems.append(f"expected {expected}, got {got}")
     elif failure.kind == "fatal":
         if result.signal != "SIGABRT":
             problems.append(f"expected SIGABRT after a FATAL line, got {got}")

@@ -76,6 +76,8 @@ int rt_device_release(rt_device *device);
 int rt_device_submit(rt_device *device);
 int rt_device_lose(rt_device *device);
 int rt_device_program(rt_device *device);
+int rt_device_run(rt_device *device, unsigned int ms);
+int rt_device_running(rt_device *device);
 
 rt_buffer *rt_buffer_create(rt_device *device, size_t size);
 int rt_buffer_release(rt_buffer *buffer);

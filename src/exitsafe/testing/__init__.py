@@ -21,44 +21,29 @@ Importing this package imports no test framework.
 
 from __future__ import annotations
 
-from ._decode import NtStatus, decode_ntstatus, decode_signal, describe_exit
-from ._result import ExitResult, ExitResults, assert_clean_exit
-from ._runner import DEFAULT_ENV, child_env, python_argv, run, run_command
-from ._stderr import (
-    ExceptionReport,
-    FatalError,
-    Frame,
-    ThreadStack,
-    Unraisable,
-    parse_fatal_errors,
-    parse_uncaught,
-    parse_unraisable,
+from ._children import ChildProcess
+from ._decode import NtStatus
+from ._diagnose import Diagnosis
+from ._result import (
+    AuditFinding,
+    CheckResult,
+    ExitNotClean,
+    ExitResult,
+    ExitResults,
+    assert_clean_exit,
 )
-from .trace import RegistryTeardown, TeardownStep, parse_trace, summarize
+from ._runner import run, run_command
 
 __all__ = [
-    "DEFAULT_ENV",
-    "ExceptionReport",
+    "AuditFinding",
+    "CheckResult",
+    "ChildProcess",
+    "Diagnosis",
+    "ExitNotClean",
     "ExitResult",
     "ExitResults",
-    "FatalError",
-    "Frame",
     "NtStatus",
-    "RegistryTeardown",
-    "TeardownStep",
-    "ThreadStack",
-    "Unraisable",
     "assert_clean_exit",
-    "child_env",
-    "decode_ntstatus",
-    "decode_signal",
-    "describe_exit",
-    "parse_fatal_errors",
-    "parse_trace",
-    "parse_uncaught",
-    "parse_unraisable",
-    "python_argv",
     "run",
     "run_command",
-    "summarize",
 ]

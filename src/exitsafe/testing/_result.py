@@ -7,8 +7,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional, Sequence, Union, overload
 
+from ._children import ChildProcess
 from ._decode import NtStatus, decode_ntstatus, decode_signal, describe_exit
-from ._stderr import (
+from ._diagnose import Diagnosis, diagnose
+from .parsers import (
     ExceptionReport,
     FatalError,
     parse_fatal_errors,
@@ -25,8 +27,127 @@ SHOWN_STEPS = 10
 _STDERR_TAIL = 15
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
-#: The first line of :func:`assert_clean_exit`'s message.
-NOT_CLEAN_PREFIX = "the program did not exit cleanly\n"
+#: The version of the JSON that :meth:`ExitResult.to_dict` gives (see docs/testing.md).
+JSON_SCHEMA_VERSION = 2
+#: Trace events that are not part of a teardown: the threads alive at exit and the audit.
+DIAGNOSTIC_EVENTS = frozenset({"thread", "audit-begin", "audit-release"})
+#: Lines of the program's own stderr shown before a fatal error.
+STDERR_BEFORE_FATAL = 5
+
+
+class ExitNotClean(AssertionError):
+    """Raised by :func:`assert_clean_exit`: the run did not exit cleanly.
+
+    An :class:`AssertionError`, so test frameworks report it as a failed assertion.  Its
+    message is the result's report, whose first line is the decoded summary.
+
+    :ivar result: the :class:`ExitResult` or :class:`ExitResults` that failed.
+    """
+
+    __module__ = "exitsafe.testing"  # the name pytest prints: where users import it from
+
+    def __init__(self, result: Union[ExitResult, ExitResults]) -> None:
+        super().__init__(result.report())
+        self.result = result
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One ``--check`` command, run after the program in the same directory.
+
+    :ivar command: the command as given (a shell string, or an argument list).
+    :ivar returncode: its exit status (negative: killed by that signal).
+    :ivar output: its stdout and stderr, interleaved.
+    :ivar timed_out: it ran past the run's timeout and was killed.
+    """
+
+    command: Union[str, tuple[str, ...]]
+    returncode: int
+    output: str = ""
+    timed_out: bool = False
+
+    @property
+    def passed(self) -> bool:
+        """Exit status 0 within the timeout."""
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def command_text(self) -> str:
+        """The command as one line."""
+        if isinstance(self.command, str):
+            return self.command
+        return _quote_argv(self.command)
+
+    def describe_status(self) -> str:
+        """``"exit status 1"``, ``"timed out"``, ``"passed"``."""
+        if self.timed_out:
+            return "timed out"
+        if self.passed:
+            return "passed"
+        return describe_exit(self.returncode)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": self.command if isinstance(self.command, str) else list(self.command),
+            "returncode": self.returncode,
+            "passed": self.passed,
+            "timed_out": self.timed_out,
+            "output": self.output,
+        }
+
+
+@dataclass(frozen=True)
+class AuditFinding:
+    """A native release that ran after exitsafe's exit teardown (``EXITSAFE_AUDIT=1``).
+
+    :ivar what: ``"__del__"``, ``"ffi.gc"`` or ``"weakref.finalize"``.
+    :ivar type: the object's type (``"mylib.Device"``, ``"cdata 'struct dev *'"``).
+    :ivar site: where the object was created (``"app.py:12"``), from tracemalloc.
+    :ivar stack: the frames that led there, most recent first, if more than one.
+    :ivar holds: the native pointers it held (``"_ptr (cffi pointer)"``).
+    :ivar via: the finalizer that ran (its file:line, or the destructor's name).
+    :ivar thread: the thread it ran on.
+    :ivar suggest: the exitsafe declaration that would release it in order instead.
+    """
+
+    what: str
+    type: str
+    site: str
+    stack: Optional[str] = None
+    holds: Optional[str] = None
+    via: Optional[str] = None
+    thread: Optional[str] = None
+    suggest: str = ""
+
+    @classmethod
+    def from_step(cls, step: TeardownStep) -> AuditFinding:
+        get = step.get
+        return cls(
+            what=get("what") or "?",
+            type=get("type") or "?",
+            site=get("site") or "unknown",
+            stack=get("stack"),
+            holds=get("holds"),
+            via=get("via"),
+            thread=get("thread"),
+            suggest=get("suggest") or "",
+        )
+
+    def describe(self) -> str:
+        """One line: ``__del__ of mylib.Device created at app.py:12``."""
+        return f"{self.what} of {self.type} created at {self.site}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "type": self.type,
+            "site": self.site,
+            "stack": self.stack,
+            "holds": self.holds,
+            "via": self.via,
+            "thread": self.thread,
+            "suggest": self.suggest,
+        }
 
 
 def _quote_argv(args: Sequence[str]) -> str:
@@ -51,8 +172,14 @@ class ExitResult:
     :ivar unraisable: every "Exception ignored ..." block (and ``Error in
         atexit._run_exitfuncs``), in order.
     :ivar uncaught: the uncaught exception that ended the program, if one was printed.
-    :ivar teardown: exitsafe's trace lines (``EXITSAFE_TRACE=1``), parsed; empty when the
-        program does not use exitsafe.
+    :ivar teardown: exitsafe's teardown trace lines (``EXITSAFE_TRACE=1``), parsed; empty
+        when the program does not use exitsafe.
+    :ivar children: the run's other processes (:class:`ChildProcess`), as the start-up
+        hook and the timeout saw them.
+    :ivar checks: the ``checks`` run after the program (:class:`CheckResult`).
+    :ivar audited: whether the run was audited (``audit=True``).
+    :ivar trace: every ``exitsafe:`` line, including the threads listed at exit and the
+        audit's lines.
     :ivar stdout: everything the program wrote on stdout, decoded as UTF-8 (bad bytes
         replaced).
     :ivar stderr: everything it wrote on stderr, decoded the same way.
@@ -73,6 +200,10 @@ class ExitResult:
     stderr: str = ""
     duration: float = 0.0
     timeout: Optional[float] = field(default=None, compare=False)
+    children: tuple[ChildProcess, ...] = ()
+    checks: tuple[CheckResult, ...] = ()
+    audited: bool = False
+    trace: tuple[TeardownStep, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_output(
@@ -85,9 +216,13 @@ class ExitResult:
         duration: float = 0.0,
         timed_out: bool = False,
         timeout: Optional[float] = None,
+        children: Sequence[ChildProcess] = (),
+        checks: Sequence[CheckResult] = (),
+        audited: bool = False,
     ) -> ExitResult:
         """Decode a finished process: its exit status and everything on its stderr."""
         fatal = parse_fatal_errors(stderr)
+        trace = parse_trace(stderr)
         return cls(
             args=tuple(args),
             returncode=returncode,
@@ -97,22 +232,49 @@ class ExitResult:
             fatal_error=fatal[0] if fatal else None,
             unraisable=tuple(parse_unraisable(stderr)),
             uncaught=parse_uncaught(stderr),
-            teardown=tuple(parse_trace(stderr)),
+            teardown=tuple(s for s in trace if s.event not in DIAGNOSTIC_EVENTS),
+            trace=tuple(trace),
             stdout=stdout,
             stderr=stderr,
             duration=duration,
             timeout=timeout,
+            children=tuple(children),
+            checks=tuple(checks),
+            audited=audited,
         )
 
     @property
     def clean(self) -> bool:
-        """Exit status 0, no fatal error, no unraisable exception, no timeout."""
+        """Exit status 0, no fatal error, no unraisable exception, no timeout, no child
+        process that crashed or hung, every check passed, and no finding of the audit
+        (when the run was audited)."""
         return (
             self.returncode == 0
             and self.fatal_error is None
             and not self.unraisable
             and not self.timed_out
+            and not any(c.failed for c in self.children)
+            and all(c.passed for c in self.checks)
+            and not self.audit
         )
+
+    @property
+    def audit(self) -> list[AuditFinding]:
+        """The native releases the audit saw after exitsafe's teardown (empty unless the
+        run was audited: ``audit=True``, ``exitsafe run --audit``, ``EXITSAFE_AUDIT=1``)."""
+        return [AuditFinding.from_step(s) for s in self.trace if s.event == "audit-release"]
+
+    @property
+    def registries_finished(self) -> bool:
+        """Whether at least one exitsafe teardown ran and every one that began finished."""
+        begun = [r for r in self.registries if r.reason is not None]
+        return bool(begun) and all(r.finished for r in begun)
+
+    @property
+    def diagnosis(self) -> Optional[Diagnosis]:
+        """The cause of a bad exit (:class:`Diagnosis`), or ``None`` when the run was
+        clean or no rule recognised the cause."""
+        return diagnose(self)
 
     @property
     def registries(self) -> list[RegistryTeardown]:
@@ -153,14 +315,24 @@ class ExitResult:
             if label not in seen:
                 seen.add(label)
                 parts.append(label)
+        for check in self.checks:
+            if not check.passed:
+                parts.append(f"check failed: {check.command_text}")
+        if self.audit:
+            parts.append("audit findings")
         return "; ".join(parts)
 
     def summary(self) -> str:
-        """One line: ``CLEAN: exit status 0 in 0.05 s`` or ``NOT CLEAN: SIGSEGV (signal 11);
-        Fatal Python error: Segmentation fault; 1 unraisable exception``."""
+        """One line: ``CLEAN: exit status 0 in 0.05 s`` or ``NOT CLEAN:`` followed by the
+        cause when it is recognised (:attr:`diagnosis`), then the decoded status:
+        ``NOT CLEAN: crash at exit (SIGSEGV); SIGSEGV (signal 11); Fatal Python error:
+        Segmentation fault``."""
         if self.clean:
             return f"CLEAN: exit status 0 in {self.duration:.2f} s"
         parts: list[str] = []
+        diagnosis = self.diagnosis
+        if diagnosis is not None and diagnosis.specific:
+            parts.append(diagnosis.headline)
         if self.timed_out:
             parts.append(
                 f"timed out after {self.timeout:g} s, process group killed"
@@ -177,6 +349,11 @@ class ExitResult:
         if self.unraisable:
             count = len(self.unraisable)
             parts.append(f"{count} unraisable exception{'s' if count > 1 else ''} at exit")
+        failed = [c for c in self.checks if not c.passed]
+        if failed:
+            parts.append(f"{len(failed)} check{'s' if len(failed) > 1 else ''} failed")
+        if self.audit:
+            parts.append(f"{len(self.audit)} latent exit hazard(s) found by the audit")
         return "NOT CLEAN: " + "; ".join(parts)
 
     def report(self) -> str:
@@ -186,7 +363,16 @@ class ExitResult:
         stderr when nothing on it could be decoded."""
         lines = [self.summary(), f"  command: {_quote_argv(self.args)}"]
         lines.append(f"  exit: {self._exit_line()}")
+        diagnosis = self.diagnosis
+        if diagnosis is not None:
+            if not diagnosis.specific:  # a specific cause already leads the summary line
+                lines.append(f"cause: {diagnosis.headline}")
+            lines.extend(_indent(list(diagnosis.details), "  "))
         if self.fatal_error is not None:
+            before = self._stderr_before_fatal()
+            if before:
+                lines.append("the program's last stderr lines before the fatal error:")
+                lines.extend(_indent(before, "  "))
             title = None
             if self._dumped_on_timeout:
                 title = "Where it hung (faulthandler's dump on the SIGABRT sent at the timeout):"
@@ -199,10 +385,29 @@ class ExitResult:
             for number, report in enumerate(self.unraisable, 1):
                 lines.append(f"  {number}. {report.describe()}")
                 lines.extend(_indent(_last_traceback_lines(report.traceback), "     "))
+        shown_children = [c for c in self.children if c.failed]
+        if shown_children:
+            lines.append(f"Child processes ({len(shown_children)} of {len(self.children)}):")
+            for child in shown_children:
+                lines.append(f"  {child.describe()}")
+                if child.argv:
+                    lines.append(f"    command: {_quote_argv(child.argv)}")
+                if child.fatal_error is not None:
+                    title = "its stacks at the timeout:" if child.state == "hung" else None
+                    lines.extend(_indent(_fatal_lines(child.fatal_error, title)[1:], "  "))
+        for check in self.checks:
+            status = "passed" if check.passed else f"FAILED ({check.describe_status()})"
+            lines.append(f"check {check.command_text!r}: {status}")
+            if not check.passed:
+                output = [line for line in check.output.splitlines() if line.strip()]
+                lines.extend(_indent(output[-_STDERR_TAIL:], "  "))
         lines.extend(self._teardown_lines())
-        hint = self._hint()
+        lines.extend(self._audit_lines())
+        hint = diagnosis.hint if diagnosis is not None else self._hint()
         if hint:
             lines.append(f"hint: {hint}")
+            if diagnosis is not None and diagnosis.doc:
+                lines.append(f"  see: docs/{diagnosis.doc}")
         if (
             not self.clean
             and self.fatal_error is None
@@ -215,6 +420,48 @@ class ExitResult:
                 lines.append(f"stderr (last {len(tail)} lines, exitsafe trace left out):")
                 lines.extend(_indent(tail, "  "))
         return "\n".join(lines)
+
+    def _stderr_before_fatal(self) -> list[str]:
+        """The program's own last stderr lines right before the fatal error block (a
+        native library's ``FATAL: ...`` message, a C++ ``terminate called ...``)."""
+        lines = self.stderr.splitlines()
+        end = next(
+            (
+                i
+                for i, line in enumerate(lines)
+                if line.startswith(("Fatal Python error", "Windows fatal exception"))
+            ),
+            len(lines),
+        )
+        own = [line for line in lines[:end] if line.strip() and not line.startswith("exitsafe: ")]
+        return own[-STDERR_BEFORE_FATAL:]
+
+    def _audit_lines(self) -> list[str]:
+        findings = self.audit
+        if not self.audited and not findings:
+            return []
+        begun = [s for s in self.trace if s.event == "audit-begin"]
+        if not findings:
+            if not begun:
+                return ["audit: no audit window was opened (the program is not Python, or"
+                        " exited without running its exit hooks)"]
+            return ["audit: no native release ran after exitsafe's teardown"]
+        after = begun[0].get("after") if begun else None
+        when = "the exit teardown" if after == "teardown" else "the exit hooks"
+        lines = [
+            f"audit: {len(findings)} native release(s) ran after {when}, while the"
+            " interpreter finalized (latent exit hazards; this order may crash elsewhere):"
+        ]
+        for number, finding in enumerate(findings, 1):
+            lines.append(f"  {number}. {finding.describe()}")
+            if finding.stack:
+                lines.append(f"     created: {finding.stack}")
+            if finding.holds:
+                lines.append(f"     holds: {finding.holds}")
+            if finding.via:
+                lines.append(f"     finalizer: {finding.via}")
+            lines.append(f"     suggest: {finding.suggest}")
+        return lines
 
     @property
     def _dumped_on_timeout(self) -> bool:
@@ -279,8 +526,7 @@ class ExitResult:
         if self.timed_out:
             return (
                 "the program did not exit in time; the stacks above (faulthandler, on SIGABRT"
-                " before the kill) show where it hung. A release that blocks at exit can get"
-                " a per-step timeout in exitsafe (it is then leaked and logged)."
+                " before the kill) show where it hung."
             )
         if self.unraisable and any("__del__" in r.where for r in self.unraisable):
             return (
@@ -298,43 +544,36 @@ class ExitResult:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the decoded result (without the raw output, which is under
-        ``"stdout"`` and ``"stderr"``)."""
+        """A JSON-ready dict of the decoded result, numbers as numbers; the schema
+        (version :data:`JSON_SCHEMA_VERSION`) is documented in the testing docs."""
         fatal = self.fatal_error
+        diagnosis = self.diagnosis
         return {
+            "schema": JSON_SCHEMA_VERSION,
             "args": list(self.args),
             "clean": self.clean,
             "summary": self.summary(),
             "failure_kind": self.failure_kind,
+            "diagnosis": None if diagnosis is None else diagnosis.to_dict(),
             "returncode": self.returncode,
             "signal": self.signal,
             "ntstatus": None
             if self.ntstatus is None
-            else {"name": self.ntstatus.name, "hex": self.ntstatus.hex},
+            else {"name": self.ntstatus.name, "hex": self.ntstatus.hex, "code": self.ntstatus.code},
             "timed_out": self.timed_out,
+            "timeout": self.timeout,
             "duration": self.duration,
-            "fatal_error": None
-            if fatal is None
-            else {
-                "message": fatal.message,
-                "windows": fatal.windows,
-                "runtime_state": fatal.runtime_state,
-                "threads": [
-                    {
-                        "thread_id": t.thread_id,
-                        "current": t.current,
-                        "name": t.name,
-                        "frames": [
-                            {"file": f.file, "line": f.line, "function": f.function}
-                            for f in t.frames
-                        ],
-                    }
-                    for t in fatal.threads
-                ],
-            },
+            "fatal_error": None if fatal is None else fatal.to_dict(),
+            "stderr_before_fatal": self._stderr_before_fatal() if fatal is not None else [],
             "unraisable": [_exception_dict(r) for r in self.unraisable],
             "uncaught": None if self.uncaught is None else _exception_dict(self.uncaught),
-            "teardown": [{"event": s.event, **s.fields} for s in self.teardown],
+            "teardown": [s.to_dict() for s in self.teardown],
+            "threads_at_exit": [s.to_dict() for s in self.trace if s.event == "thread"],
+            "registries": [_registry_dict(r) for r in self.registries],
+            "children": [c.to_dict() for c in self.children],
+            "checks": [c.to_dict() for c in self.checks],
+            "audited": self.audited,
+            "audit": [f.to_dict() for f in self.audit],
             "stdout": self.stdout,
             "stderr": self.stderr,
         }
@@ -352,6 +591,23 @@ def _exception_dict(report: ExceptionReport) -> dict[str, Any]:
         "type": report.exc_type,
         "message": report.message,
         "traceback": report.traceback,
+    }
+
+
+def _registry_dict(registry: RegistryTeardown) -> dict[str, Any]:
+    return {
+        "registry": registry.registry,
+        "reason": registry.reason,
+        "live": registry.live,
+        "hooks": registry.hooks,
+        "planned": registry.planned,
+        "finished": registry.finished,
+        "released": registry.released,
+        "leaked": registry.leaked,
+        "failed": registry.failed,
+        "ms": registry.ms,
+        "late_releases": registry.late_releases,
+        "outcomes": registry.outcomes,
     }
 
 
@@ -510,8 +766,8 @@ class ExitResults(Sequence[ExitResult]):
 
 
 def assert_clean_exit(result: Union[ExitResult, ExitResults]) -> None:
-    """Raise :class:`AssertionError` unless ``result`` (one run, or every run of several)
-    is clean.
+    """Raise :class:`ExitNotClean` (an :class:`AssertionError`) unless ``result`` (one
+    run, or every run of several) is clean.
 
     The message is :meth:`ExitResult.report` (or :meth:`ExitResults.report`): what went
     wrong, the decoded signal or status, the fatal error's top frames, the unraisable
@@ -524,4 +780,4 @@ def assert_clean_exit(result: Union[ExitResult, ExitResults]) -> None:
             f"assert_clean_exit expects an ExitResult or ExitResults, not {type(result).__name__}"
         )
     if not result.clean:
-        raise AssertionError(NOT_CLEAN_PREFIX + result.report())
+        raise ExitNotClean(result)

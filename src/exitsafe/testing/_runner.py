@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import IO, Literal, Mapping, Optional, Sequence, Union, overload
 
-from ._result import ExitResult, ExitResults
+from . import _children
+from ._result import CheckResult, ExitResult, ExitResults
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -23,6 +28,15 @@ DEFAULT_ENV: Mapping[str, str] = {"PYTHONFAULTHANDLER": "1", "EXITSAFE_TRACE": "
 DUMP_GRACE = 2.0
 
 _CREATE_NEW_PROCESS_GROUP = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)
+
+#: The directory of the start-up hook (a ``sitecustomize`` module) put first on
+#: ``PYTHONPATH`` of every run with ``inject=True``.
+BOOT_DIR = str(Path(__file__).resolve().parent / "_boot")
+
+#: ``tracemalloc`` frames kept per allocation in an audited run (``PYTHONTRACEMALLOC``).
+AUDIT_TRACEMALLOC_FRAMES = 8
+
+Check = Union[str, Sequence[str]]
 
 
 def child_env(env: Optional[Mapping[str, Optional[str]]] = None) -> dict[str, str]:
@@ -94,16 +108,23 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass  # already reaped
 
 
+def _signal(proc: subprocess.Popen[bytes], signum: int) -> None:
+    try:
+        proc.send_signal(signum)
+    except OSError:
+        pass  # it exited meanwhile
+
+
 def _stop(proc: subprocess.Popen[bytes], dump: bool) -> None:
     """Stop a timed-out program: ask faulthandler for its stacks, then kill its group."""
     if dump and os.name == "posix" and proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGABRT)
-        except OSError:
-            pass  # it exited meanwhile
+        _signal(proc, signal.SIGABRT)
+        _signal(proc, signal.SIGCONT)  # it may have been stopped while its children dumped
         deadline = time.monotonic() + DUMP_GRACE
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
+    elif os.name == "posix":
+        _signal(proc, signal.SIGCONT)
     _kill_group(proc)
 
 
@@ -152,12 +173,76 @@ class _Reader:
         return _decode(b"".join(self.chunks))
 
 
+def _inject(env: dict[str, str], run_dir: str, audit: bool) -> None:
+    """Add the start-up hook, the run directory and (for an audit) the audit's variables."""
+    previous = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + previous if previous else "")
+    env["EXITSAFE_RUN_DIR"] = run_dir
+    env.pop("EXITSAFE_RUN_ROOT", None)
+    if audit:
+        env["EXITSAFE_AUDIT"] = "1"
+        env.setdefault("PYTHONTRACEMALLOC", str(AUDIT_TRACEMALLOC_FRAMES))
+
+
+def _run_check(
+    check: Check, env: dict[str, str], cwd: Optional[StrPath], timeout: Optional[float]
+) -> CheckResult:
+    shell = isinstance(check, str)
+    command: Union[str, tuple[str, ...]] = check if isinstance(check, str) else tuple(check)
+    try:
+        proc = subprocess.run(
+            command,
+            shell=shell,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=None if cwd is None else os.fspath(cwd),
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return CheckResult(command, -9, _decode(exc.output), timed_out=True)
+    except OSError as exc:
+        return CheckResult(command, 127, f"cannot run the check: {exc}")
+    return CheckResult(command, proc.returncode, _decode(proc.stdout))
+
+
 def _run_once(
     argv: Sequence[str],
     env: dict[str, str],
     cwd: Optional[StrPath],
     timeout: Optional[float],
     dump_on_timeout: bool,
+    inject: bool = True,
+    checks: Sequence[Check] = (),
+    audit: bool = False,
+) -> ExitResult:
+    run_dir: Optional[str] = None
+    if inject:
+        env = dict(env)
+        run_dir = tempfile.mkdtemp(prefix="exitsafe-run-")
+        _inject(env, run_dir, audit)
+    try:
+        result = _run_process(argv, env, cwd, timeout, dump_on_timeout, run_dir, audit)
+        if checks:
+            check_env = {k: v for k, v in env.items() if not k.startswith("EXITSAFE_RUN")}
+            done = tuple(_run_check(c, check_env, cwd, timeout) for c in checks)
+            result = dataclasses.replace(result, checks=done)
+        return result
+    finally:
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_process(
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: Optional[StrPath],
+    timeout: Optional[float],
+    dump_on_timeout: bool,
+    run_dir: Optional[str],
+    audit: bool,
 ) -> ExitResult:
     kwargs: dict[str, object] = {}
     if os.name == "posix":
@@ -176,12 +261,19 @@ def _run_once(
         **kwargs,  # type: ignore[call-overload]
     )
     timed_out = False
+    left_at_timeout: list[_children._Seen] = []
     try:
         readers = (_Reader(proc.stdout), _Reader(proc.stderr))
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
+            if os.name == "posix":
+                # The program's children first: their stacks, before anything is killed.
+                # The program is frozen meanwhile, so that it cannot react to a child's
+                # end (it is asked for its own stacks, and resumed, right after).
+                _signal(proc, signal.SIGSTOP)
+                left_at_timeout = _children.dump_and_list(proc.pid, dump_on_timeout)
             _stop(proc, dump_on_timeout)
             proc.wait()
         duration = time.monotonic() - started
@@ -191,6 +283,8 @@ def _run_once(
                 # The program exited but processes it started keep its output open past
                 # the timeout: the run as a whole did not finish in time.
                 timed_out = True
+                if os.name == "posix" and not left_at_timeout:
+                    left_at_timeout = _children.dump_and_list(proc.pid, dump_on_timeout)
                 _kill_group(proc)
                 reader.join(None)
     except BaseException:
@@ -199,6 +293,9 @@ def _run_once(
         raise
     returncode = proc.returncode
     assert returncode is not None
+    children = _children.collect(
+        None if run_dir is None else Path(run_dir), proc.pid, left_at_timeout
+    )
     return ExitResult.from_output(
         argv,
         returncode,
@@ -207,6 +304,8 @@ def _run_once(
         duration=duration,
         timed_out=timed_out,
         timeout=timeout,
+        children=children,
+        audited=audit,
     )
 
 
@@ -219,6 +318,9 @@ def run_command(
     timeout: Optional[float] = ...,
     repeat: Literal[1] = ...,
     dump_on_timeout: bool = ...,
+    checks: Sequence[Check] = ...,
+    audit: bool = ...,
+    inject: bool = ...,
 ) -> ExitResult: ...
 
 
@@ -231,6 +333,9 @@ def run_command(
     timeout: Optional[float] = ...,
     repeat: int,
     dump_on_timeout: bool = ...,
+    checks: Sequence[Check] = ...,
+    audit: bool = ...,
+    inject: bool = ...,
 ) -> Union[ExitResult, ExitResults]: ...
 
 
@@ -242,6 +347,9 @@ def run_command(
     timeout: Optional[float] = 30.0,
     repeat: int = 1,
     dump_on_timeout: bool = True,
+    checks: Sequence[Check] = (),
+    audit: bool = False,
+    inject: bool = True,
 ) -> Union[ExitResult, ExitResults]:
     """Run any command, ``repeat`` times, and decode how each run ended.
 
@@ -254,12 +362,30 @@ def run_command(
     :data:`DUMP_GRACE` seconds, and then its whole process group is killed, so
     processes it started die with it; its result has ``timed_out`` set.
 
+    ``checks``: commands run after each run, in the same ``cwd``, each a shell string or
+    an argument list; one that exits non-zero makes the run not clean, with its output
+    in the report (data the program should have written at exit is caught this way).
+
+    ``audit``: run with exitsafe's audit (``EXITSAFE_AUDIT=1``, ``tracemalloc`` from
+    start-up): every native release that runs after exitsafe's exit teardown is a
+    finding, with where its object was created (:attr:`ExitResult.audit`); a finding
+    makes the run not clean.
+
+    ``inject`` (default on): put exitsafe's start-up hook on ``PYTHONPATH`` so every
+    Python process of the run records its pid and command line, child processes write
+    faulthandler's dumps to a file of their own (so a crashed or hung child is reported
+    with its pid and stack), and the threads alive at exit are listed.  The program's
+    own ``sitecustomize`` still runs after it.  ``inject=False`` runs the command with
+    only the environment variables above.
+
     :returns: an :class:`ExitResult` when ``repeat`` is 1, else an :class:`ExitResults`.
     :raises OSError: the command could not be started (``FileNotFoundError`` for a
         missing executable).
     """
     if isinstance(argv, (str, bytes)):
         raise TypeError("argv must be a sequence of arguments, not a string")
+    if isinstance(checks, (str, bytes)):
+        raise TypeError("checks must be a sequence of commands (use [command] for one)")
     args = [os.fspath(a) for a in argv]
     if not args:
         raise ValueError("argv is empty")
@@ -268,7 +394,10 @@ def run_command(
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive or None, not {timeout}")
     environment = child_env(env)
-    results = [_run_once(args, environment, cwd, timeout, dump_on_timeout) for _ in range(repeat)]
+    results = [
+        _run_once(args, environment, cwd, timeout, dump_on_timeout, inject, checks, audit)
+        for _ in range(repeat)
+    ]
     return results[0] if repeat == 1 else ExitResults(results)
 
 
@@ -283,6 +412,8 @@ def run(
     cwd: Optional[StrPath] = ...,
     timeout: Optional[float] = ...,
     python: StrPath = ...,
+    checks: Sequence[Check] = ...,
+    audit: bool = ...,
     repeat: Literal[1] = ...,
 ) -> ExitResult: ...
 
@@ -298,6 +429,8 @@ def run(
     cwd: Optional[StrPath] = ...,
     timeout: Optional[float] = ...,
     python: StrPath = ...,
+    checks: Sequence[Check] = ...,
+    audit: bool = ...,
     repeat: int,
 ) -> Union[ExitResult, ExitResults]: ...
 
@@ -313,15 +446,20 @@ def run(
     timeout: Optional[float] = 30.0,
     python: StrPath = sys.executable,
     repeat: int = 1,
+    checks: Sequence[Check] = (),
+    audit: bool = False,
 ) -> Union[ExitResult, ExitResults]:
     """Run Python ``code`` (``-c``), a ``script`` or a ``module`` (``-m``), exactly one
     of them, in a fresh ``python -X faulthandler`` and decode how it exited.
 
     ``args`` follow on the command line.  Everything else is as in :func:`run_command`:
     new session, full capture, ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` plus
-    ``env`` (``None`` removes a variable), the whole process group killed on timeout.
+    ``env`` (``None`` removes a variable), the whole process group killed on timeout,
+    ``checks`` run afterwards, ``audit`` for exitsafe's audit mode.
 
     :returns: an :class:`ExitResult`; for ``repeat > 1`` an :class:`ExitResults`.
     """
     argv = python_argv(code, script=script, module=module, args=args, python=python)
-    return run_command(argv, env=env, cwd=cwd, timeout=timeout, repeat=repeat)
+    return run_command(
+        argv, env=env, cwd=cwd, timeout=timeout, repeat=repeat, checks=checks, audit=audit
+    )

@@ -17,18 +17,24 @@ stderr) becomes an event named ``"message"`` whose ``text`` field is the rest of
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-PREFIX = "exitsafe: "
+from .._ledger import TRACE_PREFIX, parse_trace_line
+
+PREFIX = TRACE_PREFIX
 
 #: Step outcomes that mean the handle or hook did not end as planned.
 FAILED_OUTCOMES = frozenset({"release_failed", "hook_failed", "hook_timeout", "leaked_timeout"})
 
-_PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
-_EVENT = re.compile(r"([A-Za-z][\w-]*)")
+#: Keys whose values are numbers (``to_dict`` gives them as numbers, not strings).
+INT_KEYS = frozenset(
+    {"index", "of", "live", "hooks", "steps", "released", "leaked", "failed", "seq",
+     "candidates", "tracemalloc", "pid"}
+)
+FLOAT_KEYS = frozenset({"ms"})
+BOOL_KEYS = frozenset({"daemon"})
+
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,24 @@ class TeardownStep:
         """Whether this is a step whose outcome is a failure or a timeout."""
         return self.event == "step" and self.outcome in FAILED_OUTCOMES
 
+    def to_dict(self) -> dict[str, Any]:
+        """``{"event": ..., key: value ...}`` with numbers as numbers (``index``, ``of``,
+        ``ms`` ...) and ``true`` / ``false`` as booleans; other values as strings."""
+        out: dict[str, Any] = {"event": self.event}
+        for key, value in self.fields.items():
+            converted: Any = value
+            try:
+                if key in INT_KEYS:
+                    converted = int(value)
+                elif key in FLOAT_KEYS:
+                    converted = float(value)
+                elif key in BOOL_KEYS and value in ("true", "false"):
+                    converted = value == "true"
+            except ValueError:
+                converted = value
+            out[key] = converted
+        return out
+
     def describe(self) -> str:
         """One line for people: ``step 3/6 release device 'dev0' -> released_at_exit``."""
         if self.event == "step":
@@ -135,41 +159,21 @@ class TeardownStep:
         return f"{head} {pairs}".rstrip()
 
 
-def _decode(value: str) -> str:
-    if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
-        try:
-            decoded = json.loads(value)
-        except ValueError:
-            return value[1:-1]
-        return decoded if isinstance(decoded, str) else value
-    return value
-
-
 def parse_line(line: str) -> Optional[TeardownStep]:
-    """Parse one line; ``None`` when it does not start with ``exitsafe: ``."""
+    """Parse one line; ``None`` when it does not start with ``exitsafe: ``.
+
+    The grammar is exitsafe's own (:func:`exitsafe._ledger.parse_trace_line`, the same
+    definitions the core writes with); a line that starts with ``exitsafe: `` but is
+    outside it (a logging message) becomes a ``"message"`` step.
+    """
     line = line.rstrip("\r\n")
     if not line.startswith(PREFIX):
         return None
-    rest = line[len(PREFIX) :]
-    message = TeardownStep("message", {"text": rest}, line)
-    match = _EVENT.match(rest)
-    if match is None:
-        return message
-    fields: dict[str, str] = {}
-    position = match.end()
-    while position < len(rest):
-        if rest[position] != " ":
-            return message  # not key=value grammar: a log message like "exitsafe: release of"
-        while position < len(rest) and rest[position] == " ":
-            position += 1
-        if position == len(rest):
-            break
-        pair = _PAIR.match(rest, position)
-        if pair is None:
-            return message
-        fields[pair.group(1)] = _decode(pair.group(2))
-        position = pair.end()
-    return TeardownStep(match.group(1), fields, line)
+    parsed = parse_trace_line(line)
+    if parsed is None:
+        return TeardownStep("message", {"text": line[len(PREFIX) :]}, line)
+    event, fields = parsed
+    return TeardownStep(event, fields, line)
 
 
 def parse_trace(text: str) -> list[TeardownStep]:

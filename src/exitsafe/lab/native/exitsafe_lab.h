@@ -71,6 +71,11 @@ int rt_device_release(rt_device *device);
 int rt_device_submit(rt_device *device);
 int rt_device_lose(rt_device *device);
 int rt_device_program(rt_device *device);
+/* A long native call (an inference, a kernel): works for `ms` milliseconds.  Releasing
+   the device while a run is in progress on it aborts. */
+int rt_device_run(rt_device *device, unsigned int ms);
+/* How many rt_device_run calls are in progress on the device right now. */
+int rt_device_running(rt_device *device);
 
 rt_buffer *rt_buffer_create(rt_device *device, size_t size);
 int rt_buffer_release(rt_buffer *buffer);

@@ -61,6 +61,7 @@ struct rt_object {
     int lost;
     int program;
     int submits;
+    int running;         /* rt_device_run calls in progress */
     /* buffer */
     size_t size;
     unsigned char *data;
@@ -298,10 +299,33 @@ static void bury(struct rt_object *o) {
     o->data = NULL;
 }
 
+/*
+ * Under AddressSanitizer a released object is freed (ASan itself then reports any later
+ * use of it) and the object set is freed at unload, so that LeakSanitizer sees exactly
+ * the objects that were never released.  Otherwise released objects are kept, marked
+ * dead, so that a use after release is caught with a clear message.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define LAB_FREE_RELEASED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LAB_FREE_RELEASED 1
+#endif
+#endif
+
+static void forget(struct rt_object *o) {
+#ifdef LAB_FREE_RELEASED
+    free(o);
+#else
+    (void)o;
+#endif
+}
+
 static int release_object(const void *ptr, int kind, const char *fn) {
     lock();
     struct rt_object *o = check_object(ptr, kind, fn, 1);
     bury(o);
+    forget(o);
     unlock();
     return RT_OK;
 }
@@ -398,6 +422,11 @@ rt_device *rt_device_create(rt_instance *instance) {
 int rt_device_release(rt_device *device) {
     lock();
     struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_release", 1);
+    if (o->running) {
+        unlock();
+        fatal("device #%llu released while rt_device_run is running on it (%d call(s) in "
+              "progress on another thread)", o->id, o->running);
+    }
     int lost = o->lost;
     int program = o->program;
     int (*release)(int) = g_cc_release;
@@ -412,6 +441,7 @@ int rt_device_release(rt_device *device) {
     lock();
     o = check_object(device, RT_KIND_DEVICE, "rt_device_release", 1);
     bury(o);
+    forget(o);
     unlock();
     return RT_OK;
 }
@@ -420,6 +450,30 @@ int rt_device_submit(rt_device *device) {
     lock();
     struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_submit", 0);
     int n = ++o->submits;
+    unlock();
+    return n;
+}
+
+int rt_device_run(rt_device *device, unsigned int ms) {
+    lock();
+    struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_run", 0);
+    o->running++;
+    unlock();
+    struct timespec slice = {0, 1000000}; /* 1 ms */
+    for (unsigned int i = 0; i < ms; i++) {
+        nanosleep(&slice, NULL);
+    }
+    lock();
+    o = check_object(device, RT_KIND_DEVICE, "rt_device_run", 0);
+    o->running--;
+    unlock();
+    return RT_OK;
+}
+
+int rt_device_running(rt_device *device) {
+    lock();
+    struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_running", 0);
+    int n = o->running;
     unlock();
     return n;
 }
@@ -726,6 +780,12 @@ __attribute__((destructor)) static void rt_unload(void) {
 #endif
         fn(2, "exitsafe-lab runtime unloading with the logger still registered");
     }
+
+#ifdef LAB_FREE_RELEASED
+    free(g_set);
+    g_set = NULL;
+    g_set_cap = g_set_len = 0;
+#endif
 
     const char *code = getenv("EXITSAFE_LAB_LEAK_EXITCODE");
     if (leaks > 0 && code != NULL && code[0] != '\0' ) {

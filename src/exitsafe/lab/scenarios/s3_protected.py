@@ -7,7 +7,8 @@ runtime itself is a handle whose release is ``rt_shutdown`` (instead of an
 exitsafe's teardown (registered when the binding imports exitsafe, so it runs
 before the pool's handler) releases the catalog, then shuts the runtime
 down, and closes the registry.  When the pool stops its worker, the worker
-drops its catalog: a late release, recorded, no native call.  Exit 0.
+drops its catalog, whose finalizer asks for a release: a late request, recorded, no
+native call.  Exit 0.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ class Catalog:
             n = _rt.rt_catalog_count(ptr)
             return [ffi.string(_rt.rt_catalog_name(ptr, i)).decode() for i in range(n)]
 
+    def __del__(self) -> None:
+        # The binding's finalizer stays; it asks exitsafe instead of calling C.
+        self.handle.release()
+
 
 # --- the application ------------------------------------------------------------------
 def _work() -> None:
@@ -59,7 +64,8 @@ def _work() -> None:
     print("S3 protected: providers", catalog.names(), flush=True)
     _ready.set()
     _stop.wait()
-    # returning drops the last reference: after teardown, a recorded no-op
+    # returning drops the last reference: Catalog.__del__ asks for a release after
+    # teardown, a recorded no-op (a late request)
 
 
 _worker = threading.Thread(target=_work, name="worker", daemon=True)

@@ -458,12 +458,22 @@ def test_trace_lines(monkeypatch, capsys, rec):
     err = capsys.readouterr().err.splitlines()
     assert err[0] == 'exitsafe: teardown-begin registry="traced" reason="explicit" live=1 hooks=0'
     assert err[1] == 'exitsafe: plan registry="traced" steps=1'
-    assert err[2].startswith(
+    assert err[2] == (
+        'exitsafe: step-begin registry="traced" index=1 of=1 kind="device" name="dev \\"0\\""'
+    )
+    assert err[3].startswith(
         'exitsafe: step registry="traced" index=1 of=1 action=release kind="device" '
         'name="dev \\"0\\"" outcome=released_at_exit ms='
     )
-    assert err[3].startswith('exitsafe: teardown-end registry="traced" released=1 leaked=0')
-    assert err[4] == 'exitsafe: late-release registry="traced" kind="handle" name="handle#2"'
+    assert err[4].startswith('exitsafe: teardown-end registry="traced" released=1 leaked=0')
+    assert err[5] == 'exitsafe: late-release registry="traced" kind="handle" name="handle#2"'
+    # every line is in the grammar exitsafe.testing parses
+    from exitsafe._ledger import TRACE_EVENTS, parse_trace_line
+
+    for line in err:
+        parsed = parse_trace_line(line)
+        assert parsed is not None and set(parsed[1]) <= set(TRACE_EVENTS[parsed[0]]), line
+    assert parse_trace_line(err[2])[1]["name"] == 'dev "0"'
 
 
 def test_step_timeout_abandons_a_blocked_release(rec):
@@ -630,8 +640,8 @@ def test_importing_exitsafe_loads_only_the_core():
     ).stdout.splitlines()
     loaded = set(out[0].split())
     assert not loaded & {
-        "exitsafe.objects",
-        "exitsafe.wrapper",
+        "exitsafe._adopt",
+        "exitsafe._wrapper",
         "exitsafe._teardown",
         "exitsafe._steps",
         "exitsafe.cffi",
@@ -643,7 +653,34 @@ def test_importing_exitsafe_loads_only_the_core():
     # ... and the lazy names resolve
     import exitsafe
 
-    assert exitsafe.adopt.__module__ == "exitsafe.objects"
+    assert exitsafe.adopt.__module__ == "exitsafe._adopt"
     assert "NativeObject" in dir(exitsafe)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         exitsafe.nope  # noqa: B018
+
+
+# ---------------------------------------------------------------- detach
+
+
+def test_detach_gives_the_object_back_without_releasing_it(reg, rec):
+    parent = reg.track("p", rec, name="p")
+    child = reg.track("c", rec, name="c", depends_on=[parent])
+    assert child.detach() == "c"
+    assert child.state == "detached" and child.owners == 0
+    with pytest.raises(HandleClosedError, match="detached"):
+        child.raw  # noqa: B018
+    child.release()  # a no-op: nobody owns it any more
+    parent.release()  # no dependent waits for it now: released at once
+    assert rec.log == ["p"]
+    assert outcomes(reg) == {"c": Outcome.DETACHED, "p": Outcome.RELEASED}
+    reg.teardown()
+    assert rec.log == ["p"]
+
+
+def test_detach_of_the_last_dependent_releases_a_parent_that_lost_its_owners(reg, rec):
+    parent = reg.track("p", rec, name="p")
+    child = reg.track("c", rec, name="c", depends_on=[parent])
+    parent.release()  # deferred behind the child
+    assert rec.log == []
+    child.detach()
+    assert rec.log == ["p"]

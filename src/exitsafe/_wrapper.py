@@ -32,8 +32,9 @@ or on the thread running the teardown.
 
 from __future__ import annotations
 
-from .lifetime import Handle, Registry
-from .objects import _registry, _resolve
+from ._adopt import registry_arg, resolve
+from ._handle import Handle
+from ._registry import Registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, Callable, ClassVar, NoReturn, Optional, TypeVar
 
-    from .lifetime import ExitPolicy, _Borrow
+    from ._handle import Borrow
+    from ._registry import ExitPolicy
 
     Self = TypeVar("Self", bound="NativeObject")
 
@@ -98,7 +100,7 @@ class NativeObject:
         if exit_policy is not None:
             cls._es_exit_policy = exit_policy
         if registry is not None:
-            cls._es_registry = _registry(registry)
+            cls._es_registry = registry_arg(registry)
 
     def __init__(
         self,
@@ -125,7 +127,7 @@ class NativeObject:
             reg = handle.registry
             if parent is not None or depends_on:
                 handle.add_dependency(
-                    *_resolve(parent, reg, "parent"), *_resolve(depends_on, reg, "depends_on")
+                    *resolve(parent, reg, "parent"), *resolve(depends_on, reg, "depends_on")
                 )
         else:
             if raw is None:
@@ -137,9 +139,9 @@ class NativeObject:
                         f"__init__ or declare class {cls.__qualname__}(NativeObject, release=...)"
                     )
                 release = cls._es_release[0]
-            reg = _registry(registry if registry is not None else cls._es_registry)
-            parents = _resolve(parent, reg, "parent") if parent is not None else ()
-            parents += _resolve(depends_on, reg, "depends_on")
+            reg = registry_arg(registry if registry is not None else cls._es_registry)
+            parents = resolve(parent, reg, "parent") if parent is not None else ()
+            parents += resolve(depends_on, reg, "depends_on")
             handle = reg.track(
                 raw,
                 release,
@@ -182,7 +184,7 @@ class NativeObject:
         handle = self._es_handle
         return not self._es_owner or handle.state != "live" or handle.owners == 0
 
-    def borrow(self) -> _Borrow:
+    def borrow(self) -> Borrow:
         """``with obj.borrow() as raw:`` marks the object in use (see ``Handle.borrow``).
 
         A teardown that finds it borrowed leaks it instead of releasing it

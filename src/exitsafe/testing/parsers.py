@@ -1,4 +1,12 @@
-"""Parsing what CPython prints on stderr when a process ends badly.
+"""Parsers for what CPython prints on stderr when a process ends badly.
+
+:class:`~exitsafe.testing.ExitResult` applies them for you; use them directly on a
+stderr you captured some other way::
+
+    from exitsafe.testing.parsers import parse_fatal_errors, parse_unraisable
+
+and the exit-status decoders (:func:`decode_signal`, :func:`decode_ntstatus`,
+:func:`describe_exit`).  The teardown trace's parser is :mod:`exitsafe.testing.trace`.
 
 * ``Fatal Python error: ...`` blocks, written by :mod:`faulthandler` when a fatal
   signal arrives (``Fatal Python error: Segmentation fault``) and by
@@ -19,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 _FATAL = re.compile(r"^(?P<head>Fatal Python error|Windows fatal exception): ?(?P<msg>.*)$")
 _THREAD = re.compile(
@@ -109,6 +117,28 @@ class FatalError:
         """Whether CPython said it was finalizing when the error happened."""
         return bool(self.runtime_state and self.runtime_state.startswith("finaliz"))
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (see the JSON schema in the testing docs)."""
+        return {
+            "message": self.message,
+            "windows": self.windows,
+            "runtime_state": self.runtime_state,
+            "threads": [
+                {
+                    "thread_id": t.thread_id,
+                    "current": t.current,
+                    "name": t.name,
+                    "frames": [
+                        {"file": f.file, "line": f.line, "function": f.function}
+                        for f in t.frames
+                    ],
+                    "notes": list(t.notes),
+                }
+                for t in self.threads
+            ],
+            "extension_modules": list(self.extension_modules),
+        }
+
 
 @dataclass(frozen=True)
 class ExceptionReport:
@@ -188,8 +218,10 @@ def _parse_fatal(lines: Sequence[str], start: int) -> tuple[FatalError, int]:
             number = frame["line"]
             line_no = int(number) if number.lstrip("-").isdigit() else None
             thread.frames.append(Frame(frame["file"], line_no, frame["func"]))
-        elif thread is not None and line.startswith((" ", "\t")) and stripped:
-            thread.notes.append(stripped)
+        elif thread is not None and stripped and (
+            line.startswith((" ", "\t")) or (stripped.startswith("<") and stripped.endswith(">"))
+        ):
+            thread.notes.append(stripped)  # 3.9 prints "<no Python frame>" unindented
         elif line.startswith("Python runtime state: "):
             runtime_state = line[len("Python runtime state: ") :].strip()
         elif (mods := _EXTENSIONS.match(line)) is not None:
@@ -317,3 +349,20 @@ def parse_uncaught(text: str) -> Optional[ExceptionReport]:
             continue
         found, _ = _parse_exception(lines, index, index, "uncaught", None)
     return found
+
+
+from ._decode import decode_ntstatus, decode_signal, describe_exit  # noqa: E402
+
+__all__ = [
+    "ExceptionReport",
+    "FatalError",
+    "Frame",
+    "ThreadStack",
+    "Unraisable",
+    "decode_ntstatus",
+    "decode_signal",
+    "describe_exit",
+    "parse_fatal_errors",
+    "parse_uncaught",
+    "parse_unraisable",
+]

@@ -17,7 +17,7 @@ object it depends on was freed.  Two ways out, each one call:
   :func:`neutralize` does the same immediately.
 
 :func:`handle_of` finds the handle exitsafe keeps for an object (a handle, an
-adopted object, a :class:`exitsafe.wrapper.NativeObject`, a pinned library or
+adopted object, a :class:`exitsafe.NativeObject`, a pinned library or
 a tracked pointer of :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes`); every
 ``depends_on`` / ``before`` / ``after`` argument of this module and of the FFI
 adapters accepts any of those.
@@ -32,18 +32,20 @@ Every public name here is also importable from :mod:`exitsafe` itself.
 
 from __future__ import annotations
 
-import _thread
 from _weakref import ref as _weakref
 
+from . import _sync
 from ._errors import ExitsafeError
-from .lifetime import Handle, Registry, default_registry
+from ._handle import Handle
+from ._process import default_registry
+from ._registry import Registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Any, Callable, Optional, Union
 
-    from .lifetime import ExitPolicy
+    from ._registry import ExitPolicy
 
     Attrs = Union[str, Sequence[str]]
 
@@ -73,24 +75,98 @@ class AlreadyTrackedError(ExitsafeError, ValueError):
     Raised by :func:`adopt` for an object adopted twice and by
     ``exitsafe.cffi.track`` / ``exitsafe.ctypes.track`` for a pointer that is
     already tracked (releasing it twice would be a double free).  ``handle``
-    is the existing handle: call ``handle.retain()`` to share ownership.
+    is the existing handle: call ``handle.retain()`` to share ownership.  It is
+    ``None`` when another thread is registering the same object at this moment.
     """
 
-    def __init__(self, message: str, handle: Handle) -> None:
+    def __init__(self, message: str, handle: Optional[Handle]) -> None:
         super().__init__(message)
         self.handle = handle
 
 
-_lock = _thread.allocate_lock()
-#: id(obj) -> the live adoption handle of obj (which references obj, so ids cannot be reused).
-_adopted: dict[int, Handle] = {}
+class ClaimTable:
+    """Keys (an object's id, a native address) owned by at most one live handle.
+
+    :meth:`claim` reserves a key atomically before the handle is registered, so two
+    threads tracking the same object cannot both succeed (a double release later);
+    :meth:`bind` then records the handle, :meth:`cancel` drops a reservation whose
+    registration failed, :meth:`forget` removes a key when its handle ends.  Guarded
+    by exitsafe's one lock (see :mod:`exitsafe._sync`).  ``strong=True`` keeps the
+    handles referenced (an adopted object's handle must live until it is released);
+    otherwise they are held weakly.
+    """
+
+    __slots__ = ("_entries", "_strong")
+
+    def __init__(self, strong: bool) -> None:
+        # key -> (identity or None, handle, a weak reference to it, or _RESERVED)
+        self._entries: dict[object, tuple[object, Any]] = {}
+        self._strong = strong
+
+    def get(self, key: object, identity: object = None) -> Optional[Handle]:
+        """The live handle owning ``key`` (and, if given, standing for ``identity``)."""
+        entry = self._entries.get(key)
+        if entry is None or entry[1] is _RESERVED:
+            return None
+        if identity is not None and entry[0] is not identity:
+            return None
+        handle = entry[1] if self._strong else entry[1]()
+        if handle is None or handle.state != "live" or not handle.owners:
+            return None
+        return handle  # type: ignore[no-any-return]
+
+    def claim(
+        self, key: object, identity: object, describe: Callable[[Optional[Handle]], str]
+    ) -> None:
+        """Reserve ``key``; raise :class:`AlreadyTrackedError` if a live handle owns it."""
+        with _sync.section("track()"):
+            entry = self._entries.get(key)
+            if entry is not None:
+                if entry[1] is _RESERVED:
+                    raise AlreadyTrackedError(describe(None), None)
+                existing = self.get(key, identity if identity is not None else entry[0])
+                if existing is not None:
+                    raise AlreadyTrackedError(describe(existing), existing)
+            self._entries[key] = (identity, _RESERVED)
+
+    def bind(self, key: object, handle: Handle) -> None:
+        """Record the handle of a claimed key (or drop the claim if it is not live)."""
+        identity = self._entries.get(key, (None,))[0]
+        if handle.state == "live":
+            self._entries[key] = (identity, handle if self._strong else _weakref(handle))
+        else:
+            self.cancel(key)
+
+    def cancel(self, key: object) -> None:
+        """Drop a reservation whose registration failed."""
+        with _sync.section("track()"):
+            entry = self._entries.get(key)
+            if entry is not None and entry[1] is _RESERVED:
+                del self._entries[key]
+
+    def forget(self, key: object, handle: Optional[Handle]) -> None:
+        """Remove ``key`` if ``handle`` (or a dead handle) still owns it."""
+        with _sync.section("release"):
+            entry = self._entries.get(key)
+            if entry is None or entry[1] is _RESERVED:
+                return
+            current = entry[1] if self._strong else entry[1]()
+            if current is None or current is handle:
+                del self._entries[key]
+
+
+_RESERVED = object()
+
+#: id(obj) -> the live adoption handle of obj (obj is referenced, so ids cannot be reused).
+_adopted = ClaimTable(strong=True)
 #: Lookups registered by the FFI adapters: obj -> Handle or None.
 _lookups: list[Callable[[object, Registry], Optional[Handle]]] = []
 #: (weak or strong reference to the object, hook) of each pending neutralize_at_exit.
 _pending: list[tuple[Callable[[], object], Handle]] = []
 
 
-def _registry(registry: Optional[Registry]) -> Registry:
+def registry_arg(registry: Optional[Registry]) -> Registry:
+    """The ``registry=`` argument of a public function: a Registry, or the default one."""
     if registry is None:
         return default_registry()
     if not isinstance(registry, Registry):
@@ -100,9 +176,9 @@ def _registry(registry: Optional[Registry]) -> Registry:
     return registry
 
 
-def _register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
+def register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
     """Let an adapter module teach :func:`handle_of` about its own objects."""
-    with _lock:
+    with _sync.section("register_lookup()"):
         if fn not in _lookups:
             _lookups.append(fn)
 
@@ -112,13 +188,13 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
 
     ``obj`` may be a :class:`~exitsafe.Handle` (returned as is), an object
     adopted with :func:`adopt`, any object with an ``__exitsafe_handle__``
-    attribute (such as a :class:`~exitsafe.wrapper.NativeObject`), or, once
+    attribute (such as a :class:`~exitsafe.NativeObject`), or, once
     :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes` are imported, a library
     pinned with their ``pin`` or a pointer tracked with their ``track``
     (looked up by address).  Handles that were released or leaked are not
     returned.  Thread-safe; never calls native code.
     """
-    reg = _registry(registry)
+    reg = registry_arg(registry)
     if isinstance(obj, Handle):
         return obj
     found: Optional[Handle] = None
@@ -129,9 +205,7 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
     if isinstance(attr, Handle):
         found = attr
     if found is None:
-        found = _adopted.get(id(obj))
-        if found is not None and found._raw is not obj:
-            found = None
+        found = _adopted.get(id(obj), obj)
     if found is None:
         for lookup in tuple(_lookups):
             found = lookup(obj, reg)
@@ -142,7 +216,7 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
     return found
 
 
-def _resolve(items: object, registry: Registry, what: str) -> tuple[Handle, ...]:
+def resolve(items: object, registry: Registry, what: str) -> tuple[Handle, ...]:
     """Turn ``depends_on``-style arguments (handles or objects exitsafe knows) into handles."""
     if items is None or (type(items) in (tuple, list) and not items):
         return ()
@@ -163,47 +237,6 @@ def _resolve(items: object, registry: Registry, what: str) -> tuple[Handle, ...]
             )
         out.append(found)
     return tuple(out)
-
-
-# ---------------------------------------------------------------------- tracked addresses
-# Native pointers tracked by exitsafe.cffi / exitsafe.ctypes, by address, so that the
-# same native object cannot be tracked twice (a double free) and handle_of() can map
-# a pointer coming back from C to its handle.
-
-_by_address: dict[int, Callable[[], Optional[Handle]]] = {}
-
-
-def _live_at(address: int) -> Optional[Handle]:
-    """The live handle tracking ``address``, if any."""
-    get = _by_address.get(address)
-    handle = get() if get is not None else None
-    if handle is None or handle.state != "live" or not handle.owners:
-        return None
-    return handle
-
-
-def _claim_address(address: int) -> None:
-    """Raise :class:`AlreadyTrackedError` if ``address`` is tracked by a live handle."""
-    existing = _live_at(address)
-    if existing is not None:
-        raise AlreadyTrackedError(
-            f"pointer 0x{address:x} is already tracked as {existing.kind} {existing.name!r}; "
-            f"releasing it twice would be a double free (use handle_of(ptr).retain() to "
-            f"share ownership)",
-            existing,
-        )
-
-
-def _bind_address(address: int, handle: Handle) -> None:
-    with _lock:
-        _by_address[address] = _weakref(handle)
-
-
-def _forget_address(address: int, handle: Optional[Handle]) -> None:
-    with _lock:
-        get = _by_address.get(address)
-        if get is not None and get() in (handle, None):
-            del _by_address[address]
 
 
 # ---------------------------------------------------------------------- neutralization
@@ -306,11 +339,10 @@ def _strong(obj: object) -> Callable[[], object]:
 
 def _sweep_pending() -> None:
     """Cancel the hooks of neutralize_at_exit objects that were collected meanwhile."""
-    with _lock:
+    with _sync.section("neutralize_at_exit()"):
         dead = [hook for get, hook in _pending if get() is None]
-        if not dead:
-            return
-        _pending[:] = [(get, hook) for get, hook in _pending if get() is not None]
+        if dead:
+            _pending[:] = [(get, hook) for get, hook in _pending if get() is not None]
     for hook in dead:
         hook.release()  # a no-op once teardown began
 
@@ -346,9 +378,9 @@ def neutralize_at_exit(
     names = _attr_names(attr)
     for attr_name in names:
         _check_settable(obj, attr_name)
-    reg = _registry(registry)
-    before_h = _resolve(before, reg, "before")
-    after_h = _resolve(after, reg, "after")
+    reg = registry_arg(registry)
+    before_h = resolve(before, reg, "before")
+    after_h = resolve(after, reg, "after")
     try:
         get: Callable[[], object] = _weakref(obj)
     except TypeError:
@@ -356,10 +388,10 @@ def neutralize_at_exit(
     _sweep_pending()
     hook_name = name if name is not None else f"neutralize {type(obj).__qualname__}.{names[0]}"
     hook = reg.on_teardown(
-        _Neutralizer(get, names, null), before=before_h, after=after_h, name=hook_name
+        _Neutralizer(get, names, null), before=before_h, after=after_h, name=hook_name,
+        in_child="run",  # pure Python: a forked child neutralizes its copy too
     )
-    with _lock:
-        _pending.append((get, hook))
+    _pending.append((get, hook))  # one atomic append
     return hook
 
 
@@ -383,13 +415,13 @@ class _AfterLeak:
             self.action(obj)
 
 
-def _hook_after_leak(
+def hook_after_leak(
     registry: Registry, handle: Handle, obj: object, action: Callable[[Any], object], name: str
 ) -> tuple[_AfterLeak, Handle]:
     """Register a hook running after ``handle`` at teardown: ``action(obj)`` if it leaked."""
     after = _AfterLeak(obj, action)
     after.handle_ref = _weakref(handle)
-    hook = registry.on_teardown(after, after=[handle], name=name)
+    hook = registry.on_teardown(after, after=[handle], name=name, in_child="run")
     return after, hook
 
 
@@ -405,8 +437,7 @@ class _Adoption:
         self.hook: Optional[Handle] = None
 
     def __call__(self, obj: object) -> None:
-        with _lock:
-            _adopted.pop(self.key, None)
+        _adopted.forget(self.key, None)
         close = self.close
         try:
             if isinstance(close, str):
@@ -489,37 +520,41 @@ def adopt(
     names = _attr_names(neutralize) if neutralize is not None else ()
     for attr_name in names:
         _check_settable(obj, attr_name)
-    reg = _registry(registry)
-    parents = _resolve(depends_on, reg, "depends_on")
+    reg = registry_arg(registry)
+    parents = resolve(depends_on, reg, "depends_on")
     if kind is None:
         kind = type(obj).__name__
     key = id(obj)
-    with _lock:
-        existing = _adopted.get(key)
-    if existing is not None and existing._raw is obj and existing.state == "live":
-        raise AlreadyTrackedError(
-            f"{type(obj).__qualname__} object is already adopted as {existing.name!r}; "
-            f"use exitsafe.handle_of(obj).retain() to share ownership",
-            existing,
+
+    def describe(existing: Optional[Handle]) -> str:
+        what = f"as {existing.name!r}" if existing is not None else "by another thread"
+        return (
+            f"{type(obj).__qualname__} object is already adopted {what}; "
+            f"use exitsafe.handle_of(obj).retain() to share ownership"
         )
+
+    _adopted.claim(key, obj, describe)
     adoption = _Adoption(close, key)
-    handle = reg.track(
-        obj,
-        adoption,
-        kind=kind,
-        depends_on=parents,
-        exit_policy=exit_policy,
-        name=name,
-        timeout=timeout,
-    )
+    try:
+        handle = reg.track(
+            obj,
+            adoption,
+            kind=kind,
+            depends_on=parents,
+            exit_policy=exit_policy,
+            name=name,
+            timeout=timeout,
+        )
+    except BaseException:
+        _adopted.cancel(key)
+        raise
+    _adopted.bind(key, handle)
     if handle.state != "live":
         # Registered after teardown began: leaked at once and never closed; neutralize
         # now so the object's own finalizer cannot call native code later.
         for attr_name in names:
             setattr(obj, attr_name, null)
         return handle
-    with _lock:
-        _adopted[key] = handle
     if names:
         null_value = null
 
@@ -527,7 +562,7 @@ def adopt(
             for attr_name in names:
                 setattr(target, attr_name, null_value)
 
-        adoption.after, adoption.hook = _hook_after_leak(
+        adoption.after, adoption.hook = hook_after_leak(
             reg, handle, obj, _neutralize, f"neutralize {handle.name} if leaked"
         )
     return handle

@@ -1,0 +1,27 @@
+"""cffi, before: each wrapper owns an ffi.gc pointer, and the device keeps only its
+instance's pointer. At exit the interpreter clears the module's globals in order: the
+instance goes first, then the device's release finds its parent gone."""
+
+import cffi
+
+from exitsafe.lab import shim  # the lab runtime: a C library built on first use
+
+ffi = cffi.FFI()
+ffi.cdef(shim.CDEF)
+lib = ffi.dlopen(str(shim.runtime_path()))
+
+
+class Instance:
+    def __init__(self):
+        self._ptr = ffi.gc(lib.rt_instance_create(), lib.rt_instance_release)
+
+
+class Device:
+    def __init__(self, instance):
+        ptr = lib.rt_device_create(instance._ptr)
+        self._ptr = ffi.gc(ptr, lib.rt_device_release)
+
+
+instance = Instance()
+device = Device(instance)
+print("work done")

@@ -1,0 +1,415 @@
+"""What :mod:`exitsafe.cffi` and :mod:`exitsafe.ctypes` share: one adapter base.
+
+An :class:`Adapter` turns FFI objects into handles: native pointers (tracked by
+address, so one native object cannot be owned twice and :func:`exitsafe.handle_of` can
+map a pointer coming back from C to its handle), loaded libraries (pinned: kept
+referenced, kept mapped by one extra loader reference, closed after every dependent),
+and callbacks (kept alive while native code may call them, silenced at teardown).
+
+A subclass says only what differs between FFIs: how a pointer is validated
+(:meth:`Adapter.pointer_address`), how a library is identified and closed
+(:meth:`Adapter.describe_library`), which pin a release function's code lives in
+(:meth:`Adapter.pin_for_release`), and how a pointer is recognised in
+:meth:`Adapter.lookup`.  Like contextlib's ``_BaseExitStack`` under ``ExitStack`` and
+``AsyncExitStack``.
+
+The tables here are guarded by exitsafe's one lock (see :mod:`exitsafe._sync`); release
+and close functions run outside it.
+"""
+
+from __future__ import annotations
+
+from _weakref import ref as _weakref
+
+from ._adopt import ClaimTable, hook_after_leak, register_lookup, registry_arg, resolve
+from ._handle import Handle, enter_borrow, exit_borrow
+from ._process import keep_forever
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any, Callable, Optional
+
+    from ._registry import ExitPolicy, Registry
+
+#: Native addresses owned by live handles, whichever FFI tracked them.
+addresses = ClaimTable(strong=False)
+
+#: id(callback function pointer) -> its live handle, held strongly until it is retired.
+_callbacks: dict[int, Handle] = {}
+
+
+class LibraryInfo:
+    """How an adapter identifies one loaded library (see :meth:`Adapter.describe_library`).
+
+    ``key``: the pin table's key; ``label``: for the pin's default name;
+    ``close``: closes the library when the pin is released (or ``None``);
+    ``loader_ref``: an extra loader reference taken on the file (or ``None``);
+    ``base``: the library's base address, to find it from a function (or ``None``).
+    """
+
+    __slots__ = ("base", "close", "key", "label", "loader_ref")
+
+    def __init__(
+        self,
+        key: object,
+        label: str,
+        close: Optional[Callable[[Any], object]],
+        loader_ref: Optional[int],
+        base: Optional[int],
+    ) -> None:
+        self.key = key
+        self.label = label
+        self.close = close
+        self.loader_ref = loader_ref
+        self.base = base
+
+
+class _Pin:
+    """One pinned library: the object, its pin handle, its base address, its close flag."""
+
+    __slots__ = ("base", "close", "handle", "lib")
+
+    def __init__(self, lib: object, handle: Handle, base: Optional[int], close: bool) -> None:
+        self.lib = lib
+        self.handle = handle
+        self.base = base
+        self.close = close
+
+
+class _PointerRelease:
+    """The release function of a tracked pointer: forget the address, call ``release``."""
+
+    __slots__ = ("address", "handle", "keep", "release")
+
+    def __init__(self, release: Callable[[Any], object], address: int, keep: object) -> None:
+        self.release = release
+        self.address = address
+        self.keep = keep  # what the release call needs (ffi, library), kept referenced
+        self.handle: Optional[Callable[[], Optional[Handle]]] = None
+
+    def __call__(self, raw: Any) -> None:
+        addresses.forget(self.address, self.handle() if self.handle is not None else None)
+        self.release(raw)
+
+
+class _LibraryCloser:
+    """The release function of a pin: forget the pin, close the library (or keep it)."""
+
+    __slots__ = ("adapter", "close", "info")
+
+    def __init__(self, adapter: Adapter, info: LibraryInfo, close: bool) -> None:
+        self.adapter = adapter
+        self.info = info
+        self.close = close
+
+    def __call__(self, lib: object) -> None:
+        info = self.info
+        self.adapter._forget_pin(info.key)
+        if not self.close:
+            # Never unloaded by exitsafe's doing: keep the object and the extra
+            # loader reference for the life of the process.
+            keep_forever(lib)
+            return
+        ref, info.loader_ref = info.loader_ref, None
+        try:
+            if info.close is not None:
+                info.close(lib)
+        finally:
+            if ref is not None:
+                from ._native import close_library_handle
+
+                close_library_handle(ref)
+
+
+class _CallbackRelease:
+    """The release function of a callback handle: retire it."""
+
+    __slots__ = ("after", "hook", "key")
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+        self.after: Optional[Any] = None
+        self.hook: Optional[Handle] = None
+
+    def __call__(self, raw: object) -> None:
+        _callbacks.pop(self.key, None)  # one atomic pop
+        after, self.after = self.after, None
+        if after is not None:
+            after.obj = None
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook.release()  # cancel the keep-forever hook; a no-op during teardown
+
+
+class Adapter:
+    """The shared half of an FFI adapter (see the module documentation)."""
+
+    #: The adapter's name in messages ("cffi", "ctypes").
+    name = ""
+
+    def __init__(self) -> None:
+        #: key -> the pin of a library, held strongly: a pin lives until released
+        #: explicitly or by the teardown, not when its handle is dropped.
+        self._pins: dict[object, _Pin] = {}
+        register_lookup(self.lookup)
+
+    # ------------------------------------------------------------------ per FFI
+
+    def pointer_address(self, ptr: object, ctx: Any) -> int:
+        """Validate a pointer argument of ``track``; return its address.
+
+        Raises ``TypeError`` for what is not an owned pointer, ``ValueError`` for NULL.
+        """
+        raise NotImplementedError
+
+    def describe_library(self, lib: object, ctx: Any) -> LibraryInfo:
+        """Validate a library argument of ``pin``; say how to identify and close it."""
+        raise NotImplementedError
+
+    def pin_for_release(
+        self, release: object, ctx: Any, registry: Registry
+    ) -> Optional[Handle]:
+        """The live pin of the library ``release``'s code lives in, if any."""
+        raise NotImplementedError
+
+    def release_call(self, release: Callable[[Any], object]) -> Callable[[Any], object]:
+        """The function to call with the raw pointer (a subclass may adapt arguments)."""
+        return release
+
+    def lookup(self, obj: object, registry: Registry) -> Optional[Handle]:
+        """The live handle ``obj`` stands for in ``registry`` (for :func:`exitsafe.handle_of`)."""
+        return self.pin_of(obj, registry)
+
+    # ------------------------------------------------------------------ pointers
+
+    def track(
+        self,
+        ctx: Any,
+        ptr: object,
+        release: Callable[[Any], object],
+        *,
+        registry: Optional[Registry],
+        lib: object,
+        kind: str,
+        depends_on: Iterable[object],
+        exit_policy: Optional[ExitPolicy],
+        name: Optional[str],
+        timeout: Optional[float],
+    ) -> Handle:
+        """Own the native object at ``ptr``: the body of ``exitsafe.<ffi>.track``."""
+        if not callable(release):
+            raise TypeError(f"release must be callable, got {type(release).__name__}")
+        address = self.pointer_address(ptr, ctx)
+        reg = registry_arg(registry)
+        parents = list(resolve(depends_on, reg, "depends_on"))
+        pin = self.pin_of(lib, reg) if lib is not None else self.pin_for_release(release, ctx, reg)
+        if pin is not None and pin not in parents:
+            parents.append(pin)
+
+        def describe(existing: Optional[Handle]) -> str:
+            where = (
+                f"as {existing.kind} {existing.name!r}" if existing is not None
+                else "by another thread right now"
+            )
+            return (
+                f"pointer 0x{address:x} is already tracked {where}; releasing it twice "
+                f"would be a double free (use handle_of(ptr).retain() to share ownership)"
+            )
+
+        addresses.claim(address, None, describe)
+        releaser = _PointerRelease(self.release_call(release), address, (ctx, lib))
+        try:
+            handle = reg.track(
+                ptr,
+                releaser,
+                kind=kind,
+                depends_on=parents,
+                exit_policy=exit_policy,
+                name=name,
+                timeout=timeout,
+            )
+        except BaseException:
+            addresses.cancel(address)
+            raise
+        releaser.handle = _weakref(handle)
+        addresses.bind(address, handle)
+        return handle
+
+    # ------------------------------------------------------------------ libraries
+
+    def pin_of(self, lib: object, registry: Registry) -> Optional[Handle]:
+        """The live pin of ``lib`` in ``registry``, or ``None``."""
+        entry = self._live_pin(lib, registry)
+        return None if entry is None else entry.handle
+
+    def _live_pin(self, lib: object, registry: Registry) -> Optional[_Pin]:
+        entry = self._pins.get(self.pin_key(lib))
+        if entry is None or (entry.lib is not lib and not isinstance(lib, int)):
+            return None
+        handle = entry.handle
+        if handle.registry is not registry or handle.state != "live" or not handle.owners:
+            return None
+        return entry
+
+    def pin_key(self, lib: object) -> object:
+        """The pin table's key for ``lib`` (its identity, or a raw handle's value)."""
+        return ("handle", lib) if isinstance(lib, int) and not isinstance(lib, bool) else id(lib)
+
+    def pins_at(self, base: int, registry: Registry) -> Optional[Handle]:
+        """The live pin in ``registry`` of the library whose base address is ``base``."""
+        for entry in tuple(self._pins.values()):
+            handle = entry.handle
+            if entry.base == base and handle.registry is registry and handle.state == "live":
+                return handle
+        return None
+
+    def has_pins(self) -> bool:
+        return bool(self._pins)
+
+    def _forget_pin(self, key: object) -> None:
+        self._pins.pop(key, None)  # one atomic pop
+
+    def pin(
+        self,
+        ctx: Any,
+        lib: object,
+        *,
+        registry: Optional[Registry],
+        close: bool,
+        name: Optional[str],
+        timeout: Optional[float],
+    ) -> Handle:
+        """Hold ``lib`` loaded while anything depending on it lives: ``exitsafe.<ffi>.pin``."""
+        if not isinstance(close, bool):
+            raise TypeError(f"close must be True or False, got {close!r}")
+        info = self.describe_library(lib, ctx)
+        reg = registry_arg(registry)
+        existing = self._live_pin(lib, reg)
+        if existing is not None:
+            if existing.close != close:
+                raise ValueError(
+                    f"{existing.handle.name!r} is already pinned with close={existing.close}; "
+                    f"cannot pin it again with close={close}"
+                )
+            return existing.handle.retain()
+        handle = reg.pin(
+            lib,
+            close=_LibraryCloser(self, info, close),
+            name=name if name is not None else f"library {info.label}",
+            timeout=timeout,
+        )
+        if handle.state == "live":
+            self._pins[info.key] = _Pin(lib, handle, info.base, close)  # one atomic store
+        elif info.loader_ref is not None:
+            keep_forever(info.loader_ref)  # registered after teardown: keep it mapped
+        return handle
+
+    # ------------------------------------------------------------------ callbacks
+
+    def register_callback(
+        self,
+        reg: Registry,
+        cfunc: object,
+        fn: Callable[..., Any],
+        name: Optional[str],
+        depends_on: tuple[Handle, ...],
+        exit_policy: ExitPolicy,
+    ) -> Handle:
+        """Track a callback function pointer: kept referenced until it is released, kept
+        alive for ever (even through interpreter finalization) if its handle leaks."""
+        from ._native import immortalize
+
+        key = id(cfunc)
+        releaser = _CallbackRelease(key)
+        handle = reg.track(
+            cfunc,
+            releaser,
+            kind="callback",
+            depends_on=depends_on,
+            exit_policy=exit_policy,
+            name=name if name is not None else getattr(fn, "__qualname__", None),
+        )
+        if handle.state != "live":
+            immortalize(cfunc)  # registered after teardown began: C may hold it for ever
+            return handle
+        _callbacks[key] = handle  # one atomic store
+        releaser.after, releaser.hook = hook_after_leak(
+            reg, handle, cfunc, immortalize, f"keep {handle.name} alive if leaked"
+        )
+        return handle
+
+
+# ---------------------------------------------------------------------- automatic borrows
+
+
+def call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call the native function ``fn`` with ``args``, each handle among them borrowed for
+    the duration of the call and passed as its ``raw`` object.
+
+    The counterpart of .NET's ``SafeHandle`` marshaling: a handle cannot be released
+    in the middle of a native call that uses it (a release request waits for the call
+    to end; a teardown waits for it, bounded), and once a teardown has begun the call
+    does not start on another thread (the thread is parked, or gets
+    :class:`~exitsafe.HandleClosedError` if it is a non-daemon thread).  A handle that
+    is no longer usable raises :class:`~exitsafe.HandleClosedError` before the call.
+    Handles are borrowed left to right and let go in reverse order.
+    """
+    for arg in args:
+        if isinstance(arg, Handle):
+            break
+    else:
+        return fn(*args)
+    entered: list[Handle] = []
+    raws = list(args)
+    try:
+        for index, arg in enumerate(args):
+            if isinstance(arg, Handle):
+                raws[index] = enter_borrow(arg)
+                entered.append(arg)
+        return fn(*raws)
+    finally:
+        for handle in reversed(entered):
+            exit_borrow(handle)
+
+
+class BorrowingLibrary:
+    """A view of a library whose functions go through :func:`call`.
+
+    ``lib = exitsafe.cffi.borrowing(ffi.dlopen(...))``: ``lib.device_run(dev, 10)`` with
+    ``dev`` a handle borrows it for the call.  Attributes that are not callable (a
+    constant, a global variable) are returned as they are.
+    """
+
+    __slots__ = ("_functions", "_library")
+
+    def __init__(self, library: object) -> None:
+        self._library = library
+        self._functions: dict[str, Callable[..., Any]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._functions[name]
+        except KeyError:
+            pass
+        value = getattr(self._library, name)
+        if not callable(value):
+            return value
+        wrapped = _Borrowing(value)
+        self._functions[name] = wrapped
+        return wrapped
+
+    def __repr__(self) -> str:
+        return f"<exitsafe borrowing view of {self._library!r}>"
+
+
+class _Borrowing:
+    """One function of a :class:`BorrowingLibrary`."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return call(self.fn, *args)

@@ -1,0 +1,337 @@
+"""The user-facing handle (:class:`Handle`), the policy's view of it (:class:`HandleInfo`)
+and the borrow context manager.
+
+A :class:`Handle` is its own record (:class:`~exitsafe._node.Node`); every state change
+goes through its registry.  Reads of ``state``, ``owners``, ``raw`` and the like take no
+lock: each reads one field, which is atomic.
+"""
+
+from __future__ import annotations
+
+from ._errors import HandleClosedError
+from ._node import DETACHED, LEAKED, LIVE, RELEASED, RELEASING, STATE_NAMES, Node
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any, Callable, Optional
+
+    from ._registry import Registry
+
+__all__ = ["Handle", "HandleInfo"]
+
+
+class Handle(Node):
+    """One owned native object: what ``track``, ``pin`` and ``on_teardown`` return.
+
+    Never construct one directly.
+
+    **Owners.**  ``track`` starts with one owner; :meth:`retain` adds one and
+    :meth:`release` removes one.  When the count reaches zero the native release runs
+    on the calling thread, unless handles depending on this one are still alive (then
+    it runs right after the last of them is released) or the handle is borrowed (then
+    it runs when the last borrow ends).
+
+    **Garbage collection.**  When the last Python reference to a handle disappears,
+    every remaining owner is dropped at once (nobody can release it any more); with
+    the usual single owner that is exactly one :meth:`release`.  A handle keeps the
+    handles it depends on referenced, so a parent lives at least as long as its
+    dependents, like a ``shared_ptr`` held by each child.
+
+    **Threads.**  Every method may be called from any thread.  A release function
+    runs on the thread that drops the last owner (or the teardown thread), never
+    while exitsafe holds its lock.  Called from a finalizer or signal handler that
+    interrupted exitsafe itself on the same thread, :meth:`release` is queued and
+    done right after exitsafe's interrupted step, while the methods that must
+    answer at once raise :class:`~exitsafe.ReentrancyError`.
+
+    The handle is a context manager: ``with registry.track(...) as h:`` releases one
+    owner when the block ends.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "exitsafe.Handle objects are created by track(), pin() and on_teardown() "
+            "(or the adapters' track/pin/callback), not directly"
+        )
+
+    @property
+    def raw(self) -> Any:
+        """The tracked raw object.
+
+        Raises :class:`~exitsafe.HandleClosedError` once the handle was released,
+        leaked or detached, or once its last owner let go (even while its native
+        release is still deferred behind live dependents).
+        """
+        if self._state == LIVE and self._refs:
+            return self._raw
+        raise HandleClosedError(closed_message(self))
+
+    @property
+    def kind(self) -> str:
+        """The kind given at registration (``"handle"``, ``"library"``, ``"hook"`` ...)."""
+        return self._kind
+
+    @property
+    def name(self) -> str:
+        """The name given at registration, or ``"<kind>#<n>"``."""
+        return self._display_name()
+
+    @property
+    def state(self) -> str:
+        """``"live"``, ``"released"`` or ``"leaked"``: what happened to the native object.
+
+        A handle whose release is running on some thread is still ``"live"``; a
+        detached one is ``"leaked"`` (exitsafe will never release it).
+        """
+        return STATE_NAMES[self._state]
+
+    @property
+    def owners(self) -> int:
+        """The current owner count (0 once every owner let go)."""
+        return self._refs
+
+    @property
+    def registry(self) -> Registry:
+        """The registry this handle belongs to."""
+        return self._registry
+
+    @property
+    def borrowed(self) -> bool:
+        """Whether some thread is inside :meth:`borrow` for this handle."""
+        return self._borrows > 0
+
+    @property
+    def thread_id(self) -> int:
+        """The ident of the thread that created the handle."""
+        return self._thread_id
+
+    @property
+    def inherited(self) -> bool:
+        """Whether the handle was created before a fork that produced this process."""
+        from . import _sync
+
+        return self._gen != _sync.generation
+
+    @property
+    def created_on_main_thread(self) -> bool:
+        """Whether the creating thread was the interpreter's main thread."""
+        import threading
+
+        return self._thread_id == threading.main_thread().ident
+
+    @property
+    def depends_on(self) -> tuple[Handle, ...]:
+        """The handles this one depends on (empty once it ended)."""
+        return self._parents  # type: ignore[return-value]
+
+    def retain(self) -> Handle:
+        """Add one owner and return this handle.
+
+        Raises :class:`~exitsafe.HandleClosedError` when the handle has no owner left
+        (it is released, leaked, or its release is already pending).
+        """
+        self._registry._retain(self)
+        return self
+
+    def release(self) -> None:
+        """Remove one owner; release natively when none is left and no dependent lives.
+
+        Calls beyond the last owner are no-ops, so releasing twice is safe.  The
+        native release runs on this thread, then, iteratively, those of any parents it
+        was the last dependent of.  If a release function raises, the exception
+        propagates here after the bookkeeping is done (the handle ends as
+        ``release_failed`` and the handles it depends on are leaked rather than
+        released from under it).  After the registry's teardown began this is a
+        recorded no-op (a *late request*).  In strict mode, dropping the last owner
+        while dependents live raises :class:`~exitsafe.LiveDependentsError` and
+        changes nothing.
+        """
+        self._registry._drop_owner(self)
+
+    def borrow(self) -> Borrow:
+        """Mark the handle in use for the duration of a ``with`` block; yields ``raw``.
+
+        While borrowed, the native release never runs: a release request waits for
+        the borrow to end, and a teardown leaks the handle (and what it depends on)
+        rather than release it under a running call.  Raises
+        :class:`~exitsafe.HandleClosedError` if the handle is no longer usable.
+        """
+        return Borrow(self)
+
+    def detach(self) -> Any:
+        """Stop owning the object without releasing it; return ``raw``.
+
+        Like ``ffi.gc(ptr, None)`` or ``weakref.finalize.detach()``: the release
+        function will never be called, by anyone, and the program owns the object
+        again.  The ledger records ``detached``.  The handles this one depends on no
+        longer wait for it (they are released when their own owners let go).
+
+        Raises :class:`~exitsafe.LiveDependentsError` while handles depending on
+        this one are alive (they still need it), :class:`~exitsafe.HandleClosedError`
+        when it is not live, has no owner left or is borrowed, and
+        :class:`~exitsafe.RegistryClosedError` once the registry's teardown began.
+        """
+        return self._registry._detach(self)
+
+    def add_dependency(self, *others: object) -> None:
+        """Declare that this handle depends on ``others``: they will outlive it.
+
+        ``others`` are handles of the same registry (or objects exitsafe knows, see
+        :func:`exitsafe.handle_of`).  Raises :class:`~exitsafe.DependencyCycleError`
+        (naming the cycle) when an edge would close a cycle,
+        :class:`~exitsafe.ForeignHandleError` for a handle of another registry,
+        :class:`~exitsafe.HandleClosedError` for a handle no longer usable.  All edges
+        are added or none.
+        """
+        self._registry._add_dependencies(self, others)
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        # No module globals here: during interpreter finalization they may be None.
+        try:
+            refs = self._refs
+        except AttributeError:  # never initialized (a failed direct construction)
+            return
+        if refs:
+            self._registry._collected(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<exitsafe.Handle {self._kind} {self._display_name()!r} {STATE_NAMES[self._state]}"
+            f" owners={self._refs} registry={self._registry.name!r}>"
+        )
+
+
+class HookHandle(Handle):
+    """The handle of a teardown hook: owned by its registry, not by Python references."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        """Cancel the hook: it will not run.  A no-op once it ran or teardown began."""
+        self._registry._cancel_hook(self)
+
+    def __del__(self) -> None:
+        # The registry keeps hooks until teardown; dropping the handle changes nothing.
+        pass
+
+
+_new = object.__new__
+_init = Node._init
+
+
+def make_handle(
+    cls: type[Handle],
+    registry: Registry,
+    raw: object,
+    fn: Optional[Callable[[Any], object]],
+    kind: str,
+    name: Optional[str],
+    parents: tuple[Node, ...],
+    policy: Any,
+    timeout: Optional[float],
+    role: int,
+    gen: int,
+    thread_id: int,
+) -> Handle:
+    """Create a handle (``Handle.__init__`` refuses direct construction)."""
+    handle: Handle = _new(cls)
+    _init(handle, registry, raw, fn, kind, name, parents, policy, timeout, role, gen, thread_id)
+    return handle
+
+
+class Borrow:
+    """Context manager returned by :meth:`Handle.borrow`: ``with h.borrow() as raw:``."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def __enter__(self) -> Any:
+        return self._node._registry._borrow_enter(self._node)
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._node._registry._borrow_exit(self._node)
+
+
+class HandleInfo:
+    """What an exit policy sees of a handle: a read-only snapshot taken at teardown.
+
+    ``raw`` (the raw object, still unreleased), ``kind``, ``name``, ``registry`` (its
+    name), ``thread_id`` (the creating thread), ``created_on_main_thread``,
+    ``inherited`` (created before a fork that produced this process) and ``owners``
+    (how many owners it still had).
+    """
+
+    __slots__ = (
+        "created_on_main_thread",
+        "inherited",
+        "kind",
+        "name",
+        "owners",
+        "raw",
+        "registry",
+        "thread_id",
+    )
+
+    def __init__(self, node: Node, generation: int, main_ident: Optional[int]) -> None:
+        self.raw: Any = node._raw
+        self.kind: str = node._kind
+        self.name: str = node._display_name()
+        self.registry: str = node._registry.name
+        self.thread_id: int = node._thread_id
+        self.created_on_main_thread: bool = node._thread_id == main_ident
+        self.inherited: bool = node._gen != generation
+        self.owners: int = node._refs
+
+    def __repr__(self) -> str:
+        return f"<exitsafe.HandleInfo {self.kind} {self.name!r} registry={self.registry!r}>"
+
+
+def closed_message(node: Node) -> str:
+    """Why ``node``'s raw object must not be used any more (no import here: this may run
+    from a finalizer late in interpreter shutdown)."""
+    state = node._state
+    if state == RELEASED:
+        what = "was released"
+    elif state == LEAKED:
+        what = "was leaked"
+    elif state == DETACHED:
+        what = "was detached (the program owns it again)"
+    elif state == RELEASING:
+        what = "is being released"
+    else:
+        what = "has no owner left (its release is pending"
+        if node._children:
+            what += f" until {node._children} dependent(s) are released"
+        what += ")"
+    return f"{node._kind} {node._display_name()!r} {what}; its native object must not be used"
+
+
+def enter_borrow(handle: Handle) -> Any:
+    """``handle.borrow().__enter__()`` without the context manager (automatic borrows)."""
+    return handle._registry._borrow_enter(handle)
+
+
+def exit_borrow(handle: Handle) -> None:
+    """The matching end of :func:`enter_borrow`."""
+    handle._registry._borrow_exit(handle)

@@ -1,0 +1,206 @@
+"""Signals during a teardown: held back on the main thread, delivered right after.
+
+Python runs a signal handler on the main thread between two bytecodes, so SIGINT's
+``KeyboardInterrupt`` (or the ``SystemExit`` of :func:`exitsafe.signals.teardown_on_signals`)
+could land in the middle of a teardown and cut it short.  While :func:`held` is active
+on the main thread, SIGINT (when it still has Python's default handler) and the signals
+handled by exitsafe's own handlers only *record* their arrival; when the outermost
+:func:`held` ends, the original handlers are back and each recorded signal is
+delivered once:
+
+* after the exit teardown (``at_exit=True``): the signal's default action is restored
+  at once (a further one ends the process on the spot) and the process ends by that
+  signal, as a supervisor expects, *after* the rest of the exit: the ``atexit``
+  callbacks registered before exitsafe's (``logging``'s flush among them) still run,
+  stdio is flushed, and the signal is re-sent during the interpreter's module
+  cleanup (see :class:`_EndBySignal`);
+* after an explicit teardown: the signal is raised again, so its handler runs in the
+  caller right after the teardown returns;
+* with ``drop=True`` (the immediate mode of :mod:`exitsafe.signals`, which ends the
+  process by its own signal right after): not at all.
+
+A child forked by another thread while a teardown holds signals back starts with the
+program's handlers back in place (the teardown does not go on in the child); a child
+forked by the teardown's own thread (in a hook) goes on with that teardown, and its
+signals are held back until it ends, as in the parent.
+
+Handlers a program installed itself are never touched.  Off the main thread this
+does nothing (Python delivers signals to the main thread only).
+"""
+
+from __future__ import annotations
+
+import _thread
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType, TracebackType
+    from typing import Any, Optional
+
+#: Signal numbers whose handler exitsafe.signals installed.
+installed: set[int] = set()
+
+#: Signals exitsafe's handlers found the main thread inside a section and sent again
+#: (see ``exitsafe.signals._send_again``), not acted on yet.  The exit teardown takes
+#: them over, so that one still in flight when the program ends is not lost.
+resent: list[int] = []
+
+_state: dict[str, Any] = {"depth": 0, "at_exit": False, "drop": False, "thread": 0}
+_pending: list[int] = []
+_saved: dict[int, Any] = {}
+
+
+def _record(signum: int, frame: Optional[FrameType]) -> None:
+    _pending.append(signum)
+
+
+def _main_thread_ident() -> Optional[int]:
+    import threading
+
+    return threading.main_thread().ident
+
+
+class held:
+    """Context manager: hold back SIGINT and exitsafe's signals (see the module docs)."""
+
+    __slots__ = ("active", "at_exit", "drop")
+
+    def __init__(self, at_exit: bool = False, drop: bool = False) -> None:
+        self.at_exit = at_exit
+        self.drop = drop
+        self.active = False
+
+    def __enter__(self) -> held:
+        if _thread.get_ident() != _main_thread_ident():
+            return self
+        self.active = True
+        if self.at_exit:
+            _state["at_exit"] = True
+            while resent:
+                _pending.append(resent.pop())
+        if self.drop:
+            _state["drop"] = True
+        _state["depth"] += 1
+        if _state["depth"] == 1:
+            _state["thread"] = _thread.get_ident()
+            _swap()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if not self.active or not _state["depth"]:  # (not active: reset in a forked child)
+            return
+        _state["depth"] -= 1
+        if _state["depth"]:
+            return
+        at_exit, drop = _state["at_exit"], _state["drop"]
+        _state["at_exit"] = _state["drop"] = False
+        _restore()
+        arrived = list(dict.fromkeys(_pending))
+        _pending.clear()
+        if drop:
+            return
+        for signum in arrived:
+            _deliver(signum, at_exit)
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: the program's handlers back, unless the forking thread is the
+    one holding signals back (its teardown goes on in the child and ends the hold)."""
+    if _state["depth"] and _state["thread"] != _thread.get_ident():
+        _restore()
+        _state.update(depth=0, at_exit=False, drop=False, thread=0)
+    _pending.clear()  # signals sent to the parent
+    resent.clear()
+    global _end_by
+    if _end_by is not None:  # the parent's exit is to end by a signal; not this child's
+        _end_by.armed = False
+        _end_by = None
+
+
+def _swap() -> None:
+    try:
+        import signal
+
+        candidates = {int(signal.SIGINT), *installed}
+        for signum in candidates:
+            current = signal.getsignal(signum)
+            ours = getattr(current, "__exitsafe_signal_handler__", False)
+            if ours or (signum == signal.SIGINT and current is signal.default_int_handler):
+                _saved[signum] = current
+                signal.signal(signum, _record)
+    except (ValueError, OSError):  # not the main interpreter, or a platform refusal:
+        pass  # nothing is held, signals keep their usual behaviour
+
+
+def _restore() -> None:
+    import signal
+
+    for signum, handler in list(_saved.items()):
+        try:
+            if signal.getsignal(signum) is _record:  # unless the program changed it since
+                signal.signal(signum, handler)
+        except (ValueError, OSError):  # see _swap
+            pass
+    _saved.clear()
+
+
+def _deliver(signum: int, at_exit: bool) -> None:
+    import signal
+
+    if not at_exit:
+        signal.raise_signal(signum)
+        return
+    global _end_by
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+    except (ValueError, OSError):  # see _swap
+        pass
+    if _end_by is None:
+        _end_by = _EndBySignal(signum)
+
+
+def end_signal() -> Optional[int]:
+    """The signal the process is to end by once its exit is done, if any."""
+    return None if _end_by is None else _end_by.signum
+
+
+class _EndBySignal:
+    """Ends the process by ``signum`` when the interpreter clears this module.
+
+    Held only by the module global ``_end_by``, it is collected when interpreter
+    finalization clears the modules' globals: after every ``atexit`` callback and the
+    flush of ``sys.stdout`` / ``sys.stderr``, the latest moment Python code runs.
+    That is where CPython itself ends a program killed by an uncaught
+    ``KeyboardInterrupt``.  Everything it needs is bound here: module globals may be
+    gone by then.
+    """
+
+    __slots__ = ("_flush", "_getpid", "_kill", "armed", "signum")
+
+    def __init__(self, signum: int) -> None:
+        import os
+        import sys
+
+        self.signum = signum
+        self.armed = True
+        self._kill = os.kill
+        self._getpid = os.getpid
+        self._flush = [s.flush for s in (sys.stdout, sys.stderr) if s is not None]
+
+    def __del__(self) -> None:
+        if not self.armed:
+            return
+        for flush in self._flush:
+            try:
+                flush()
+            except Exception:  # closed or broken: nothing more can be saved
+                pass
+        self._kill(self._getpid(), self.signum)
+
+
+_end_by: Optional[_EndBySignal] = None

@@ -1,0 +1,217 @@
+"""The lock discipline of exitsafe: one lock, never held around user code, never waited
+for by the thread that holds it.
+
+All of exitsafe's shared state (every registry's graph, owner counts, phase and ledger;
+the adapters' address, pin and callback tables) is guarded by ONE process-wide lock,
+:data:`LOCK`.  The rules every module follows:
+
+1. **Sections are bookkeeping only.**  A critical section never calls user code (release
+   functions, hooks, policies, callbacks, logging, trace writes) and never drops the last
+   reference to a user object; those happen after the section ends.
+2. **Sections never wait.**  Inside a section nothing blocks: not on another lock, not
+   on an event.  So a thread holding :data:`LOCK` leaves it in a bounded number of steps,
+   and a thread *outside* any section may safely block waiting for it.
+3. **Re-entry never waits.**  Python can still run a finalizer (``__del__``, a weakref
+   callback, a cyclic collection) or a signal handler at any bytecode of a section, on
+   the thread that holds the lock.  Such code must not wait for :data:`LOCK` (it would
+   wait for itself).  :func:`reentered` tells; then a request that needs no answer
+   (a release, the garbage collection of a handle, the end of a borrow, cancelling a
+   hook, a teardown) is queued with :func:`defer` and run as soon as the interrupted
+   section ends, while a request that must answer now raises
+   :class:`~exitsafe.ReentrancyError`.  Signals are not queued here: exitsafe's
+   handlers send the signal to the main thread again (see ``exitsafe.signals``), so
+   that it is acted on by the main thread, never by whichever thread drains the queue.
+4. **Queued work runs on the first occasion.**  The thread whose section was
+   interrupted runs it right after leaving the section; any exitsafe call on any thread
+   runs what is left.  Each queued request still ends in exactly one outcome.
+5. **Fork is safe.**  ``os.fork()`` waits (bounded) until no other thread is inside a
+   section, so a child never inherits half-updated state; the child reinitializes the
+   lock and empties the queue (the requests belong to the parent's threads).
+
+The lock is a re-entrant lock only so that ownership is known atomically
+(``_is_owned``); exitsafe never acquires it twice on one thread.
+"""
+
+from __future__ import annotations
+
+import _thread
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+#: The one lock of exitsafe (see the module documentation for its rules).
+LOCK = _thread.RLock()
+
+#: ``reentered()``: whether the calling thread is inside a section (holds :data:`LOCK`).
+reentered = LOCK._is_owned  # type: ignore[attr-defined]
+acquire = LOCK.acquire
+release = LOCK.release
+
+#: How often a thread yields to the holder of the lock before it blocks on it.
+YIELDS_BEFORE_BLOCKING = 100
+
+_sleep = time.sleep
+_get_ident = _thread.get_ident
+
+
+def wait() -> None:
+    """Take :data:`LOCK`, which another thread holds, without queueing on it at first.
+
+    Hot paths try ``acquire(False)`` and call this only when that fails.  Blocking at
+    once would hand the lock and the GIL back and forth with a context switch each
+    time (a lock convoy: two threads got a quarter of one thread's throughput);
+    yielding the GIL lets the holder finish its short section.  After
+    :data:`YIELDS_BEFORE_BLOCKING` tries (a long section) it blocks, which is safe
+    because sections never wait (rule 2).  The caller must not be inside a section.
+    """
+    for _ in range(YIELDS_BEFORE_BLOCKING):
+        _sleep(0)
+        if acquire(False):
+            return
+    acquire()
+
+
+def enter() -> None:
+    """Take :data:`LOCK` (the caller has checked it is not inside a section)."""
+    if not acquire(False):
+        wait()
+
+
+def leave() -> None:
+    """Release :data:`LOCK`, then run the work queued meanwhile (see :func:`defer`)."""
+    release()
+    if _deferred:
+        run_deferred()
+
+
+# ---------------------------------------------------------------------- deferred work
+
+#: Work queued by requests that arrived inside a section (FIFO).  A plain list: append
+#: and pop are atomic, with or without the GIL.
+_deferred: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+
+def defer(fn: Callable[..., object], *args: Any) -> None:
+    """Queue ``fn(*args)`` to run once the current thread has left its section."""
+    _deferred.append((fn, args))
+
+
+def pending() -> bool:
+    """Whether queued work waits to run."""
+    return bool(_deferred)
+
+
+#: Threads running the queue: one that is (a release function run from the queue
+#: calling exitsafe again) returns at once, and its outer loop goes on, so the queue is
+#: run iteratively, never by recursion.
+_draining: set[int] = set()
+
+
+def run_deferred() -> None:
+    """Run the queued work, oldest first, unless the caller is inside a section.
+
+    Errors of one item are logged and do not stop the others: the items are release
+    requests whose callers could not receive an exception anyway (a finalizer, a
+    signal handler).
+    """
+    if reentered():
+        return
+    me = _get_ident()
+    if me in _draining:
+        return
+    _draining.add(me)
+    try:
+        while _deferred:
+            try:
+                fn, args = _deferred.pop(0)
+            except IndexError:  # another thread took the last one
+                return
+            try:
+                fn(*args)
+            except Exception as exc:  # the caller is gone (a finalizer): log, go on
+                from ._report import log
+
+                log().error(
+                    "exitsafe: a release requested from a finalizer or signal handler "
+                    "failed: %s",
+                    repr(exc),
+                )
+    finally:
+        _draining.discard(me)
+
+
+# ---------------------------------------------------------------------- fork
+
+#: Incremented in every child after ``os.fork()``.  A node remembers the value it was
+#: created under, so a node whose value differs was inherited from a parent process
+#: and is never released here.  Read without the lock (one module attribute).
+generation = 0
+
+#: Seconds ``os.fork()`` waits for a section in progress on another thread.
+FORK_WAIT = 2.0
+
+_held_for_fork: list[bool] = []
+
+# The three functions below are called by exitsafe._process's fork handlers, which
+# order them with the rest of the process state.
+
+
+def before_fork() -> None:
+    """Hold :data:`LOCK` across ``fork()`` so no section is half done in the child."""
+    _held_for_fork.append(acquire(True, FORK_WAIT))
+
+
+def after_fork_in_parent() -> None:
+    if _held_for_fork and _held_for_fork.pop():
+        release()
+
+
+def after_fork_in_child() -> None:
+    global generation
+    generation += 1
+    _held_for_fork.clear()
+    LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+    _deferred.clear()
+    _draining.clear()
+
+
+# ---------------------------------------------------------------------- sections
+
+
+def refused(operation: str) -> Exception:
+    """The :class:`~exitsafe.ReentrancyError` for ``operation`` called re-entrantly."""
+    from ._errors import ReentrancyError
+
+    return ReentrancyError(
+        f"{operation} was called from a finalizer or signal handler that interrupted "
+        f"exitsafe on this same thread; exitsafe cannot answer it there without waiting "
+        f"for itself.  Only release requests (Handle.release(), the end of a borrow, "
+        f"teardown()) are accepted there: they run right after the interrupted step"
+    )
+
+
+class section:
+    """``with section("adopt()"):`` holds :data:`LOCK` for a short bookkeeping step.
+
+    Raises :class:`~exitsafe.ReentrancyError` (naming ``operation``) instead of
+    waiting when the calling thread is already inside a section.  On leaving, runs
+    queued work (outside the lock).  For paths that are not hot; the hot paths of the
+    registry inline the same steps.
+    """
+
+    __slots__ = ("operation",)
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+
+    def __enter__(self) -> None:
+        if reentered():
+            raise refused(self.operation)
+        if not acquire(False):
+            wait()
+
+    def __exit__(self, *exc: object) -> None:
+        release()
+        if _deferred:
+            run_deferred()

@@ -1,0 +1,216 @@
+"""Threads at exit: the borrow gate, parking, declared workers, thread-affine releases.
+
+The registry calls these when a teardown has begun (or, for thread-affine handles,
+when a release becomes due on a thread that does not own the handle).  Nothing here
+holds exitsafe's lock while it waits.
+
+* **Borrows held by a thread.**  Each thread keeps the handles it is borrowing, so a
+  teardown never waits for a borrow held by its own thread.
+* **Parking.**  Once a registry's teardown has begun, a ``borrow()`` on a thread that
+  is not the teardown's must not enter native code any more.  A daemon thread (the
+  kind that is still running at exit, and any thread native code created) is parked:
+  it blocks, with every signal masked, until the process ends; it holds no lock and
+  not the GIL, so the exit goes on.  A non-daemon thread, which the interpreter would
+  wait for, gets :class:`~exitsafe.HandleClosedError` instead.
+* **Workers.**  ``exitsafe.worker(thread, stop=..., uses=[...])`` is a teardown hook
+  that runs before any handle the thread uses is released: it asks the thread to stop
+  and joins it, bounded.
+* **Thread-affine handles.**  A release that becomes due on another thread is queued
+  for the owning thread, which runs it at its next exitsafe call or
+  ``exitsafe.run_pending()``.
+"""
+
+from __future__ import annotations
+
+import _thread
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, NoReturn, Optional
+
+    from ._node import Node
+
+_get_ident = _thread.get_ident
+
+# ---------------------------------------------------------------------- borrows held
+
+_local = _thread._local()
+
+
+def held() -> list[Node]:
+    """The handles the calling thread is borrowing right now (innermost last)."""
+    try:
+        stack: list[Node] = _local.held
+    except AttributeError:
+        stack = _local.held = []
+    return stack
+
+
+def forget_held(node: Node) -> None:
+    stack = held()
+    if stack and stack[-1] is node:
+        stack.pop()
+    else:
+        try:
+            stack.remove(node)
+        except ValueError:  # entered before a fork on another thread: nothing to forget
+            pass
+
+
+def held_here(node: Node) -> int:
+    """How many borrows of ``node`` the calling thread holds."""
+    try:
+        return int(_local.held.count(node))
+    except AttributeError:
+        return 0
+
+
+# ---------------------------------------------------------------------- parking
+
+
+def is_daemon_thread() -> bool:
+    """Whether the calling thread is one the interpreter does not wait for at exit."""
+    import threading
+
+    return bool(threading.current_thread().daemon)
+
+
+def park() -> NoReturn:
+    """Block the calling thread until the process ends.  Never returns.
+
+    Every signal is masked first (POSIX), so a signal can never wake the thread: it
+    would have to run Python code again, which late in an exit ends or hangs it.
+    """
+    try:
+        import signal
+
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    except (OSError, ValueError):  # masking is best effort; parking itself still holds
+        pass
+    lock = _thread.allocate_lock()
+    lock.acquire()
+    while True:
+        lock.acquire()  # never released: blocks without holding the GIL
+
+
+# ---------------------------------------------------------------------- workers
+
+
+class StillRunning(Exception):
+    """A step that bounds itself ran out of time (a worker that did not stop)."""
+
+
+class WorkerStop:
+    """The hook of ``exitsafe.worker``: ask the thread to stop, join it, bounded."""
+
+    __slots__ = ("requested", "stop", "thread", "timeout")
+
+    def __init__(self, thread: Any, stop: Any, timeout: float) -> None:
+        self.thread = thread
+        self.stop = stop
+        self.timeout = timeout
+        self.requested = False
+
+    def request_stop(self) -> None:
+        """Ask once: set the event, or call the stop function."""
+        if self.requested:
+            return
+        self.requested = True
+        stop = self.stop
+        setter = getattr(stop, "set", None)
+        if callable(setter):
+            setter()
+        else:
+            stop()
+
+    def __call__(self) -> None:
+        self.request_stop()
+        thread = self.thread
+        if thread.ident is None or thread.ident == _get_ident():
+            return  # never started, or the teardown runs on the worker itself
+        thread.join(self.timeout)
+        if thread.is_alive():
+            raise StillRunning(
+                f"worker {thread.name!r} still running {self.timeout:.3g} s after it was "
+                f"asked to stop; it is parked at its next borrow"
+            )
+
+
+# ---------------------------------------------------------------------- thread affinity
+
+#: owner thread (a threading.Thread, not its ident: idents are reused once a thread
+#: ends) -> releases queued for it (guarded by exitsafe's lock).
+pending: dict[Any, list[Node]] = {}
+
+
+def affinity_owner(affinity: object) -> Any:
+    """The thread ``affinity`` names: ``"creator"``, ``"main"`` or ``None``."""
+    if affinity is None:
+        return None
+    if affinity in ("creator", "main"):
+        import threading
+
+        return threading.current_thread() if affinity == "creator" else threading.main_thread()
+    if isinstance(affinity, str):
+        raise ValueError(f"affinity must be 'creator', 'main' or None, got {affinity!r}")
+    raise TypeError(f"affinity must be 'creator', 'main' or None, got {affinity!r}")
+
+
+def on_owner_thread(node: Node) -> bool:
+    """Whether the calling thread may run ``node``'s release (it has no affinity, or
+    this is its owner)."""
+    owner = node._affinity
+    if owner is None:
+        return True
+    import threading
+
+    return owner is threading.current_thread()
+
+
+def queue_for_owner(node: Node) -> None:
+    """Queue ``node`` (claimed) for its owning thread (the caller holds the lock)."""
+    owner = node._affinity
+    node._releaser = owner.ident or 0
+    pending.setdefault(owner, []).append(node)
+
+
+def take_mine() -> list[Node]:
+    """The releases queued for the calling thread (the caller holds the lock)."""
+    import threading
+
+    return pending.pop(threading.current_thread(), [])
+
+
+def take_registry(registry: object) -> list[Node]:
+    """Remove and return every queued release of ``registry`` (the caller holds the lock)."""
+    taken: list[Node] = []
+    for owner in list(pending):
+        mine = [n for n in pending[owner] if n._registry is registry]
+        if mine:
+            rest = [n for n in pending[owner] if n._registry is not registry]
+            if rest:
+                pending[owner] = rest
+            else:
+                del pending[owner]
+            taken += mine
+    return taken
+
+
+def thread_name(ident: int) -> str:
+    import threading
+
+    for t in threading.enumerate():
+        if t.ident == ident:
+            return t.name
+    return f"thread {ident}"
+
+
+def after_fork_in_child() -> None:
+    """The parent's other threads do not exist in a child: their queues go."""
+    pending.clear()
+
+
+def name_of(fn: Callable[..., Any]) -> Optional[str]:
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) else None

@@ -1,0 +1,230 @@
+"""Threads at a real interpreter exit: the early phase, workers, borrows in flight, parking,
+thread-affine handles.  Each program runs in a fresh interpreter with a hard timeout."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from ..support import assert_clean, run_program
+
+NATIVE_SLEEP = """
+    import ctypes, time
+    _libc = ctypes.CDLL(None)
+    _libc.usleep.argtypes = (ctypes.c_uint,)
+
+    def native_call(ms):
+        _libc.usleep(ms * 1000)  # releases the GIL, like a real native call
+"""
+
+EARLY_PHASE = """
+    import concurrent.futures, time
+
+    stop = threading.Event()
+
+    def server_loop():  # a non-daemon thread that runs until told to stop
+        while not stop.wait(0.01):
+            pass
+        record("server thread stopped")
+
+    def busy_task():  # an executor task that runs until told to stop
+        stop.wait()
+        record("executor task stopped")
+
+    threading.Thread(target=server_loop).start()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool.submit(busy_task)
+    h = exitsafe.track("server-state", record)
+    if PROTECT:
+        exitsafe.on_early_exit(lambda: (record("early hook"), stop.set()))
+    print("main done", flush=True)
+"""
+
+
+def test_early_phase_stops_threads_and_executors_the_interpreter_joins(tmp_path):
+    run = run_program(EARLY_PHASE.replace("PROTECT", "True"), tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order[0] == "early hook"
+    assert sorted(run.order[1:3]) == ["executor task stopped", "server thread stopped"]
+    assert run.order[3:] == ["server-state"], "the teardown runs after the joins"
+    assert run.outcome_counts() == {"hook_ran": 1, "released_at_exit": 1}
+
+
+def test_without_an_early_hook_the_same_program_hangs_before_the_teardown(tmp_path):
+    run = run_program(EARLY_PHASE.replace("PROTECT", "False"), tmp_path, timeout=5)
+    assert run.hung
+    assert run.order == [], "the teardown never started"
+
+
+DAEMON_INFERENCE = """
+    session = exitsafe.track("session", lambda raw: record("session released"), name="session")
+    running = threading.Event()
+
+    def infer_forever():
+        while True:
+            with session.borrow():
+                running.set()
+                record("call start")
+                native_call(50)
+                record("call end")
+
+    threading.Thread(target=infer_forever, daemon=True).start()
+    running.wait()
+"""
+
+
+def test_daemon_inference_recipe_waits_for_the_call_then_parks_the_worker(tmp_path):
+    run = run_program(NATIVE_SLEEP + DAEMON_INFERENCE, tmp_path, ledger=True)
+    assert_clean(run)
+    released = run.order.index("session released")
+    assert run.order[released - 1] == "call end", "released only after the call in flight"
+    assert run.order[released:] == ["session released"], "no call started after that"
+    assert run.outcomes() == {"session": "released_at_exit"}
+
+
+WORKER_IGNORING_STOP = """
+    session = exitsafe.track("session", lambda raw: record("session released"), name="session")
+    stop = threading.Event()  # never looked at
+    running = threading.Event()
+
+    def stubborn():
+        while True:
+            with session.borrow():
+                running.set()
+                native_call(20)
+            record("loop")
+
+    thread = threading.Thread(target=stubborn, daemon=True, name="stubborn")
+    thread.start()
+    exitsafe.worker(thread, stop=stop, uses=[session], timeout=0.3)
+    running.wait()
+"""
+
+
+def test_worker_that_ignores_its_stop_request(tmp_path):
+    run = run_program(NATIVE_SLEEP + WORKER_IGNORING_STOP, tmp_path, ledger=True)
+    assert_clean(run)
+    assert "session released" not in run.order, "never released under the running worker"
+    got = {e["name"]: e for e in run.ledger()["registries"][0]["entries"]}
+    assert got["worker stubborn"]["outcome"] == "hook_timeout"
+    assert "still running 0.3 s after it was asked to stop" in got["worker stubborn"]["detail"]
+    assert got["session"]["outcome"] == "leaked_dependent"
+    assert run.ledger()["registries"][0]["parked_threads"] == 1
+
+
+NON_DAEMON_WORKER = """
+    session = exitsafe.track("session", lambda raw: record("session released"), name="session")
+    stop = threading.Event()
+
+    def work():
+        while not stop.is_set():
+            with session.borrow():
+                native_call(5)
+        record("worker ended")
+
+    thread = threading.Thread(target=work, name="work")  # non-daemon
+    thread.start()
+    exitsafe.worker(thread, stop=stop, uses=[session])
+"""
+
+
+def test_non_daemon_worker_is_stopped_in_the_early_phase(tmp_path):
+    run = run_program(NATIVE_SLEEP + NON_DAEMON_WORKER, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == ["worker ended", "session released"]
+    assert run.outcomes() == {"worker work": "hook_ran", "session": "released_at_exit"}
+
+
+AFFINE = """
+    where = {}
+
+    def release_on(label):
+        return lambda raw: record(f"{label} released on {threading.current_thread().name}")
+
+    def gone_owner():
+        where["gone"] = exitsafe.track("g", release_on("gone"), name="gone", affinity="creator")
+
+    t = threading.Thread(target=gone_owner, name="short-lived")
+    t.start()
+    t.join()
+    main_tex = exitsafe.track("m", release_on("main"), name="main-texture", affinity="main")
+    box = [main_tex]
+    del main_tex
+    dropper = threading.Thread(target=box.clear, name="dropper")  # collected elsewhere
+    dropper.start()
+    dropper.join()
+    record("queued: " + str(sorted(h.name for h in exitsafe.default_registry().live_handles())))
+"""
+
+
+def test_thread_affine_handles_at_exit(tmp_path):
+    run = run_program(AFFINE, tmp_path, ledger=True)
+    assert_clean(run)
+    # Dropped on another thread, the main texture waits, queued for its owning thread.
+    assert run.order[0] == "queued: ['gone', 'main-texture']"
+    assert sorted(run.order[1:]) == [
+        "gone released on MainThread",  # its owner is gone: the teardown runs it
+        "main released on MainThread",  # its owner runs the teardown: released there
+    ]
+    assert run.outcomes() == {"main-texture": "released_at_exit", "gone": "released_at_exit"}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX ctypes libc")
+def test_cffi_call_borrows_for_the_call_at_exit(tmp_path):
+    pytest.importorskip("cffi")
+    body = """
+        import cffi
+        from exitsafe import cffi as es_cffi
+
+        ffi = cffi.FFI()
+        ffi.cdef("int usleep(unsigned int);")
+        libc = es_cffi.borrowing(ffi.dlopen(None))
+        dev = exitsafe.track(7, lambda raw: record("released"), name="dev")
+        running = threading.Event()
+
+        def loop():
+            while True:
+                running.set()
+                # the handle goes in as an argument: borrowed for the call
+                es_cffi.call(lambda raw, us: (libc.usleep(us), record("call")), dev, 20000)
+
+        threading.Thread(target=loop, daemon=True).start()
+        running.wait()
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order[-1] == "released" and run.order[-2] == "call"
+    assert run.outcomes() == {"dev": "released_at_exit"}
+
+
+MANY_DAEMON_BORROWERS = """
+    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+    ready = threading.Barrier(9)
+
+    def borrower(i):
+        ready.wait()
+        while True:
+            with session.borrow():
+                record(f"in {i}")
+                native_call(2)
+                record(f"out {i}")
+
+    for i in range(8):
+        threading.Thread(target=borrower, args=(i,), daemon=True).start()
+    ready.wait()
+"""
+
+
+def test_many_daemon_borrowers_at_exit_are_waited_for_then_parked(tmp_path):
+    run = run_program(NATIVE_SLEEP + MANY_DAEMON_BORROWERS, tmp_path, ledger=True)
+    assert_clean(run)
+    released = run.order.index("released")
+    before, after = run.order[:released], run.order[released + 1 :]
+    # every call that entered before the release had left it; none entered after it
+    ins = [x for x in before if x.startswith("in ")]
+    outs = [x for x in before if x.startswith("out ")]
+    assert len(ins) == len(outs), "no call was in flight when the session was released"
+    assert after == [], "no call entered after the release: the threads are parked"
+    assert run.outcomes() == {"session": "released_at_exit"}
+    assert run.ledger()["registries"][0]["parked_threads"] == 8

@@ -1,0 +1,185 @@
+"""The real-binding cases: which program, which package, and what "fails as described" means.
+
+Shared by the tests (``test_unprotected.py``) and ``measure.py``; imports nothing from
+pytest.  A classifier gets the :class:`exitsafe.testing.ExitResult` of one run and the
+interpreter's ``(major, minor)`` and says whether that run failed the way the case
+describes.  Expectations for CPython 3.14+ come from reading CPython's sources only (no
+such interpreter on the machine where they were written): there a daemon thread that
+re-enters the interpreter during finalization hangs instead of unwinding (gh-87135), so
+any unclean end (crash, abort or hang) counts.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence, Tuple
+
+from exitsafe.testing import ExitResult
+
+HERE = Path(__file__).resolve().parent
+PROGRAMS = HERE / "programs"
+#: Where ``.ci/install-real`` puts one virtual environment per interpreter.
+REAL_ENVS = Path(os.environ.get("EXITSAFE_REAL_ENVS", HERE.parent.parent / ".venv-real"))
+
+Version = Tuple[int, int]
+TERMINATE = "terminate called without an active exception"
+
+
+def _frames(result: ExitResult) -> Iterable[str]:
+    fatal = result.fatal_error
+    if fatal is None:
+        return ()
+    return [frame.function for thread in fatal.threads for frame in thread.frames]
+
+
+def forced_unwind_abort(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: SIGABRT with libstdc++'s "terminate called without an active exception"
+    (``pthread_exit()``'s forced unwinding reached a C++ frame that may not unwind)."""
+    if version >= (3, 14):
+        return not result.clean
+    return result.signal == "SIGABRT" and TERMINATE in result.stderr
+
+
+def hang_in_threading_shutdown(result: ExitResult, version: Version) -> bool:
+    """Killed on timeout, and faulthandler's dump shows the main thread inside
+    ``threading._shutdown`` -> ``concurrent.futures``' ``_python_exit`` (joining the
+    executor's workers)."""
+    functions = set(_frames(result))
+    return result.timed_out and {"_shutdown", "_python_exit"} <= functions
+
+
+def fork_child_hang(result: ExitResult, version: Version) -> bool:
+    """Killed on timeout after the fork, with the parent still waiting for the child."""
+    return (
+        result.timed_out
+        and "adapter:" in result.stdout
+        and "child exited" not in result.stdout
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One real-binding reproducer."""
+
+    id: str
+    program: str
+    #: the import name that must be available in the interpreter's environment
+    package: str
+    #: what "fails as described" means for one run
+    fails: Callable[[ExitResult, Version], bool]
+    #: runs per interpreter in the test (it stops at the first failure)
+    runs: int
+    #: seconds before a run is killed (a hang case fails only this way)
+    timeout: float
+    summary: str
+    env: Optional[Sequence[Tuple[str, str]]] = None
+    #: a system library the case needs: (glob of a file it installs, what to install)
+    system: Optional[Tuple[str, str]] = None
+    #: the protected version of the program (tests/real/programs), if there is one
+    protected: Optional[str] = None
+    #: runs of the protected program, each of which must exit cleanly
+    protected_runs: int = 20
+
+    def missing_system_library(self) -> Optional[str]:
+        """Why the case cannot run on this machine's system libraries, or ``None``."""
+        if self.system is None:
+            return None
+        pattern, what = self.system
+        if glob.glob(pattern):
+            return None
+        return f"{what} is not installed (no {pattern}; .ci/install-real installs it)"
+
+    @property
+    def script(self) -> Path:
+        return PROGRAMS / self.program
+
+    @property
+    def protected_script(self) -> Path:
+        assert self.protected is not None
+        return PROGRAMS / self.protected
+
+
+CASES = [
+    Case(
+        id="onnxruntime-daemon",
+        program="onnxruntime_daemon.py",
+        package="onnxruntime",
+        fails=forced_unwind_abort,
+        runs=10,
+        timeout=60.0,
+        summary="daemon thread in InferenceSession.run() at exit: SIGABRT (terminate)",
+        protected="onnxruntime_daemon_protected.py",
+    ),
+    Case(
+        id="grpc-stream-server",
+        program="grpc_stream_server.py",
+        package="grpc",
+        fails=hang_in_threading_shutdown,
+        runs=3,
+        timeout=10.0,
+        summary="streaming handler never ends: hang in threading._shutdown",
+        protected="grpc_stream_server_protected.py",
+    ),
+    Case(
+        id="pyopencl-daemon",
+        program="pyopencl_daemon.py",
+        package="pyopencl",
+        fails=forced_unwind_abort,
+        runs=5,
+        timeout=60.0,
+        summary="daemon thread enqueuing pocl kernels at exit: SIGABRT (terminate)",
+        protected="pyopencl_daemon_protected.py",
+        # pytools warns about a missing optional hash module on every import
+        env=(("PYTHONWARNINGS", "ignore"),),
+        system=("/etc/OpenCL/vendors/pocl*.icd", "pocl (Debian pocl-opencl-icd)"),
+    ),
+    Case(
+        id="wgpu-fork-child",
+        program="wgpu_fork_child.py",
+        package="wgpu",
+        fails=fork_child_hang,
+        runs=3,
+        timeout=10.0,
+        summary="forked child's sys.exit(0) hangs releasing inherited wgpu objects (lavapipe)",
+        protected="wgpu_fork_child_protected.py",
+        # Mesa prints an error line for a missing runtime dir; give it one
+        env=(("XDG_RUNTIME_DIR", "/tmp"),),
+        system=("/usr/share/vulkan/icd.d/lvp_icd*.json",
+                "Mesa lavapipe (Debian mesa-vulkan-drivers)"),
+    ),
+]
+
+
+@dataclass(frozen=True)
+class RealEnv:
+    """One interpreter's environment made by ``.ci/install-real``."""
+
+    version: Version
+    python: Path
+    #: import name -> installed version, "-" where it could not be installed
+    packages: dict
+
+    @property
+    def name(self) -> str:
+        return f"{self.version[0]}.{self.version[1]}"
+
+
+def real_envs() -> list[RealEnv]:
+    """The environments listed in ``.venv-real/available.txt`` whose interpreter exists."""
+    listing = REAL_ENVS / "available.txt"
+    found: dict[str, dict] = {}
+    if listing.exists():
+        for line in listing.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                found.setdefault(parts[0], {})[parts[1]] = parts[2]
+    envs = []
+    for name, packages in found.items():
+        python = REAL_ENVS / name / "bin" / "python"
+        if python.exists():
+            major, minor = (int(p) for p in name.split("."))
+            envs.append(RealEnv((major, minor), python, packages))
+    return sorted(envs, key=lambda env: env.version)

@@ -1,0 +1,35 @@
+"""Each real-binding program, protected by exitsafe, exits cleanly every time: N of N runs
+(``Case.protected_runs``, 20) on every interpreter the package has wheels for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exitsafe.testing import run
+
+from .cases import CASES, Case
+from .conftest import environment_for, versions
+
+PROTECTED = [case for case in CASES if case.protected is not None]
+
+
+@pytest.mark.parametrize("version", versions())
+@pytest.mark.parametrize("case", PROTECTED, ids=[case.id for case in PROTECTED])
+def test_protected_program_exits_cleanly_every_time(
+    case: Case, version: str, tmp_path: Path
+) -> None:
+    env = environment_for(version, case)
+    for attempt in range(case.protected_runs):
+        result = run(
+            script=case.protected_script,
+            python=env.python,
+            timeout=case.timeout,
+            cwd=tmp_path,
+            env=dict(case.env or ()),
+        )
+        assert result.clean, (
+            f"{case.protected} on CPython {version}, run {attempt + 1} of "
+            f"{case.protected_runs}: {result.summary()}\n\n{result.report()}"
+        )

@@ -1,0 +1,324 @@
+"""The documentation site as a reader gets it: built once with ``mkdocs build --strict``, then
+checked for what would break it offline or make it look unfinished.
+
+- the diagrams in ``docs/img`` are exactly what ``docs/diagrams/generate.py`` draws (no
+  hand-edited or stale SVG), and no page still holds a Mermaid diagram;
+- the built pages load nothing from the network: no script, stylesheet, font, image or frame
+  from an ``http(s)://`` address, nothing that makes the theme fetch one at view time
+  (a ``mermaid`` block, the repository-facts widget), and no ``url(http...)`` in a stylesheet;
+- the API reference shows no raw Sphinx role (``:func:`...``` and friends): docstrings use
+  Google style, and cross-references are written ``[`name`][exitsafe.name]``;
+- every public name appears in the API reference, and every public name and each of its
+  parameters is documented (tests/docs_api.py, shared with the conversion script).
+
+The site build is skipped with a visible reason when mkdocs is not installed
+(``pip install -e '.[docs]'``).
+"""
+
+from __future__ import annotations
+
+import html.parser
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+GENERATOR = DOCS / "diagrams" / "generate.py"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docs_api  # noqa: E402  (tests/docs_api.py)
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location("exitsafe_docs_diagrams", GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------ diagrams
+
+
+def test_diagrams_are_what_the_generator_draws() -> None:
+    drawn = _load_generator().render_all()
+    assert drawn, "the generator draws nothing"
+    stale = [
+        name
+        for name, content in drawn.items()
+        if not (DOCS / "img" / name).exists()
+        or (DOCS / "img" / name).read_text(encoding="utf-8") != content
+    ]
+    assert not stale, (
+        f"docs/img/{', '.join(stale)} differ from what docs/diagrams/generate.py draws: "
+        "run `.venv/bin/python docs/diagrams/generate.py` and commit the result"
+    )
+
+
+def test_every_generated_diagram_is_used_or_announced() -> None:
+    pages = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    # exit-threads.svg is drawn for the threads page (docs/threads.md), written separately.
+    pending = {"exit-threads.svg"}
+    unused = [
+        name
+        for name in _load_generator().render_all()
+        if f"img/{name}" not in pages and f"img/{name}" not in config and name not in pending
+    ]
+    assert not unused, f"diagrams drawn but shown nowhere: {unused}"
+
+
+def test_no_mermaid_anywhere() -> None:
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in [*DOCS.rglob("*.md"), ROOT / "mkdocs.yml", ROOT / "README.md"]
+        if "mermaid" in p.read_text(encoding="utf-8").lower()
+    ]
+    assert not offenders, f"Mermaid diagrams are drawn by a script loaded from a CDN: {offenders}"
+
+
+# ---------------------------------------------------------------------------------- the site
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    try:
+        import mkdocs  # noqa: F401
+        import mkdocstrings  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"mkdocs is not installed ({exc}); pip install -e '.[docs]' to build the site")
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def test_mkdocs_build_strict(site: Path) -> None:
+    assert (site / "index.html").exists()
+
+
+def _pages(site: Path) -> Iterator[Tuple[str, str]]:
+    for path in sorted(site.rglob("*.html")):
+        yield path.relative_to(site).as_posix(), path.read_text(encoding="utf-8")
+
+
+_EXTERNAL = re.compile(r"^\s*(https?:)?//", re.IGNORECASE)
+# (tag, attribute) pairs that make a browser fetch something when the page is shown
+_FETCHED = {
+    ("script", "src"),
+    ("img", "src"),
+    ("img", "srcset"),
+    ("source", "src"),
+    ("source", "srcset"),
+    ("iframe", "src"),
+    ("embed", "src"),
+    ("object", "data"),
+    ("video", "src"),
+    ("video", "poster"),
+    ("audio", "src"),
+    ("track", "src"),
+    ("input", "src"),
+    ("image", "href"),
+    ("use", "href"),
+}
+# <link rel=...> values that fetch (or open a connection) when the page loads
+_FETCHING_LINKS = {
+    "stylesheet", "icon", "shortcut", "apple-touch-icon", "preload", "prefetch", "preconnect",
+    "dns-prefetch", "modulepreload", "manifest", "mask-icon",
+}
+
+
+class _AssetFinder(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: List[str] = []
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, str | None]]) -> None:
+        values: Dict[str, str] = {k: v or "" for k, v in attrs}
+        if tag == "link":
+            rels = set(values.get("rel", "").lower().split())
+            if rels & _FETCHING_LINKS and _EXTERNAL.match(values.get("href", "")):
+                self.found.append(f'<link rel="{values.get("rel")}" href="{values["href"]}">')
+        for attr, value in values.items():
+            if (tag, attr) in _FETCHED and _EXTERNAL.match(value):
+                self.found.append(f'<{tag} {attr}="{value}">')
+            if attr == "style" and re.search(r"url\(\s*['\"]?\s*(https?:)?//", value):
+                self.found.append(f'<{tag} style="{value}">')
+        if "mermaid" in values.get("class", "").split():
+            self.found.append(f'<{tag} class="mermaid"> (the theme loads Mermaid from a CDN)')
+        if values.get("data-md-component") == "source":
+            self.found.append(
+                '<... data-md-component="source"> (the theme asks the code host API for facts)'
+            )
+
+
+def test_the_site_loads_nothing_from_the_network(site: Path) -> None:
+    problems = []
+    for name, text in _pages(site):
+        finder = _AssetFinder()
+        finder.feed(text)
+        problems += [f"{name}: {item}" for item in finder.found]
+        for match in re.finditer(r"<style[^>]*>(.*?)</style>", text, re.DOTALL):
+            if re.search(r"(url\(|@import)\s*['\"]?\s*(https?:)?//", match.group(1)):
+                problems.append(f"{name}: an inline <style> imports from the network")
+    for css in sorted(site.rglob("*.css")):
+        text = css.read_text(encoding="utf-8", errors="replace")
+        for match in re.finditer(r"(url\(|@import)\s*['\"]?\s*((?:https?:)?//[^'\")\s]+)", text):
+            problems.append(f"{css.relative_to(site).as_posix()}: {match.group(2)}")
+    assert not problems, "the built site fetches from the network:\n" + "\n".join(problems)
+
+
+def test_diagrams_are_static_files_of_the_site(site: Path) -> None:
+    for name in _load_generator().render_all():
+        assert (site / "img" / name).exists(), f"img/{name} is missing from the built site"
+
+
+def test_the_header_shows_the_logo_the_version_and_the_repository(site: Path) -> None:
+    index = (site / "index.html").read_text(encoding="utf-8")
+    version = re.search(r'^version\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(),
+                        re.MULTILINE)
+    assert version is not None
+    assert 'src="img/logo.svg"' in index, "no logo in the header"
+    assert f'md-source__fact--version">{version.group(1)}<' in index, "no version in the header"
+    assert re.search(r'<a href="https?://[^"]+" title="[^"]*" class="md-source"', index), (
+        "no repository link in the header"
+    )
+
+
+def test_navigation_labels_do_not_repeat(site: Path) -> None:
+    # A section whose first entry has the section's own title ("Porting guides > Porting
+    # guides").  Read on the 404 page, where no entry is the current page (the current page's
+    # label is written twice, for the table-of-contents toggle).
+    nav = re.search(r'<nav class="md-nav md-nav--primary".*?</nav>\s*</div>',
+                    (site / "404.html").read_text(encoding="utf-8"), re.DOTALL)
+    assert nav is not None
+    labels = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", m)).strip()
+              for m in re.findall(r'<span class="md-ellipsis">(.*?)</span>', nav.group(0),
+                                  re.DOTALL)]
+    repeats = [a for a, b in zip(labels, labels[1:]) if a and a == b]
+    assert not repeats, f"navigation labels repeat: {repeats}"
+
+
+# ------------------------------------------------------------------------------- API reference
+
+ROLES = re.compile(r":(func|meth|class|attr|mod|data|exc):")
+
+
+@pytest.mark.xfail(
+    reason="the docstrings in src/ are still Sphinx-style with :func:/:meth:/:class: roles, shown "
+    "as raw text; they are converted to Google style with [`x`][exitsafe.x] references once the "
+    "core rewrite lands (the conversion script is in the lead's notes)",
+    strict=True,
+)
+def test_the_api_reference_has_no_raw_sphinx_roles(site: Path) -> None:
+    found = []
+    for name, text in _pages(site):
+        plain = re.sub(r"<[^>]+>", "", text)
+        found += [f"{name}: ...{plain[max(0, m.start() - 40):m.end() + 30]!r}..."
+                  for m in ROLES.finditer(plain)]
+    assert not found, f"{len(found)} raw Sphinx roles in the built site:\n" + "\n".join(found[:40])
+
+
+@pytest.mark.xfail(
+    reason="exitsafe.HandleInfo and exitsafe.testing.Unraisable (aliases named nowhere) and "
+    "exitsafe.testing.DEFAULT_ENV (no docstring, so hidden) are not in the API reference yet; "
+    "the reference pages follow the core's new module layout",
+    strict=True,
+)
+def test_every_public_name_is_in_the_api_reference(site: Path) -> None:
+    anchors = set()
+    words = set()
+    for name, text in _pages(site):
+        if name.startswith("api/"):
+            anchors.update(re.findall(r'id="([A-Za-z_][\w.]*)"', text))
+            words.update(re.findall(r"[A-Za-z_]\w*", re.sub(r"<[^>]+>", " ", text)))
+    missing = []
+    for public, paths in docs_api.public_names_and_paths():
+        shown = any(path in anchors for path in paths)
+        # an alias (HandleInfo = Handle) must at least be named where its target is shown
+        alias = public.rsplit(".", 1)[1]
+        if shown and public not in anchors and alias not in words:
+            shown = False
+        if not shown:
+            missing.append(public)
+    assert not missing, f"public names that no API page shows: {missing}"
+
+
+@pytest.mark.xfail(
+    reason="most public functions and classes describe their parameters in prose (Sphinx style); "
+    "each needs an Args: section (Google style) naming every parameter, done when the core "
+    "rewrite lands",
+    strict=True,
+)
+def test_every_public_name_and_parameter_is_documented() -> None:
+    pytest.importorskip("griffe", reason="griffe (mkdocstrings' reader) comes with the docs extra")
+    problems = docs_api.undocumented()
+    assert not problems, (
+        f"{len(problems)} undocumented public names or parameters:\n" + "\n".join(problems)
+    )
+
+
+def test_the_documentation_checker_finds_what_it_should() -> None:
+    """The checker behind the test above, on a small module: it must not pass by accident."""
+    griffe = pytest.importorskip("griffe", reason="griffe comes with the docs extra")
+    code = '''
+class Widget:
+    """A widget.
+
+    Args:
+        size: its size.
+        *parts: its parts.
+
+    Attributes:
+        area: its area.
+    """
+
+    def __init__(self, size, *parts):
+        self.area = size * size
+        self.colour = None
+
+    def grow(self, by, *, times=1):
+        """Grow it.
+
+        Args:
+            by: how much.
+        """
+
+
+def make(size, **options):
+    """Make a widget.
+
+    Args:
+        size: its size.
+        **options: anything else.
+    """
+
+
+def bare(x):
+    pass
+'''
+    with griffe.temporary_visited_module(code, docstring_parser="google") as module:
+        problems: List[str] = []
+        docs_api._check_class("m.Widget", module["Widget"], problems)
+        docs_api._check_function("m.make", module["make"], problems)
+        docs_api._check_function("m.bare", module["bare"], problems)
+    assert problems == [
+        "m.Widget.colour: attribute neither documented nor in Attributes:",
+        "m.Widget.grow: parameter 'times' is not in the Args: section",
+        "m.bare: no docstring",
+    ]

@@ -1,0 +1,163 @@
+"""Audit mode on a program with each kind of late finalizer (a real run, no crash)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from exitsafe.cli import main
+from exitsafe.testing import ExitResult, run
+
+# weakref.finalize is used before exitsafe is imported, so weakref's own exit hook runs
+# after exitsafe's teardown: its callbacks run in the audit window.
+LATE_FINALIZERS = textwrap.dedent(
+    """
+    import ctypes, weakref
+
+    class Frame:
+        pass
+
+    def free_frame(address):
+        pass
+
+    frame = Frame()
+    frame_finalizer = weakref.finalize(frame, free_frame, 1234)
+
+    import cffi
+    import exitsafe
+
+    ffi = cffi.FFI()
+    ffi.cdef("void *malloc(size_t); void free(void *);")
+    libc = ffi.dlopen(None)
+
+    class Instance:  # a binding object holding a cffi pointer, released in __del__
+        def __init__(self):
+            self._ptr = ffi.new("int *")
+
+        def close(self):
+            pass
+
+        def __del__(self):
+            self.close()
+
+    class Device:  # holds a ctypes pointer and its parent instance
+        def __init__(self, instance):
+            self._instance = instance
+            self._handle = ctypes.c_void_p(8)
+
+        def __del__(self):
+            pass
+
+    runtime = exitsafe.track(1, lambda raw: None, kind="runtime", name="runtime")
+    instance = Instance()
+    device = Device(instance)
+    scratch = ffi.gc(libc.malloc(64), libc.free)
+    print("ok")
+    """
+)
+
+
+def _line(text: str) -> str:
+    """``<string>:N`` of the line of LATE_FINALIZERS that starts with ``text``."""
+    lines = LATE_FINALIZERS.splitlines()
+    return f"<string>:{next(i for i, line in enumerate(lines, 1) if line.startswith(text))}"
+
+
+def _kinds(result: ExitResult) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for finding in result.audit:
+        found.setdefault(finding.what, []).append(finding.type)
+    return found
+
+
+def test_audit_reports_each_kind_of_late_finalizer() -> None:
+    result = run(LATE_FINALIZERS, audit=True)
+    assert isinstance(result, ExitResult)
+    assert result.returncode == 0 and result.stdout == "ok\n"  # the run itself did not crash
+    assert not result.clean  # ... but the audit found latent hazards
+    kinds = _kinds(result)
+    assert sorted(kinds["__del__"]) == ["__main__.Device", "__main__.Instance"]
+    assert kinds["ffi.gc"] == ["cdata 'void *'"]
+    assert kinds["weakref.finalize"] == ["finalizer of Frame"]
+    by_type = {f.type: f for f in result.audit}
+    device = by_type["__main__.Device"]
+    assert device.holds == "_handle (ctypes pointer)"
+    assert 'exitsafe.neutralize_at_exit(obj, attr="_handle")' in device.suggest
+    assert "obj._instance" in device.suggest  # the dependency it likely needs
+    instance = by_type["__main__.Instance"]
+    assert instance.suggest.startswith('exitsafe.adopt(obj, close="close")')
+    if sys.version_info[:2] != (3, 11):  # 3.11's tracemalloc cannot find such objects
+        assert instance.site == _line("instance = Instance()")
+    assert by_type["cdata 'void *'"].site == _line("scratch = ffi.gc(")
+    assert by_type["finalizer of Frame"].site == _line("frame_finalizer = ")
+    assert "exitsafe.cffi.track(ffi, ptr" in by_type["cdata 'void *'"].suggest
+    assert "free_frame" in by_type["finalizer of Frame"].suggest
+    report = result.report()
+    assert "audit: 4 native release(s) ran after the exit teardown" in report
+    assert result.summary() == (
+        "NOT CLEAN: 4 latent exit hazard(s) found by the audit"
+    )
+
+
+def test_audit_finds_nothing_in_a_protected_program() -> None:
+    code = textwrap.dedent(
+        """
+        import exitsafe
+        runtime = exitsafe.track(1, lambda raw: None, kind="runtime", name="runtime")
+        device = exitsafe.track(2, lambda raw: None, kind="device", depends_on=[runtime])
+        """
+    )
+    result = run(code, audit=True)
+    assert isinstance(result, ExitResult)
+    assert result.clean and result.audit == []
+    assert "audit: no native release ran after exitsafe's teardown" in result.report()
+
+
+def test_exitsafe_audit_variable_alone_in_a_program_that_imports_exitsafe(tmp_path: Path) -> None:
+    # no exitsafe run, no start-up hook: EXITSAFE_AUDIT=1 and the program's own import
+    env = {"EXITSAFE_AUDIT": "1", "EXITSAFE_TRACE": None, "PYTHONPATH": None}
+    code = LATE_FINALIZERS
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        env={k: v for k, v in {**__import__("os").environ, **env}.items() if v is not None},
+        timeout=60, check=False,
+    )
+    assert proc.returncode == 0
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("exitsafe: audit-")]
+    assert lines[0].startswith('exitsafe: audit-begin after="teardown"')
+    assert sum(1 for line in lines if "audit-release" in line) == 4
+
+
+def test_cli_audit_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(LATE_FINALIZERS)
+    status = main(["run", "--audit", "--json", "--", sys.executable, str(tmp_path / "app.py")])
+    data = json.loads(capsys.readouterr().out)
+    assert status == 1
+    assert data["schema"] == 2 and data["audited"] is True
+    assert len(data["audit"]) == 4
+    assert data["diagnosis"]["kind"] == "audit"
+    assert data["audit"][0]["suggest"]
+
+
+def test_audit_costs_nothing_when_off() -> None:
+    # importing exitsafe with EXITSAFE_AUDIT, EXITSAFE_TRACE and EXITSAFE_LSAN unset loads
+    # neither the audit nor tracemalloc, nor the LeakSanitizer hand-over
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("EXITSAFE_AUDIT", "EXITSAFE_TRACE", "EXITSAFE_LSAN", "PYTHONTRACEMALLOC")}
+    probe = (
+        "import sys, exitsafe, tracemalloc as _t\n"
+        "print(sorted(m for m in sys.modules if m in ('exitsafe._audit', 'exitsafe._lsan')),"
+        " _t.is_tracing())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True,
+        timeout=60,
+    ).stdout
+    assert out.strip() == "[] False"
