@@ -25,8 +25,9 @@ from ._errors import (
 from ._guard import Guarded
 from ._handle import Handle, HandleInfo
 from ._ledger import LedgerEntry, Outcome
+from ._pending import run_pending
 from ._process import default_registry, registries
-from ._registry import Registry, run_pending
+from ._registry import Registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,0 +1,163 @@
+"""Borrowing, a part of :class:`~exitsafe.Registry`: a thread's use of a handle's raw
+object inside native code (``with handle.borrow() as raw``).
+
+A borrow counts on the handle: while it is held the handle is not released (its release
+becomes due when the last borrow ends), and the teardown leaks it (``leaked_in_use``)
+rather than release it under the call.  Once a teardown began, the *borrow gate* is
+closed to every thread but the teardown's own and its workers: a daemon thread is
+parked (it never returns into native code), any other thread gets
+:class:`~exitsafe.HandleClosedError`.  A borrow from a finalizer that interrupted one of
+this thread's sections is counted without the lock (see :mod:`exitsafe._sync`).
+"""
+
+from __future__ import annotations
+
+import _thread
+
+from . import _sync, _threads
+from ._errors import HandleClosedError
+from ._handle import closed_message
+from ._node import LIVE, RELEASING
+from ._node import Node as _Node
+from ._phase import CLOSED
+from ._report import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+__all__ = ["Borrowing"]
+
+_get_ident = _thread.get_ident
+_reentered = _sync.reentered
+_acquire = _sync.acquire
+_release = _sync.release
+_wait = _sync.wait
+_defer = _sync.defer
+_deferred = _sync._deferred
+_run_deferred = _sync.run_deferred
+_held = _threads.held
+_local = _threads._local
+
+
+class Borrowing:
+    """The borrow half of :class:`~exitsafe.Registry` (a mixin)."""
+
+    if TYPE_CHECKING:
+        name: str
+        _phase: int
+        _teardown_thread: int
+        _teardown_threads: set[int]
+        _parked: int
+
+        def _settle(self, node: _Node) -> None: ...
+        def _release_chain(self, first: _Node) -> Optional[BaseException]: ...
+
+    def _borrow_enter(self, node: _Node) -> Any:
+        if self._phase == CLOSED:  # every handle ended; no lock after close (_late_request)
+            raise HandleClosedError(closed_message(node))
+        if _reentered():
+            # A finalizer interrupted a section of this thread: no other thread can
+            # change the node now, and no native release can run before this
+            # finalizer returns (releases run after sections).  So the count can be
+            # taken without the lock; the matching exit does the same.
+            if node._state != LIVE or not node._refs:
+                raise HandleClosedError(closed_message(node))
+            node._borrows += 1
+            _held().append(node)
+            return node._raw
+        if not _acquire(False):
+            _wait()
+        try:
+            if self._phase and _get_ident() not in self._teardown_threads:
+                gated = True  # a teardown began: this thread may not enter native code
+            else:
+                gated = False
+                if node._state != LIVE or not node._refs:
+                    if not self._teardown_owns(node):
+                        raise HandleClosedError(closed_message(node))
+                node._borrows += 1
+                raw = node._raw
+        finally:
+            _release()
+        if gated:
+            self._refuse_borrow(node)  # parks this thread or raises
+        try:
+            _local.held.append(node)  # the borrows this thread holds (see _threads.held)
+        except AttributeError:
+            _local.held = [node]
+        if _deferred:
+            _run_deferred()
+        return raw
+
+    def _teardown_owns(self, node: _Node) -> bool:
+        """Whether the running teardown claimed ``node`` and has not settled it yet."""
+        return (
+            node._state == RELEASING
+            and bool(self._phase)
+            and node._releaser == self._teardown_thread
+        )
+
+    def _refuse_borrow(self, node: _Node) -> None:
+        """A borrow after the teardown began, on a thread that is not the teardown's.
+
+        A handle that already ended raises :class:`~exitsafe.HandleClosedError`; else a
+        daemon thread is parked (it never returns into native code), and a non-daemon
+        thread, which the interpreter would wait for, gets the error.
+        """
+        if node._state > RELEASING or not _threads.is_daemon_thread():
+            raise HandleClosedError(
+                f"{closed_message(node)}: the teardown of registry {self.name!r} began"
+                if node._state <= RELEASING
+                else closed_message(node)
+            )
+        _sync.enter()
+        try:
+            self._parked += 1
+        finally:
+            _release()
+        log().info(
+            "exitsafe: %r parked at borrow() of %s %r: the teardown of %r began",
+            _threads.thread_name(_get_ident()),
+            node._kind,
+            node._display_name(),
+            self.name,
+        )
+        _threads.park()
+
+    def _borrow_exit(self, node: _Node) -> None:
+        try:
+            held = _local.held
+        except AttributeError:  # entered on another thread, before a fork
+            held = None
+        if held and held[-1] is node:
+            held.pop()
+        else:
+            _threads.forget_held(node)
+        if self._phase == CLOSED:  # the node ended: nothing to release, no lock to take
+            node._borrows -= 1
+            return
+        if _reentered():
+            node._borrows -= 1
+            if not node._borrows:
+                _defer(self._settle, node)
+            return
+        if not _acquire(False):
+            _wait()
+        try:
+            node._borrows -= 1
+            if node._state == LIVE and not (
+                node._refs or node._children or node._borrows or self._phase
+            ):
+                node._state = RELEASING
+                node._releaser = _get_ident()
+                target: Optional[_Node] = node
+            else:
+                target = None
+        finally:
+            _release()
+        error = self._release_chain(target) if target is not None else None
+        if _deferred:
+            _run_deferred()
+        if error is not None:
+            raise error

@@ -1,0 +1,244 @@
+"""Closing, a part of :class:`~exitsafe.Registry`: beginning a teardown, recording what
+it decided, closing the registry, and what a forked child does with a teardown that
+another thread of its parent was running.
+
+The teardown itself (order, policies, timeouts, the trace) is :mod:`exitsafe._teardown`;
+this mixin owns the phase changes around it (``OPEN`` -> ``TEARING`` -> ``CLOSED``) and the
+rule "all or recorded": every node the teardown claimed ends with exactly one outcome.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+
+from . import _config, _sync, _threads
+from ._ledger import Outcome
+from ._node import LIVE, RELEASING
+from ._node import Node as _Node
+from ._phase import CLOSED, OPEN, TEARING
+from ._report import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+__all__ = ["Closing"]
+
+_get_ident = _thread.get_ident
+_reentered = _sync.reentered
+_release = _sync.release
+_defer = _sync.defer
+_deferred = _sync._deferred
+_run_deferred = _sync.run_deferred
+
+
+class Closing:
+    """The teardown half of :class:`~exitsafe.Registry` (a mixin)."""
+
+    if TYPE_CHECKING:
+        name: str
+        _phase: int
+        _trace: bool
+        _early_ran: bool
+        _teardown_thread: int
+        _teardown_threads: set[int]
+        _teardown_done: Any
+        _teardown_timeout: Optional[float]
+
+        def _run_early_hooks(self, reason: str) -> None: ...
+        def _nodes(self) -> list[_Node]: ...
+        def _finish(
+            self, node: _Node, outcome: str, detail: Optional[str], at_exit: bool,
+            trash: list[object], decided: bool = False,
+        ) -> list[_Node]: ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether teardown has completed: every release request is now a no-op."""
+        return self._phase == CLOSED
+
+    @property
+    def tearing_down(self) -> bool:
+        """Whether teardown has begun (guarded callbacks are already no-ops)."""
+        return self._phase != OPEN
+
+    def teardown(self, reason: str = "explicit") -> None:
+        """Release or leak every live handle in dependency order, run the hooks, then close.
+
+        Order: a step runs only after every handle depending on it is done; among
+        ready steps hooks go first, libraries last, newest first otherwise.  Each
+        handle is released or leaked by its exit policy, the registry's default, or
+        ``EXITSAFE_AT_EXIT``; a borrowed handle is leaked (``leaked_in_use``), and
+        whatever a leaked handle depends on is leaked too.  A release that raises is
+        logged and recorded and teardown goes on.
+
+        All or recorded: whatever interrupts the teardown (an exception escaping a
+        step, KeyboardInterrupt), every handle it claimed ends with exactly one
+        outcome (``leaked_interrupted`` for those it did not reach), and the registry
+        is closed.  On the main thread, SIGINT and exitsafe's own signal handlers are
+        held back while it runs and delivered right after (see
+        :mod:`exitsafe.signals`).
+
+        A release already running on another thread when the teardown reaches it is
+        waited for, bounded by the step timeout (``EXITSAFE_STEP_TIMEOUT``) or, without
+        one, :data:`exitsafe._teardown.IN_FLIGHT_WAIT` seconds, then recorded
+        ``leaked_in_use``; one running on the teardown's own thread (a teardown started
+        from a release function or a signal handler) is never waited for.
+
+        Idempotent: a second call returns at once; a call from another thread while a
+        teardown runs waits for it to finish (bounded by ``teardown_timeout``, or
+        ``IN_FLIGHT_WAIT`` seconds without one).  Called from a finalizer or signal
+        handler that interrupted exitsafe on the same thread, it runs right after the
+        interrupted step.  Runs automatically at process exit.
+        """
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        if _reentered():
+            _defer(self.teardown, reason)
+            return
+        if _deferred:
+            _run_deferred()  # settle the requests queued before the teardown
+        if not self._early_ran:
+            self._run_early_hooks(reason)
+        from . import _teardown
+
+        me = _get_ident()
+        _sync.enter()
+        try:
+            phase = self._phase
+            if phase == OPEN:
+                self._phase = TEARING  # closes the borrow gate to other threads
+                self._teardown_thread = me
+                self._teardown_threads = {me}
+                done = self._teardown_done = _thread.allocate_lock()
+                done.acquire()
+                for queued in _threads.take_registry(self):  # thread-affine releases
+                    queued._state = LIVE
+                    queued._releaser = 0
+                nodes = self._nodes()
+                elsewhere = _teardown.claim(nodes, me)
+        finally:
+            _release()
+        if phase != OPEN:
+            if phase == TEARING and self._teardown_thread != me:
+                self._wait_for_teardown()
+            return
+        decided: dict[_Node, tuple[str, Optional[str]]] = {}
+        # Signals are held back until every outcome is recorded: a handler acting on
+        # one (a second signal in the immediate mode writes the ledger) sees them all.
+        with _teardown.signals_held():
+            try:
+                settings = _teardown.Settings(self, reason)  # type: ignore[arg-type]
+                settings.allowed = self._teardown_threads
+                self._trace = settings.trace
+                _teardown.run(nodes, elsewhere, settings, decided)
+            finally:
+                self._close(nodes, elsewhere, decided)
+                done.release()
+        if _deferred:
+            _run_deferred()
+
+    def _close(
+        self,
+        nodes: list[_Node],
+        elsewhere: set[_Node],
+        decided: dict[_Node, tuple[str, Optional[str]]],
+    ) -> None:
+        """Record every claimed node's outcome (``leaked_interrupted`` if undecided), close."""
+        # In the order the teardown decided, then whatever it never reached.
+        records = list(decided.items())
+        detail = "the teardown was interrupted before it reached this handle"
+        records += [
+            (node, (Outcome.LEAKED_INTERRUPTED, detail))
+            for node in nodes
+            if node not in decided and node not in elsewhere
+        ]
+        trash: list[object] = []
+        chunk = 4096  # record in sections of this many nodes, so other threads get a turn
+        for start in range(0, len(records), chunk):
+            _sync.enter()
+            try:
+                for node, (outcome, why) in records[start : start + chunk]:
+                    # The teardown settled its own nodes; for one it gave up waiting for,
+                    # the releasing thread may have recorded its outcome first.
+                    self._finish(node, outcome, why, True, trash, node not in elsewhere)
+            finally:
+                _release()
+            trash.clear()
+        _sync.enter()
+        try:
+            self._phase = CLOSED
+            self._teardown_thread = 0
+        finally:
+            _release()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: forget what the parent's *other* threads were doing.
+
+        Only the forking thread exists in the child.  A teardown or a release that
+        another thread was running will never finish here: the registry reopens and
+        those nodes become live again, so that the child's own exit teardown gives
+        every inherited node its outcome (``leaked_inherited``); the nodes that
+        teardown had already decided are recorded ``leaked_inherited`` at once.  Work of the forking
+        thread itself (a fork inside a hook or a release function) continues as it
+        is, and checks the fork generation at every step.
+        """
+        me = _get_ident()
+        abandoned = self._phase == TEARING and self._teardown_thread != me
+        # Forked by a worker running one of that teardown's timed steps (a hook or a
+        # release function that forks): the child must not run that step again.
+        steps = sys.modules.get("exitsafe._steps")
+        stepping = steps.running_here() if abandoned and steps is not None else None
+        if abandoned:
+            self._phase = OPEN
+            self._teardown_thread = 0
+            self._teardown_done = None
+            self._teardown_threads = set()
+        self._early_ran = False  # the child's own exit has its own early phase
+        trash: list[object] = []
+        _sync.enter()  # (the child's only thread: no wait, but the same discipline)
+        try:
+            for node in self._nodes():
+                if node is stepping:
+                    self._finish(
+                        node, Outcome.LEAKED_INHERITED,
+                        "its teardown step was running when this process was forked from it",
+                        True, trash,
+                    )
+                elif node._state == RELEASING and node._releaser != me:
+                    node._state = LIVE
+                    node._releaser = 0
+                elif abandoned and node._state > RELEASING:
+                    # Decided by the parent's teardown, which records its decisions at
+                    # its end, never reached here: the child's record of it.
+                    self._finish(
+                        node, Outcome.LEAKED_INHERITED,
+                        "decided by the parent's teardown, which was running on another "
+                        "thread when this process was forked",
+                        True, trash, True,
+                    )
+        finally:
+            _release()
+        trash.clear()
+
+    def _wait_for_teardown(self) -> None:
+        from ._teardown import IN_FLIGHT_WAIT
+
+        done = self._teardown_done
+        total = self._total_timeout()
+        bound = IN_FLIGHT_WAIT if total is None else total
+        if done is not None and done.acquire(True, bound):
+            done.release()
+        elif self._phase != CLOSED:
+            log().warning(
+                "exitsafe: registry %r: gave up waiting %.3g s for the teardown running on "
+                "another thread",
+                self.name,
+                bound,
+            )
+
+    def _total_timeout(self) -> Optional[float]:
+        if self._teardown_timeout is not None:
+            return self._teardown_timeout
+        return _config.seconds("EXITSAFE_TEARDOWN_TIMEOUT")

@@ -1,0 +1,68 @@
+"""Thread-affine releases waiting for their owning thread (``track(..., affinity=...)``).
+
+A release that became due on a thread other than the handle's owner is queued by
+:mod:`exitsafe._threads`; the owning thread runs its queue here: at its next exitsafe
+call (quietly: errors logged) or at an explicit :func:`exitsafe.run_pending`.
+"""
+
+from __future__ import annotations
+
+from . import _sync, _threads
+from ._report import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+__all__ = ["run_pending"]
+
+_reentered = _sync.reentered
+_release = _sync.release
+_deferred = _sync._deferred
+_run_deferred = _sync.run_deferred
+_affine = _threads.pending
+
+
+def run_pending() -> None:
+    """Run the releases queued for the calling thread, and any queued release requests.
+
+    A thread-affine handle (``track(..., affinity="creator")``) whose release became due
+    on another thread waits in a queue for its owning thread; that thread runs it at
+    its next exitsafe call, or here.  Call it where the owning thread can safely
+    release (between two frames of a render loop, with its GL context current).  An
+    exception of a release function propagates here after every queued release ran.
+    """
+    error = _run_mine()
+    if error is not None:
+        raise error
+
+
+def _run_mine() -> Optional[BaseException]:
+    """Run the calling thread's queued affine releases; the first error, not raised."""
+    if _reentered():
+        return None  # never inside a section: it runs after it
+    _sync.enter()
+    try:
+        nodes = _threads.take_mine()
+    finally:
+        _release()
+    first: Optional[BaseException] = None
+    for node in nodes:
+        error = node._registry._release_chain(node)
+        if first is None:
+            first = error
+    if _deferred:
+        _run_deferred()
+    return first
+
+
+def _run_mine_quietly() -> None:
+    """:func:`_run_mine` from an unrelated exitsafe call: errors are logged, not raised."""
+    import threading
+
+    if threading.current_thread() not in _affine:
+        return
+    error = _run_mine()
+    if error is not None:
+        log().error("exitsafe: a queued thread-affine release failed: %s", repr(error))
+
