@@ -401,3 +401,24 @@ def test_started_child_crashes_its_pid_and_stack_are_named() -> None:
     diagnosis = result.diagnosis
     assert diagnosis is not None and diagnosis.kind == "child-process"
     assert "timeout" in (diagnosis.hint or "")  # not the fork advice: it was not forked
+
+
+@posix_only
+def test_a_forked_child_of_a_watched_program_exits_as_it_would_alone(tmp_path: Path) -> None:
+    """The runner's start-up hook follows forked children (their own fault log); the
+    child must end as it would without the runner (on CPython 3.9 a file object kept
+    for that log made every forked child die by SIGSEGV in its finalization)."""
+    code = textwrap.dedent(
+        """
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child status", status)
+        sys.exit(0 if status == 0 else 1)
+        """
+    )
+    result = run(code, cwd=tmp_path)
+    assert result.stdout.strip() == "child status 0", result.summary()
+    assert_clean_exit(result)

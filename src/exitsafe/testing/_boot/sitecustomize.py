@@ -67,6 +67,9 @@ def _record(run_dir: str) -> None:
             fh.write("\n".join(fields) + "\n")
 
     write("exec")
+    # File descriptors, not file objects: a file object left open in this closure is
+    # finalized by PyInterpreterState_Clear, and on CPython 3.9 its ResourceWarning
+    # there dereferences the already-cleared sys dict (SIGSEGV in every forked child).
     kept: list = []  # type: ignore[type-arg]
 
     def to_file() -> None:
@@ -74,13 +77,18 @@ def _record(run_dir: str) -> None:
 
         if not faulthandler.is_enabled():
             return
-        fh = open(os.path.join(run_dir, f"fault-{os.getpid()}.log"), "w")
-        kept.append(fh)  # faulthandler keeps the fd, not the file object
-        faulthandler.enable(file=fh, all_threads=True)
+        fd = os.open(
+            os.path.join(run_dir, f"fault-{os.getpid()}.log"),
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+            0o644,
+        )
+        faulthandler.enable(file=fd, all_threads=True)
+        for old in kept:  # the parent's log, inherited by this child: no longer used
+            os.close(old)
+        kept[:] = [fd]
 
     def after_fork() -> None:
         try:
-            del kept[:]
             write("fork")
             to_file()
         except Exception:
