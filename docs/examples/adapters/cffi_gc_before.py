@@ -1,6 +1,6 @@
 """cffi, before: each wrapper owns an ffi.gc pointer, and the device keeps only its
-instance's pointer. At exit the interpreter clears the module's globals in order: the
-instance goes first, then the device's release finds its parent gone."""
+instance's pointer. At exit the app object is freed and drops its attributes in the order
+they were set: the instance goes first, then the device's release finds its parent gone."""
 
 import cffi
 
@@ -22,6 +22,11 @@ class Device:
         self._ptr = ffi.gc(ptr, lib.rt_device_release)
 
 
-instance = Instance()
-device = Device(instance)
+class App:
+    def __init__(self):
+        self.instance = Instance()
+        self.device = Device(self.instance)
+
+
+app = App()
 print("work done")

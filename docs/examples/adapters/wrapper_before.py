@@ -41,8 +41,13 @@ class Device:
         self.close()
 
 
-instance = Instance()
-with Device(instance) as scratch:
-    pass
-device = Device(instance)   # left to the end of the program
+class App:
+    def __init__(self):
+        self.instance = Instance()
+        with Device(self.instance):
+            pass
+        self.device = Device(self.instance)   # left to the end of the program
+
+
+app = App()
 print("work done")
