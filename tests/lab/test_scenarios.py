@@ -229,3 +229,23 @@ def test_a_crash_may_end_with_any_crash_signal_and_only_a_proven_survival_counts
     assert not runner.survived_with_evidence(s4, exited, [])  # no report at all
     assert not runner.survived_with_evidence(s1, exited, late)  # S1 must really segfault
     assert "SIGKILL" not in catalog.CRASH_SIGNALS  # how a timeout kills: not a crash
+
+
+def test_a_hang_counts_for_a_crash_scenario_only_with_the_runtime_s_proof() -> None:
+    """S4's late callback can hang instead of crash (CPython 3.9: the native thread waits
+    forever for the finalized interpreter): a hang counts as S4's failure when the
+    runtime's report proves the callback was made, and not otherwise."""
+    from exitsafe.lab.report import parse_leak_reports
+    from exitsafe.testing import run
+
+    s4 = catalog.get("S4")
+    late = parse_leak_reports(
+        "exitsafe-lab leak report: pid=1 forked=0 instances=0 devices=0 buffers=0 "
+        "catalogs=0 inherited=0 teardown=unload logger=1\n"
+    )
+    hung = run(code="import time; time.sleep(60)", timeout=2)
+    assert hung.timed_out
+    assert runner.survived_with_evidence(s4, hung, late)
+    assert runner._judge_unprotected(s4, hung, late) == []
+    assert not runner.survived_with_evidence(s4, hung, [])
+    assert runner._judge_unprotected(s4, hung, []) != []
