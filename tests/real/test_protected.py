@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from exitsafe.testing import run
+from exitsafe.testing import ExitResult, run
 
 from .cases import CASES, Case
 from .conftest import environment_for, versions
@@ -21,14 +22,23 @@ def test_protected_program_exits_cleanly_every_time(
     case: Case, version: str, tmp_path: Path
 ) -> None:
     env = environment_for(version, case)
-    for attempt in range(case.protected_runs):
-        result = run(
+
+    def one(attempt: int) -> ExitResult:
+        cwd = tmp_path / f"run-{attempt + 1}"
+        cwd.mkdir()
+        return run(
             script=case.protected_script,
             python=env.python,
             timeout=case.timeout,
-            cwd=tmp_path,
+            cwd=cwd,
             env=dict(case.env or ()),
         )
+
+    # Two runs at a time (independent processes, each in its own directory): the 20 runs
+    # of every case and interpreter fit in CI's time that way.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(one, range(case.protected_runs)))
+    for attempt, result in enumerate(results):
         assert result.clean, (
             f"{case.protected} on CPython {version}, run {attempt + 1} of "
             f"{case.protected_runs}: {result.summary()}\n\n{result.report()}"
