@@ -1,11 +1,12 @@
 """exitsafe: make programs that hold native handles exit cleanly.
 
-Declare each native object with :func:`track` (and the libraries their
-release code runs in with :func:`pin`), say what depends on what, and
+Declare each native object with [`track`][exitsafe.track] (and the libraries their
+release code runs in with [`pin`][exitsafe.pin]), say what depends on what, and
 exitsafe releases them in a safe order whatever way the process ends, or
 leaks them on purpose where releasing is unsafe.  See the README and
 ``docs/`` for the concepts; every name here acts on the process-wide
-:func:`default_registry` unless you create a :class:`Registry` of your own.
+[`default_registry`][exitsafe.default_registry] unless you create a [`Registry`][exitsafe.Registry]
+of your own.
 
 Importing exitsafe is cheap: it imports no FFI library and nothing beyond
 a few builtin modules.
@@ -125,7 +126,8 @@ def track(
     timeout: Optional[float] = None,
     affinity: Optional[str] = None,
 ) -> Handle:
-    """Start owning ``raw`` in the default registry; see :meth:`Registry.track`."""
+    """Start owning ``raw`` in the default registry; see
+    [`Registry.track`][exitsafe.Registry.track]."""
     return default_registry().track(
         raw,
         release,
@@ -145,7 +147,7 @@ def pin(
     name: Optional[str] = None,
     timeout: Optional[float] = None,
 ) -> Handle:
-    """Pin a loaded library in the default registry; see :meth:`Registry.pin`."""
+    """Pin a loaded library in the default registry; see [`Registry.pin`][exitsafe.Registry.pin]."""
     return default_registry().pin(library, close=close, name=name, timeout=timeout)
 
 
@@ -158,7 +160,8 @@ def on_teardown(
     timeout: Optional[float] = None,
     in_child: str = "skip",
 ) -> Handle:
-    """Register a teardown hook in the default registry; see :meth:`Registry.on_teardown`."""
+    """Register a teardown hook in the default registry; see
+    [`Registry.on_teardown`][exitsafe.Registry.on_teardown]."""
     return default_registry().on_teardown(
         fn, before=before, after=after, name=name, timeout=timeout, in_child=in_child
     )
@@ -168,7 +171,8 @@ def on_early_exit(
     fn: Callable[[], object], *, name: Optional[str] = None, timeout: Optional[float] = None
 ) -> Handle:
     """Run ``fn()`` in the early phase of the exit, before the interpreter joins its
-    threads (stop servers, executors, pools there); see :meth:`Registry.on_early_exit`."""
+    threads (stop servers, executors, pools there); see
+    [`Registry.on_early_exit`][exitsafe.Registry.on_early_exit]."""
     return default_registry().on_early_exit(fn, name=name, timeout=timeout)
 
 
@@ -180,7 +184,8 @@ def worker(
     timeout: Optional[float] = None,
     name: Optional[str] = None,
 ) -> Handle:
-    """Declare a thread that uses handles and how to stop it; see :meth:`Registry.worker`.
+    """Declare a thread that uses handles and how to stop it; see
+    [`Registry.worker`][exitsafe.Registry.worker].
 
     At exit the thread is asked to stop and joined (bounded) before any handle in
     ``uses`` is released; if it does not end, those handles are leaked and the thread
@@ -213,7 +218,7 @@ def set_fork_exit(mode: str) -> None:
 
     ``"quiet"``: a child created by ``os.fork()`` after this call that ends normally
     (the end of the main program, ``sys.exit(n)``, an uncaught exception) leaves the
-    way :func:`exit` does, with its exit status, once its exit teardown ran.
+    way [`exit`][exitsafe.exit] does, with its exit status, once its exit teardown ran.
     ``"normal"`` (the default): the usual interpreter exit.  The environment variable
     ``EXITSAFE_FORK_EXIT=quiet|normal`` sets the same for programs you do not edit;
     this function takes precedence.  Multiprocessing workers are not affected (they
@@ -230,21 +235,22 @@ def guard(
     """Wrap ``fn`` for native code: it returns ``default`` without calling ``fn`` once
     ``registry``'s (by default the default registry's) teardown has begun.
 
-    See :class:`Guarded` for the thread rules.  Raises ``TypeError`` when ``fn`` is not
-    callable or ``registry`` is not a :class:`Registry`.
+    See [`Guarded`][exitsafe.Guarded] for the thread rules.  Raises ``TypeError`` when ``fn`` is not
+    callable or ``registry`` is not a [`Registry`][exitsafe.Registry].
     """
     return Guarded(fn, default, registry if registry is not None else default_registry())
 
 
 def teardown(reason: str = "explicit") -> None:
-    """Run the default registry's ordered teardown now; see :meth:`Registry.teardown`.
+    """Run the default registry's ordered teardown now; see
+    [`Registry.teardown`][exitsafe.Registry.teardown].
 
     Idempotent.  Only the default registry is torn down; other registries
-    still tear down at exit (or call their own :meth:`Registry.teardown`).
+    still tear down at exit (or call their own [`Registry.teardown`][exitsafe.Registry.teardown]).
     """
     default_registry().teardown(reason=reason)
 
 
 def ledger() -> list[LedgerEntry]:
-    """The default registry's ledger; see :meth:`Registry.ledger`."""
+    """The default registry's ledger; see [`Registry.ledger`][exitsafe.Registry.ledger]."""
     return default_registry().ledger()

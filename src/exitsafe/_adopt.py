@@ -1,4 +1,5 @@
-"""Third-party objects in the handle graph: :func:`adopt`, :func:`neutralize_at_exit`.
+"""Third-party objects in the handle graph: [`adopt`][exitsafe.adopt],
+[`neutralize_at_exit`][exitsafe.neutralize_at_exit].
 
 Bindings you do not own often wrap a native handle in a Python object with a
 ``close()`` method and a ``__del__`` that calls native code.  At interpreter
@@ -6,19 +7,19 @@ shutdown that ``__del__`` may run after the library it calls into was
 unloaded, after the module globals it uses were cleared, or after a parent
 object it depends on was freed.  Two ways out, each one call:
 
-* :func:`adopt` puts the object into the handle graph: exitsafe owns its
+* [`adopt`][exitsafe.adopt] puts the object into the handle graph: exitsafe owns its
   end and calls its close method exactly once, in dependency order, when you
   release the returned handle or at teardown (before the interpreter starts
   finalizing modules), or never when its exit policy leaks it.
-* :func:`neutralize_at_exit` leaves the object alone while the program runs
+* [`neutralize_at_exit`][exitsafe.neutralize_at_exit] leaves the object alone while the program runs
   and, when teardown begins, sets the attribute holding its native handle to
   a null value, so the object's own ``__del__`` / ``close()`` does nothing
   later (the fix of the WinML ``EpCatalog`` crash, as one call).
-  :func:`neutralize` does the same immediately.
+  [`neutralize`][exitsafe.neutralize] does the same immediately.
 
-:func:`handle_of` finds the handle exitsafe keeps for an object (a handle, an
-adopted object, a :class:`exitsafe.NativeObject`, a pinned library or
-a tracked pointer of :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes`); every
+[`handle_of`][exitsafe.handle_of] finds the handle exitsafe keeps for an object (a handle, an
+adopted object, a [`exitsafe.NativeObject`][exitsafe.NativeObject], a pinned library or
+a tracked pointer of [`exitsafe.cffi`][exitsafe.cffi] / [`exitsafe.ctypes`][exitsafe.ctypes]); every
 ``depends_on`` / ``before`` / ``after`` argument of this module and of the FFI
 adapters accepts any of those.
 
@@ -27,7 +28,7 @@ method of an adopted object runs on the thread that drops the handle's last
 owner, or on the thread running the teardown; neutralization at exit runs on
 the teardown thread.
 
-Every public name here is also importable from :mod:`exitsafe` itself.
+Every public name here is also importable from `exitsafe` itself.
 """
 
 from __future__ import annotations
@@ -62,17 +63,17 @@ __all__ = [
 class NeutralizeError(ExitsafeError, AttributeError):
     """An attribute cannot be neutralized on this object.
 
-    Raised when :func:`neutralize` or :func:`neutralize_at_exit` is called
-    (never later, at exit): the attribute is missing, is a read-only
-    property or descriptor, or the object refuses assignment (a frozen
-    dataclass or attrs class, a custom ``__setattr__`` that raises).
+    Raised when [`neutralize`][exitsafe.neutralize] or
+    [`neutralize_at_exit`][exitsafe.neutralize_at_exit] is called (never later, at exit): the
+    attribute is missing, is a read-only property or descriptor, or the object refuses assignment (a
+    frozen dataclass or attrs class, a custom ``__setattr__`` that raises).
     """
 
 
 class AlreadyTrackedError(ExitsafeError, ValueError):
     """The object (or native pointer) already has a live exitsafe handle.
 
-    Raised by :func:`adopt` for an object adopted twice and by
+    Raised by [`adopt`][exitsafe.adopt] for an object adopted twice and by
     ``exitsafe.cffi.track`` / ``exitsafe.ctypes.track`` for a pointer that is
     already tracked (releasing it twice would be a double free).  ``handle``
     is the existing handle: call ``handle.retain()`` to share ownership.  It is
@@ -87,11 +88,11 @@ class AlreadyTrackedError(ExitsafeError, ValueError):
 class ClaimTable:
     """Keys (an object's id, a native address) owned by at most one live handle.
 
-    :meth:`claim` reserves a key atomically before the handle is registered, so two
+    `claim` reserves a key atomically before the handle is registered, so two
     threads tracking the same object cannot both succeed (a double release later);
-    :meth:`bind` then records the handle, :meth:`cancel` drops a reservation whose
-    registration failed, :meth:`forget` removes a key when its handle ends.  Guarded
-    by exitsafe's one lock (see :mod:`exitsafe._sync`).  ``strong=True`` keeps the
+    `bind` then records the handle, `cancel` drops a reservation whose
+    registration failed, `forget` removes a key when its handle ends.  Guarded
+    by exitsafe's one lock (see `exitsafe._sync`).  ``strong=True`` keeps the
     handles referenced (an adopted object's handle must live until it is released);
     otherwise they are held weakly.
     """
@@ -118,7 +119,8 @@ class ClaimTable:
     def claim(
         self, key: object, identity: object, describe: Callable[[Optional[Handle]], str]
     ) -> None:
-        """Reserve ``key``; raise :class:`AlreadyTrackedError` if a live handle owns it."""
+        """Reserve ``key``; raise [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if a live
+        handle owns it."""
         with _sync.section("track()"):
             entry = self._entries.get(key)
             if entry is not None:
@@ -177,7 +179,7 @@ def registry_arg(registry: Optional[Registry]) -> Registry:
 
 
 def register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
-    """Let an adapter module teach :func:`handle_of` about its own objects."""
+    """Let an adapter module teach [`handle_of`][exitsafe.handle_of] about its own objects."""
     with _sync.section("register_lookup()"):
         if fn not in _lookups:
             _lookups.append(fn)
@@ -186,10 +188,10 @@ def register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
 def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live exitsafe handle standing for ``obj`` in ``registry``, or ``None``.
 
-    ``obj`` may be a :class:`~exitsafe.Handle` (returned as is), an object
-    adopted with :func:`adopt`, any object with an ``__exitsafe_handle__``
-    attribute (such as a :class:`~exitsafe.NativeObject`), or, once
-    :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes` are imported, a library
+    ``obj`` may be a [`Handle`][exitsafe.Handle] (returned as is), an object
+    adopted with [`adopt`][exitsafe.adopt], any object with an ``__exitsafe_handle__``
+    attribute (such as a [`NativeObject`][exitsafe.NativeObject]), or, once
+    [`exitsafe.cffi`][exitsafe.cffi] / [`exitsafe.ctypes`][exitsafe.ctypes] are imported, a library
     pinned with their ``pin`` or a pointer tracked with their ``track``
     (looked up by address).  Handles that were released or leaked are not
     returned.  Thread-safe; never calls native code.
@@ -260,7 +262,8 @@ _MISSING = object()
 
 
 def _check_settable(obj: object, name: str) -> None:
-    """Raise :class:`NeutralizeError` now if ``obj.name = null`` cannot work later."""
+    """Raise [`NeutralizeError`][exitsafe.NeutralizeError] now if ``obj.name = null`` cannot work
+    later."""
     cls = type(obj)
     what = f"{cls.__qualname__}.{name}"
     desc = _lookup_descriptor(cls, name)
@@ -300,7 +303,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
     ``attr`` may be one name or a sequence of names.  Returns the previous
     values (name -> value), which you now own: exitsafe does not release
-    them.  Raises :class:`NeutralizeError` (and changes nothing) when an
+    them.  Raises [`NeutralizeError`][exitsafe.NeutralizeError] (and changes nothing) when an
     attribute is missing, a read-only property, or the object refuses
     assignment.  Works for ``__slots__`` attributes and properties with a
     setter.  Not atomic with respect to other threads using ``obj``.
@@ -316,7 +319,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
 
 class _Neutralizer:
-    """The hook of one :func:`neutralize_at_exit` call."""
+    """The hook of one [`neutralize_at_exit`][exitsafe.neutralize_at_exit] call."""
 
     __slots__ = ("get", "names", "null")
 
@@ -362,7 +365,7 @@ def neutralize_at_exit(
 
     This is the fix of the ``EpCatalog`` crash at exit (``catalog._handle =
     None`` after use) as one call, made at the time you create the object.
-    Checks happen now: :class:`NeutralizeError` is raised at call time when
+    Checks happen now: [`NeutralizeError`][exitsafe.NeutralizeError] is raised at call time when
     the attribute is missing, read-only, or the object is frozen.
 
     The object is referenced weakly when it supports weak references (if it
@@ -371,7 +374,7 @@ def neutralize_at_exit(
     lives until exit.  The neutralization is a teardown hook in ``registry``
     (default: the default registry): without ``before`` / ``after`` it runs
     among the first steps of the teardown; ``before`` / ``after`` (handles or
-    objects exitsafe knows, see :func:`handle_of`) place it in the graph.
+    objects exitsafe knows, see [`handle_of`][exitsafe.handle_of]) place it in the graph.
     Returns the hook's handle: ``release()`` on it cancels the
     neutralization.  The hook runs on the teardown thread.
     """
@@ -481,7 +484,7 @@ def adopt(
     references the object; releasing the handle just lets go of it).
     ``kind`` defaults to the object's class name (``kind="library"`` makes
     it go last at teardown).  ``depends_on``: handles or objects exitsafe
-    knows (see :func:`handle_of`) that must outlive ``obj``; ``obj`` can in
+    knows (see [`handle_of`][exitsafe.handle_of]) that must outlive ``obj``; ``obj`` can in
     turn be named in other handles' ``depends_on``.
 
     Ownership: exitsafe references ``obj`` strongly until its handle is
@@ -499,9 +502,9 @@ def adopt(
     name or names, checked now) to set them to ``null`` in that case, after
     the handle's step, so that finalizer does nothing.
 
-    Raises :class:`AlreadyTrackedError` if ``obj`` already has a live
+    Raises [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if ``obj`` already has a live
     adoption handle (``err.handle.retain()`` shares it), ``TypeError`` for a
-    missing / non-callable close method, :class:`NeutralizeError` for an
+    missing / non-callable close method, [`NeutralizeError`][exitsafe.NeutralizeError] for an
     attribute that cannot be neutralized.
     """
     if obj is None:

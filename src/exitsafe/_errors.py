@@ -1,6 +1,6 @@
 """The exception hierarchy of exitsafe.
 
-Every error exitsafe raises on purpose derives from :class:`ExitsafeError`, so a
+Every error exitsafe raises on purpose derives from [`ExitsafeError`][exitsafe.ExitsafeError], so a
 binding can catch "anything exitsafe refused" in one clause.  Errors that are
 also a wrong *kind* of argument additionally derive from the matching builtin
 (``TypeError`` / ``ValueError``) so that generic argument checking still works.
@@ -20,8 +20,9 @@ class ExitsafeError(Exception):
 class HandleClosedError(ExitsafeError):
     """The handle was released or leaked; its native object must not be used.
 
-    Raised by :attr:`Handle.raw`, :meth:`Handle.retain`, :meth:`Handle.borrow`
-    and by ``depends_on=`` when they name a handle that is no longer usable.
+    Raised by [`Handle.raw`][exitsafe.Handle.raw], [`Handle.retain`][exitsafe.Handle.retain],
+    [`Handle.borrow`][exitsafe.Handle.borrow] and by ``depends_on=`` when they name a handle that is
+    no longer usable.
     """
 
 

@@ -13,14 +13,15 @@ class Guarded:
     """A callable that forwards to ``fn`` until its registry's teardown begins.
 
     From the moment teardown begins (at exit, or an explicit
-    :func:`exitsafe.teardown`) every call returns ``default`` without calling
+    [`exitsafe.teardown`][exitsafe.teardown]) every call returns ``default`` without calling
     ``fn``, on whatever thread the native code calls from, so a native thread
     that calls back late finds a harmless no-op.  Exceptions raised by ``fn``
     before that propagate unchanged.  The check reads one property of the registry
     and no module global, so it stays safe while the interpreter finalizes modules.
 
     Keeping the native side's function pointer alive is the FFI adapter's job
-    (:func:`exitsafe.cffi.callback`); a ``Guarded`` only decides whether to call.
+    ([`exitsafe.cffi.callback`][exitsafe.cffi.callback]); a ``Guarded`` only decides whether to
+    call.
     """
 
     __slots__ = ("__wrapped__", "_registry", "default")

@@ -1,7 +1,8 @@
-"""The user-facing handle (:class:`Handle`), the policy's view of it (:class:`HandleInfo`)
+"""The user-facing handle ([`Handle`][exitsafe.Handle]), the policy's view of it
+([`HandleInfo`][exitsafe.HandleInfo])
 and the borrow context manager.
 
-A :class:`Handle` is its own record (:class:`~exitsafe._node.Node`); every state change
+A [`Handle`][exitsafe.Handle] is its own record (`Node`); every state change
 goes through its registry.  Reads of ``state``, ``owners``, ``raw`` and the like take no
 lock: each reads one field, which is atomic.
 """
@@ -26,24 +27,24 @@ class Handle(Node):
 
     Never construct one directly.
 
-    **Owners.**  ``track`` starts with one owner; :meth:`retain` adds one and
-    :meth:`release` removes one.  When the count reaches zero the native release runs
-    on the calling thread, unless handles depending on this one are still alive (then
-    it runs right after the last of them is released) or the handle is borrowed (then
-    it runs when the last borrow ends).
+    **Owners.**  ``track`` starts with one owner; [`retain`][exitsafe.Handle.retain] adds one and
+    [`release`][exitsafe.Handle.release] removes one. When the count reaches zero the native release
+    runs on the calling thread, unless handles depending on this one are still alive (then it runs
+    right after the last of them is released) or the handle is borrowed (then it runs when the last
+    borrow ends).
 
     **Garbage collection.**  When the last Python reference to a handle disappears,
     every remaining owner is dropped at once (nobody can release it any more); with
-    the usual single owner that is exactly one :meth:`release`.  A handle keeps the
-    handles it depends on referenced, so a parent lives at least as long as its
-    dependents, like a ``shared_ptr`` held by each child.
+    the usual single owner that is exactly one [`release`][exitsafe.Handle.release]. A handle keeps
+    the handles it depends on referenced, so a parent lives at least as long as its dependents, like
+    a ``shared_ptr`` held by each child.
 
     **Threads.**  Every method may be called from any thread.  A release function
     runs on the thread that drops the last owner (or the teardown thread), never
     while exitsafe holds its lock.  Called from a finalizer or signal handler that
-    interrupted exitsafe itself on the same thread, :meth:`release` is queued and
-    done right after exitsafe's interrupted step, while the methods that must
-    answer at once raise :class:`~exitsafe.ReentrancyError`.
+    interrupted exitsafe itself on the same thread, [`release`][exitsafe.Handle.release] is queued
+    and done right after exitsafe's interrupted step, while the methods that must answer at once
+    raise [`ReentrancyError`][exitsafe.ReentrancyError].
 
     The handle is a context manager: ``with registry.track(...) as h:`` releases one
     owner when the block ends.
@@ -61,7 +62,7 @@ class Handle(Node):
     def raw(self) -> Any:
         """The tracked raw object.
 
-        Raises :class:`~exitsafe.HandleClosedError` once the handle was released,
+        Raises [`HandleClosedError`][exitsafe.HandleClosedError] once the handle was released,
         leaked or detached, or once its last owner let go (even while its native
         release is still deferred behind live dependents).
         """
@@ -100,7 +101,7 @@ class Handle(Node):
 
     @property
     def borrowed(self) -> bool:
-        """Whether some thread is inside :meth:`borrow` for this handle."""
+        """Whether some thread is inside [`borrow`][exitsafe.Handle.borrow] for this handle."""
         return self._borrows > 0
 
     @property
@@ -130,7 +131,7 @@ class Handle(Node):
     def retain(self) -> Handle:
         """Add one owner and return this handle.
 
-        Raises :class:`~exitsafe.HandleClosedError` when the handle has no owner left
+        Raises [`HandleClosedError`][exitsafe.HandleClosedError] when the handle has no owner left
         (it is released, leaked, or its release is already pending).
         """
         self._registry._retain(self)
@@ -146,7 +147,7 @@ class Handle(Node):
         ``release_failed`` and the handles it depends on are leaked rather than
         released from under it).  After the registry's teardown began this is a
         recorded no-op (a *late request*).  In strict mode, dropping the last owner
-        while dependents live raises :class:`~exitsafe.LiveDependentsError` and
+        while dependents live raises [`LiveDependentsError`][exitsafe.LiveDependentsError] and
         changes nothing.
         """
         self._registry._drop_owner(self)
@@ -157,7 +158,7 @@ class Handle(Node):
         While borrowed, the native release never runs: a release request waits for
         the borrow to end, and a teardown leaks the handle (and what it depends on)
         rather than release it under a running call.  Raises
-        :class:`~exitsafe.HandleClosedError` if the handle is no longer usable.
+        [`HandleClosedError`][exitsafe.HandleClosedError] if the handle is no longer usable.
         """
         return Borrow(self)
 
@@ -169,10 +170,10 @@ class Handle(Node):
         again.  The ledger records ``detached``.  The handles this one depends on no
         longer wait for it (they are released when their own owners let go).
 
-        Raises :class:`~exitsafe.LiveDependentsError` while handles depending on
-        this one are alive (they still need it), :class:`~exitsafe.HandleClosedError`
+        Raises [`LiveDependentsError`][exitsafe.LiveDependentsError] while handles depending on
+        this one are alive (they still need it), [`HandleClosedError`][exitsafe.HandleClosedError]
         when it is not live, has no owner left or is borrowed, and
-        :class:`~exitsafe.RegistryClosedError` once the registry's teardown began.
+        [`RegistryClosedError`][exitsafe.RegistryClosedError] once the registry's teardown began.
         """
         return self._registry._detach(self)
 
@@ -180,11 +181,11 @@ class Handle(Node):
         """Declare that this handle depends on ``others``: they will outlive it.
 
         ``others`` are handles of the same registry (or objects exitsafe knows, see
-        :func:`exitsafe.handle_of`).  Raises :class:`~exitsafe.DependencyCycleError`
-        (naming the cycle) when an edge would close a cycle,
-        :class:`~exitsafe.ForeignHandleError` for a handle of another registry,
-        :class:`~exitsafe.HandleClosedError` for a handle no longer usable.  All edges
-        are added or none.
+        [`exitsafe.handle_of`][exitsafe.handle_of]). Raises
+        [`DependencyCycleError`][exitsafe.DependencyCycleError] (naming the cycle) when an edge
+        would close a cycle, [`ForeignHandleError`][exitsafe.ForeignHandleError] for a handle of
+        another registry, [`HandleClosedError`][exitsafe.HandleClosedError] for a handle no longer
+        usable. All edges are added or none.
         """
         self._registry._add_dependencies(self, others)
 
@@ -254,7 +255,8 @@ def make_handle(
 
 
 class Borrow:
-    """Context manager returned by :meth:`Handle.borrow`: ``with h.borrow() as raw:``."""
+    """Context manager returned by [`Handle.borrow`][exitsafe.Handle.borrow]: ``with h.borrow() as
+    raw:``."""
 
     __slots__ = ("_node",)
 
@@ -333,5 +335,5 @@ def enter_borrow(handle: Handle) -> Any:
 
 
 def exit_borrow(handle: Handle) -> None:
-    """The matching end of :func:`enter_borrow`."""
+    """The matching end of `enter_borrow`."""
     handle._registry._borrow_exit(handle)

@@ -1,11 +1,11 @@
 """The ledger: what happened to every handle, as data; and the trace grammar.
 
 Every handle ends in exactly one outcome.  A registry appends one compact record per
-outcome to its :class:`Ledger`; :class:`LedgerEntry` objects are built only when somebody
+outcome to its `Ledger`; [`LedgerEntry`][exitsafe.LedgerEntry] objects are built only when somebody
 asks for them, so the release hot path stays cheap.
 
-The teardown trace (``EXITSAFE_TRACE=1``) is written with :func:`trace_line` and read
-back by :mod:`exitsafe.testing` with :func:`parse_trace_line`: one grammar, defined here.
+The teardown trace (``EXITSAFE_TRACE=1``) is written with `trace_line` and read
+back by [`exitsafe.testing`][exitsafe.testing] with `parse_trace_line`: one grammar, defined here.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ class Outcome:
     ``leaked_interrupted``  the teardown was interrupted (an exception escaped it) before it
                             reached this handle: it was neither released nor decided.
     ``release_failed``      the release function raised; it is never called again.
-    ``detached``            :meth:`exitsafe.Handle.detach` gave the object back to the program.
-    ``hook_ran`` / ``hook_failed`` / ``hook_timeout``  a teardown hook's fate.
-    ``hook_cancelled``      a teardown hook removed with :meth:`exitsafe.Handle.release` before
+    ``detached`` [`exitsafe.Handle.detach`][exitsafe.Handle.detach] gave the object back to the
+    program. ``hook_ran`` / ``hook_failed`` / ``hook_timeout`` a teardown hook's fate.
+    ``hook_cancelled`` a teardown hook removed with
+    [`exitsafe.Handle.release`][exitsafe.Handle.release] before
                             teardown.
     """
 
@@ -90,7 +91,7 @@ class LedgerEntry:
 
     Attributes: ``registry`` (registry name), ``seq`` (creation number, unique
     within the registry), ``kind``, ``name`` (display name), ``outcome`` (an
-    :class:`Outcome` string), ``detail`` (why: the error, the policy, the
+    [`Outcome`][exitsafe.Outcome] string), ``detail`` (why: the error, the policy, the
     dependent that leaked; or ``None``), ``at_exit`` (``True`` when the outcome
     was decided by a teardown).
     """
@@ -135,10 +136,10 @@ class LedgerEntry:
 class Ledger:
     """One registry's outcomes: the newest ``limit`` records and exact counts of all.
 
-    :meth:`add` is called with :data:`exitsafe._sync.LOCK` held; the readers copy
+    `add` is called with `exitsafe._sync.LOCK` held; the readers copy
     under it.  ``limit=None`` keeps every record; ``0`` keeps none (counts only).
     Counts are derived when asked for: the records kept, plus the counts of the
-    records the limit dropped, so that :meth:`add` (on every release) only appends.
+    records the limit dropped, so that `add` (on every release) only appends.
     """
 
     __slots__ = ("_cap", "_dropped", "_dropped_counts", "_late", "_records", "limit")

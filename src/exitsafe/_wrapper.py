@@ -1,28 +1,30 @@
 """A base class for new bindings: wrapper objects whose lifetime is an exitsafe handle.
 
-A binding author subclasses :class:`NativeObject`, creates the native object in
+A binding author subclasses [`NativeObject`][exitsafe.NativeObject], creates the native object in
 ``__init__`` and hands it to ``super().__init__`` with its release function
 and its parent.  The wrapper then has ``raw``, ``close()``, ``closed``,
 context-manager support, ``borrow()``, a parent link and a ``repr``, and it
-needs no ``__del__`` of its own::
+needs no ``__del__`` of its own:
 
-    class Device(NativeObject, kind="device", release=lambda raw: lib.device_free(raw)):
-        def __init__(self, instance: Instance) -> None:
-            super().__init__(lib.device_create(instance.raw), parent=instance)
+```python
+class Device(NativeObject, kind="device", release=lambda raw: lib.device_free(raw)):
+    def __init__(self, instance: Instance) -> None:
+        super().__init__(lib.device_create(instance.raw), parent=instance)
 
-        def compute(self) -> int:
-            return lib.device_compute(self.raw)
+    def compute(self) -> int:
+        return lib.device_compute(self.raw)
+```
 
-Lifetime: the wrapper holds one owner of its :class:`~exitsafe.Handle`.
+Lifetime: the wrapper holds one owner of its [`Handle`][exitsafe.Handle].
 ``close()`` drops it; so does garbage collection of the wrapper (the
 handle's own collection counts as one ``release()``, see
-:class:`exitsafe.Handle`).  The native release then runs once no child
+[`exitsafe.Handle`][exitsafe.Handle]).  The native release then runs once no child
 handle depends on this one any more (children before parents, like a
 ``shared_ptr`` held by each child), or at teardown in dependency order, or
 never under a leak policy.  After teardown every close / collection is a
 recorded no-op, so a wrapper collected during interpreter finalization never
 calls native code.  Using ``raw`` after ``close()`` raises
-:class:`~exitsafe.HandleClosedError` instead of passing a dangling pointer
+[`HandleClosedError`][exitsafe.HandleClosedError] instead of passing a dangling pointer
 to C.
 
 Thread rules: ``close()``, ``raw`` and ``borrow()`` may be called from any
@@ -61,15 +63,15 @@ class NativeObject:
     ``__init__(raw, release=None, *, parent=None, depends_on=(), ...)``
     starts owning ``raw`` (``release`` overrides the class default);
     ``handle=`` instead wraps an existing handle, for example one returned
-    by :func:`exitsafe.cffi.track` or :func:`exitsafe.ctypes.track`, which
-    validate pointers first.  ``parent`` is another wrapper (or anything
-    :func:`exitsafe.handle_of` knows) that must outlive this one: the
-    wrapper keeps it referenced (:attr:`parent`) and its handle depends on
-    the parent's.  ``depends_on`` adds more such handles (a pinned library,
-    a callback).
+    by [`exitsafe.cffi.track`][exitsafe.cffi.track] or
+    [`exitsafe.ctypes.track`][exitsafe.ctypes.track], which validate pointers first. ``parent`` is
+    another wrapper (or anything [`exitsafe.handle_of`][exitsafe.handle_of] knows) that must outlive
+    this one: the wrapper keeps it referenced ([`parent`][exitsafe.NativeObject.parent]) and its
+    handle depends on the parent's. ``depends_on`` adds more such handles (a pinned library, a
+    callback).
 
     Subclasses may define ``__slots__`` or not.  A subclass that overrides
-    :meth:`close` must call ``super().close()``.
+    [`close`][exitsafe.NativeObject.close] must call ``super().close()``.
     """
 
     __slots__ = ("__weakref__", "_es_handle", "_es_owner", "_es_parent")
@@ -160,7 +162,8 @@ class NativeObject:
 
     @property
     def raw(self) -> Any:
-        """The native object; raises :class:`~exitsafe.HandleClosedError` once closed."""
+        """The native object; raises [`HandleClosedError`][exitsafe.HandleClosedError] once
+        closed."""
         return self._es_handle.raw
 
     @property
@@ -170,7 +173,8 @@ class NativeObject:
 
     @property
     def __exitsafe_handle__(self) -> Handle:
-        """Lets :func:`exitsafe.handle_of` and every ``depends_on`` accept the wrapper."""
+        """Lets [`exitsafe.handle_of`][exitsafe.handle_of] and every ``depends_on`` accept the
+        wrapper."""
         return self._es_handle
 
     @property

@@ -1,22 +1,23 @@
-"""exitsafe for cffi bindings: :func:`track` pointers, :func:`pin` libraries, guarded
-:func:`callback` functions.
+"""exitsafe for cffi bindings: [`track`][exitsafe.cffi.track] pointers, [`pin`][exitsafe.cffi.pin]
+libraries, guarded
+[`callback`][exitsafe.cffi.callback] functions.
 
-* :func:`track` is the registry-aware counterpart of ``ffi.gc(ptr, release)``:
+* [`track`][exitsafe.cffi.track] is the registry-aware counterpart of ``ffi.gc(ptr, release)``:
   it owns a cdata pointer (ABI or API mode) and calls ``release(ptr)``
   exactly once, in dependency order, or never when the handle is leaked.
   It never attaches ``ffi.gc`` to the pointer, so nothing frees it from a
   finalizer during interpreter shutdown.
-* :func:`pin` holds a library returned by ``ffi.dlopen`` loaded while
+* [`pin`][exitsafe.cffi.pin] holds a library returned by ``ffi.dlopen`` loaded while
   anything depending on it lives, and ``ffi.dlclose``-s it after the last
   dependent (libraries go last at teardown), or never under a leak policy.
-* :func:`callback` makes an ``ffi.callback`` whose Python side returns a
+* [`callback`][exitsafe.cffi.callback] makes an ``ffi.callback`` whose Python side returns a
   default once teardown began, and keeps its cdata alive for as long as
   native code may call it.
 
-Each returns an :class:`exitsafe.Handle`, not a cdata: ``handle.raw`` is the
-cdata to pass to C, and raises :class:`~exitsafe.HandleClosedError` once the
+Each returns an [`exitsafe.Handle`][exitsafe.Handle], not a cdata: ``handle.raw`` is the
+cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError] once the
 handle was released, so a use after free becomes a Python exception instead
-of a crash; :func:`handle_of` maps a cdata (any cdata with the same address)
+of a crash; [`handle_of`][exitsafe.cffi.handle_of] maps a cdata (any cdata with the same address)
 back to its handle.  See ``docs/adapters.md`` for why and for before/after
 examples.
 
@@ -209,7 +210,7 @@ def track(
     """Own the native object ``ptr`` points to: ``release(ptr)`` runs exactly once, or never.
 
     Use instead of ``ffi.gc(ptr, release)``.  The lifetime rules are those of
-    :meth:`exitsafe.Registry.track` (same ``kind``, ``depends_on``,
+    [`exitsafe.Registry.track`][exitsafe.Registry.track] (same ``kind``, ``depends_on``,
     ``exit_policy``, ``name``, ``timeout``): the release runs when the
     handle's last owner lets go (``handle.release()``, ``with handle:``, or
     garbage collection of the handle) and no dependent is alive; at teardown
@@ -220,10 +221,10 @@ def track(
     NULL raises ``ValueError``; non-pointers, cdata owned by cffi
     (``ffi.new``, ``ffi.from_buffer``) and ``ffi.gc`` results raise
     ``TypeError``; a pointer already tracked (by this or the ctypes adapter)
-    raises :class:`~exitsafe.AlreadyTrackedError`.
+    raises [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError].
 
     ``release`` is usually ``lib.thing_free``.  The handle keeps ``ffi`` and
-    ``lib`` referenced.  When the library is pinned with :func:`pin` in the
+    ``lib`` referenced.  When the library is pinned with [`pin`][exitsafe.cffi.pin] in the
     same registry, the handle depends on the pin, so the library is closed
     only after this release ran: given as ``lib=``, or found automatically
     when ``release`` is a function of an ``ffi.dlopen`` library.
@@ -264,7 +265,7 @@ def pin(
     """Hold a library returned by ``ffi.dlopen`` loaded while anything depending on it lives.
 
     Returns its pin, a handle of kind ``"library"``; handles tracked with
-    :func:`track` whose release function comes from ``lib`` depend on it
+    [`track`][exitsafe.cffi.track] whose release function comes from ``lib`` depend on it
     automatically.  The pin keeps ``lib`` referenced (so cffi does not
     ``dlclose`` it when the object is collected) and takes one more loader
     reference on the library file (``dlopen(RTLD_NOLOAD)``;
@@ -322,7 +323,7 @@ def callback(
     C side no longer calls it.
 
     Guard: once the registry's teardown has begun, every call returns
-    ``default`` without calling ``fn`` (:func:`exitsafe.guard`), on whatever
+    ``default`` without calling ``fn`` ([`exitsafe.guard`][exitsafe.guard]), on whatever
     thread the native code calls from.  With ``default=None`` and a
     non-void result type, the type's zero is used (``0``, ``0.0``,
     ``ffi.NULL``...), so the value always converts.  ``error`` (default:
@@ -337,7 +338,7 @@ def callback(
     alive for the rest of the process, even through interpreter
     finalization (a native thread may still call it); ``"release"`` frees
     it in dependency order.  For API-mode ``extern "Python"`` functions use
-    :func:`exitsafe.guard` inside the ``@ffi.def_extern()`` function.
+    [`exitsafe.guard`][exitsafe.guard] inside the ``@ffi.def_extern()`` function.
     """
     _check_ffi(ffi)
     if not callable(fn):
@@ -382,7 +383,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     A handle cannot be released, nor torn down, in the middle of a native call that
     uses it: a release waits for the call to end, a teardown waits for it (bounded), and
     once a teardown has begun the call does not start on another thread (the thread is
-    parked, or gets :class:`~exitsafe.HandleClosedError` if it is a non-daemon thread).
+    parked, or gets [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).
     See ``docs/threads.md``.
     """
     return _call(fn, *args)
@@ -390,5 +391,5 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def borrowing(lib: object) -> BorrowingLibrary:
     """A view of ``lib`` (``ffi.dlopen(...)``) whose functions borrow their handle arguments,
-    as :func:`call` does: ``borrowing(lib).device_run(device, 10)``."""
+    as [`call`][exitsafe.cffi.call] does: ``borrowing(lib).device_run(device, 10)``."""
     return BorrowingLibrary(lib)

@@ -1,20 +1,21 @@
-"""exitsafe for ctypes bindings: :func:`track` pointers, :func:`pin` libraries, guarded
-:func:`callback` functions.
+"""exitsafe for ctypes bindings: [`track`][exitsafe.ctypes.track] pointers,
+[`pin`][exitsafe.ctypes.pin] libraries, guarded
+[`callback`][exitsafe.ctypes.callback] functions.
 
-* :func:`track` owns a native pointer (``c_void_p``, ``POINTER(T)`` instance,
+* [`track`][exitsafe.ctypes.track] owns a native pointer (``c_void_p``, ``POINTER(T)`` instance,
   ``c_char_p`` or a plain ``int`` address) and calls ``release(ptr)`` exactly
   once, in dependency order, or never when the handle is leaked.  It keeps
   the library of the release function alive and, when that library is
   pinned, depends on the pin automatically.
-* :func:`pin` holds a ``CDLL`` / ``PyDLL`` / ``WinDLL`` (or a raw ``dlopen``
+* [`pin`][exitsafe.ctypes.pin] holds a ``CDLL`` / ``PyDLL`` / ``WinDLL`` (or a raw ``dlopen``
   / ``LoadLibrary`` handle) loaded while anything depending on it lives,
   and closes it (``dlclose`` / ``FreeLibrary``) after the last dependent, or
   never under a leak policy.
-* :func:`callback` makes a ``CFUNCTYPE`` function pointer whose Python side
+* [`callback`][exitsafe.ctypes.callback] makes a ``CFUNCTYPE`` function pointer whose Python side
   returns a default once teardown began, and keeps it alive for as long as
   native code may call it (for ever, if it is still registered at exit).
 
-Every function returns an :class:`exitsafe.Handle`; see ``docs/adapters.md``.
+Every function returns an [`exitsafe.Handle`][exitsafe.Handle]; see ``docs/adapters.md``.
 Thread rules: every function may be called from any thread; a release or
 close runs on the thread dropping the last owner or on the teardown thread.
 """
@@ -189,22 +190,22 @@ def track(
     """Own the native object at ``ptr``: ``release(ptr)`` runs exactly once, or never if leaked.
 
     The ctypes counterpart of ``ffi.gc`` with the lifetime rules of
-    :meth:`exitsafe.Registry.track` (same ``kind``, ``depends_on``,
+    [`exitsafe.Registry.track`][exitsafe.Registry.track] (same ``kind``, ``depends_on``,
     ``exit_policy``, ``name``, ``timeout``): released when the handle's last
     owner lets go (``handle.release()``, ``with``, or garbage collection of
     the handle) and no dependent lives; at teardown in dependency order;
     never twice.  ``handle.raw`` returns ``ptr`` as given and raises
-    :class:`~exitsafe.HandleClosedError` after release.
+    [`HandleClosedError`][exitsafe.HandleClosedError] after release.
 
     ``ptr``: a ``c_void_p``, ``c_char_p``, ``POINTER(T)`` instance or an
     ``int`` address; NULL raises ``ValueError``, non-pointers ``TypeError``,
     a pointer already tracked (by this or the cffi adapter)
-    :class:`~exitsafe.AlreadyTrackedError`.  ``release``: usually
+    [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError].  ``release``: usually
     ``lib.thing_free``; when it has no ``argtypes`` an int address is passed
     as ``c_void_p`` (not truncated to a C int).
 
     The library is kept referenced; if it (or ``lib``) is pinned with
-    :func:`pin` in the same registry, the handle depends on the pin, so the
+    [`pin`][exitsafe.ctypes.pin] in the same registry, the handle depends on the pin, so the
     library is closed only after this release ran.  ``depends_on`` accepts
     handles and objects exitsafe knows (pinned libraries, tracked pointers,
     adopted objects, wrappers).
@@ -222,7 +223,7 @@ def handle_of(ptr: object, *, registry: Optional[Registry] = None) -> Optional[H
     Use it when C hands a pointer back (in a callback, from a getter) and
     you need its handle, e.g. to ``retain()`` it.  The lookup is by address,
     so any ctypes object pointing at the same place finds the same handle;
-    it also finds libraries pinned with :func:`pin`.
+    it also finds libraries pinned with [`pin`][exitsafe.ctypes.pin].
     """
     return _handle_of(ptr, registry=registry)
 
@@ -306,7 +307,7 @@ def callback(
     ``"callback"``: pass ``handle.raw`` to C, ``handle.release()`` to retire it.
 
     Guard: once the registry's teardown has begun, every call returns
-    ``default`` without calling ``fn`` (:func:`exitsafe.guard`), on whatever
+    ``default`` without calling ``fn`` ([`exitsafe.guard`][exitsafe.guard]), on whatever
     thread the native code calls from.  With ``default=None`` and a
     non-void result type the type's zero is returned.  ``onerror(exc_type,
     exc, tb)`` receives exceptions raised by ``fn`` and returns the result
@@ -347,7 +348,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     A handle cannot be released, nor torn down, in the middle of a native call that
     uses it: a release waits for the call to end, a teardown waits for it (bounded), and
     once a teardown has begun the call does not start on another thread (the thread is
-    parked, or gets :class:`~exitsafe.HandleClosedError` if it is a non-daemon thread).
+    parked, or gets [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).
     See ``docs/threads.md``.
     """
     return _call(fn, *args)
@@ -355,5 +356,5 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def borrowing(lib: object) -> BorrowingLibrary:
     """A view of ``lib`` (``ctypes.CDLL(...)``) whose functions borrow their handle arguments,
-    as :func:`call` does: ``borrowing(lib).device_run(device, 10)``."""
+    as [`call`][exitsafe.ctypes.call] does: ``borrowing(lib).device_run(device, 10)``."""
     return BorrowingLibrary(lib)

@@ -3,7 +3,7 @@
 An exit policy decides, at teardown, whether a live handle is released
 natively (``"release"``) or deliberately leaked (``"leak"``: no native call,
 the OS reclaims the memory at process exit).  A policy is ``"release"``,
-``"leak"`` or a callable taking an :class:`exitsafe.HandleInfo` (a read-only
+``"leak"`` or a callable taking an [`exitsafe.HandleInfo`][exitsafe.HandleInfo] (a read-only
 snapshot of the handle: ``raw``, ``kind``, ``name``, ``thread_id``,
 ``created_on_main_thread``, ``inherited``...) and returning one of the two
 strings; it runs on the thread doing the teardown, outside exitsafe's lock,

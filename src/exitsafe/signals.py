@@ -6,7 +6,8 @@ objects are reclaimed in whatever state they were.  Usually that is
 harmless, but a runtime that must flush or unregister something (a device
 queue, a lock file, a driver session) never gets the chance.
 
-:func:`teardown_on_signals` installs handlers that run the teardown:
+[`teardown_on_signals`][exitsafe.signals.teardown_on_signals] installs handlers that run the
+teardown:
 
 ``mode="exit"`` (default)
     The handler raises ``SystemExit(128 + signum)`` in the main thread, so
@@ -41,7 +42,7 @@ Timing rules, the same for both modes:
 SIGINT is only taken over when the program left Python's default handler
 (``KeyboardInterrupt``) in place; a program's own handler is never
 replaced.  Handlers can only be installed from the main thread, as
-:func:`signal.signal` requires.
+`signal.signal` requires.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def teardown_on_signals(
     SIGINT, Python's default ``KeyboardInterrupt`` handler) is left alone and
     missing from the result.  Raises ``ValueError`` for an unknown signal or mode
     and for SIGKILL / SIGSTOP, ``TypeError`` for a signal that is neither a name nor
-    a number, and whatever :func:`signal.signal` raises off the main thread.
+    a number, and whatever `signal.signal` raises off the main thread.
     Every argument is checked before any handler is installed.
     """
     if mode not in _MODES:

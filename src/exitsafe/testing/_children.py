@@ -156,7 +156,7 @@ def _depth(seen: _Seen, by_pid: dict[int, _Seen]) -> int:
 def dump_and_list(session: int, dump: bool) -> list[_Seen]:
     """At a timeout: list the session's other processes and, with ``dump``, send each one
     still running ``SIGABRT`` (deepest first) so faulthandler writes its stacks, waiting
-    up to :data:`CHILD_DUMP_GRACE` for each to end."""
+    up to `CHILD_DUMP_GRACE` for each to end."""
     seen = session_processes(session)
     if not dump:
         return seen

@@ -1,9 +1,9 @@
 """Decoding a process's exit status: POSIX signals and Windows NTSTATUS codes.
 
 A process that dies by a POSIX signal has a negative ``returncode`` in
-:mod:`subprocess` (``-11`` for ``SIGSEGV``).  On Windows a process killed by an
+`subprocess` (``-11`` for ``SIGSEGV``).  On Windows a process killed by an
 exception exits with the exception's NTSTATUS as its exit code, which
-:mod:`subprocess` reports unsigned (``3221225477``) or, from some APIs and shells,
+`subprocess` reports unsigned (``3221225477``) or, from some APIs and shells,
 signed (``-1073741819``); both decode to ``STATUS_ACCESS_VIOLATION 0xC0000005``.
 The C runtime's ``abort()`` makes a Windows process exit with code ``3``.
 """
@@ -96,7 +96,7 @@ def decode_ntstatus(returncode: Optional[int]) -> Optional[NtStatus]:
     with the NTSTATUS error severity (``0xC...``) decode on any platform, since no
     POSIX exit status is that large; an unknown one is named ``NTSTATUS_0x...``.  The
     warning and informational codes in exitsafe's table, and ``abort()``'s exit
-    code 3, decode only when :data:`PLATFORM` is ``"win32"``.
+    code 3, decode only when `PLATFORM` is ``"win32"``.
     """
     if returncode is None or returncode == 0:
         return None

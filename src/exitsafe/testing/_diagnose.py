@@ -1,4 +1,4 @@
-"""Naming the cause of a bad exit: :class:`Diagnosis` and :func:`diagnose`.
+"""Naming the cause of a bad exit: [`Diagnosis`][exitsafe.testing.Diagnosis] and `diagnose`.
 
 The classification reads only what a run leaves behind: the exit status, faulthandler's
 dumps (of the program and, through the start-up hook, of its child processes), the
@@ -64,7 +64,7 @@ class Diagnosis:
     @property
     def specific(self) -> bool:
         """Whether the cause says more than the decoded status (the summary line then
-        starts with :attr:`headline`)."""
+        starts with `headline`)."""
         return self.kind not in ("crash-at-exit", "unraisable-at-exit", "audit", "other")
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The structured result of running a program: :class:`ExitResult` and :class:`ExitResults`."""
+"""The structured result of running a program: [`ExitResult`][exitsafe.testing.ExitResult] and
+[`ExitResults`][exitsafe.testing.ExitResults]."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ SHOWN_STEPS = 10
 _STDERR_TAIL = 15
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
-#: The version of the JSON that :meth:`ExitResult.to_dict` gives (see docs/testing.md).
+#: The version of the JSON that `ExitResult.to_dict` gives (see docs/testing.md).
 JSON_SCHEMA_VERSION = 2
 #: Trace events that are not part of a teardown: the threads alive at exit and the audit.
 DIAGNOSTIC_EVENTS = frozenset({"thread", "audit-begin", "audit-release"})
@@ -36,12 +37,14 @@ STDERR_BEFORE_FATAL = 5
 
 
 class ExitNotClean(AssertionError):
-    """Raised by :func:`assert_clean_exit`: the run did not exit cleanly.
+    """Raised by [`assert_clean_exit`][exitsafe.testing.assert_clean_exit]: the run did not exit
+    cleanly.
 
-    An :class:`AssertionError`, so test frameworks report it as a failed assertion.  Its
+    An `AssertionError`, so test frameworks report it as a failed assertion.  Its
     message is the result's report, whose first line is the decoded summary.
 
-    :ivar result: the :class:`ExitResult` or :class:`ExitResults` that failed.
+    :ivar result: the [`ExitResult`][exitsafe.testing.ExitResult] or
+    [`ExitResults`][exitsafe.testing.ExitResults] that failed.
     """
 
     __module__ = "exitsafe.testing"  # the name pytest prints: where users import it from
@@ -160,12 +163,12 @@ class ExitResult:
     """How one run of a program ended, decoded.
 
     :ivar args: the command that ran.
-    :ivar returncode: the exit status as :mod:`subprocess` reports it (negative: killed by
+    :ivar returncode: the exit status as `subprocess` reports it (negative: killed by
         that POSIX signal).
     :ivar signal: the name of the POSIX signal that killed the process (``"SIGSEGV"``),
         else ``None``.
     :ivar ntstatus: the decoded Windows status (``STATUS_ACCESS_VIOLATION 0xC0000005``), or
-        ``None``; see :class:`NtStatus`.
+        ``None``; see [`NtStatus`][exitsafe.testing.NtStatus].
     :ivar timed_out: the run exceeded its timeout and its whole process group was killed.
     :ivar fatal_error: the first ``Fatal Python error`` / ``Windows fatal exception`` block
         with its thread stacks, or ``None``.
@@ -174,9 +177,11 @@ class ExitResult:
     :ivar uncaught: the uncaught exception that ended the program, if one was printed.
     :ivar teardown: exitsafe's teardown trace lines (``EXITSAFE_TRACE=1``), parsed; empty
         when the program does not use exitsafe.
-    :ivar children: the run's other processes (:class:`ChildProcess`), as the start-up
+    :ivar children: the run's other processes ([`ChildProcess`][exitsafe.testing.ChildProcess]), as
+    the start-up
         hook and the timeout saw them.
-    :ivar checks: the ``checks`` run after the program (:class:`CheckResult`).
+    :ivar checks: the ``checks`` run after the program
+    ([`CheckResult`][exitsafe.testing.CheckResult]).
     :ivar audited: whether the run was audited (``audit=True``).
     :ivar trace: every ``exitsafe:`` line, including the threads listed at exit and the
         audit's lines.
@@ -272,7 +277,8 @@ class ExitResult:
 
     @property
     def diagnosis(self) -> Optional[Diagnosis]:
-        """The cause of a bad exit (:class:`Diagnosis`), or ``None`` when the run was
+        """The cause of a bad exit ([`Diagnosis`][exitsafe.testing.Diagnosis]), or ``None`` when the
+        run was
         clean or no rule recognised the cause."""
         return diagnose(self)
 
@@ -292,7 +298,8 @@ class ExitResult:
         """A short label of what went wrong, stable from run to run (no addresses, no
         timings), or ``None`` when clean: ``"SIGSEGV"``, ``"timeout"``, ``"exit status 1:
         ValueError"``, ``"unraisable ZeroDivisionError in <function A.__del__>"``, or
-        several of them joined by ``"; "``.  :class:`ExitResults` groups runs by it."""
+        several of them joined by ``"; "``. [`ExitResults`][exitsafe.testing.ExitResults] groups
+        runs by it."""
         if self.clean:
             return None
         parts: list[str] = []
@@ -324,9 +331,9 @@ class ExitResult:
 
     def summary(self) -> str:
         """One line: ``CLEAN: exit status 0 in 0.05 s`` or ``NOT CLEAN:`` followed by the
-        cause when it is recognised (:attr:`diagnosis`), then the decoded status:
-        ``NOT CLEAN: crash at exit (SIGSEGV); SIGSEGV (signal 11); Fatal Python error:
-        Segmentation fault``."""
+        cause when it is recognised ([`diagnosis`][exitsafe.testing.ExitResult.diagnosis]), then the
+        decoded status: ``NOT CLEAN: crash at exit (SIGSEGV); SIGSEGV (signal 11); Fatal Python
+        error: Segmentation fault``."""
         if self.clean:
             return f"CLEAN: exit status 0 in {self.duration:.2f} s"
         parts: list[str] = []
@@ -545,7 +552,7 @@ class ExitResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the decoded result, numbers as numbers; the schema
-        (version :data:`JSON_SCHEMA_VERSION`) is documented in the testing docs."""
+        (version `JSON_SCHEMA_VERSION`) is documented in the testing docs."""
         fatal = self.fatal_error
         diagnosis = self.diagnosis
         return {
@@ -660,9 +667,11 @@ def _fatal_lines(fatal: FatalError, title: Optional[str] = None) -> list[str]:
 class ExitResults(Sequence[ExitResult]):
     """The results of running the same program several times, in order.
 
-    A sequence of :class:`ExitResult`, with the aggregate view a flaky exit needs:
-    :attr:`failures`, :attr:`failure_rate`, :attr:`kinds` (the distinct failure kinds and
-    how often each happened) and :attr:`clean` (every run clean).
+    A sequence of [`ExitResult`][exitsafe.testing.ExitResult], with the aggregate view a flaky exit
+    needs: [`failures`][exitsafe.testing.ExitResults.failures],
+    [`failure_rate`][exitsafe.testing.ExitResults.failure_rate],
+    [`kinds`][exitsafe.testing.ExitResults.kinds] (the distinct failure kinds and how often each
+    happened) and [`clean`][exitsafe.testing.ExitResults.clean] (every run clean).
     """
 
     def __init__(self, results: Sequence[ExitResult]) -> None:
@@ -697,7 +706,8 @@ class ExitResults(Sequence[ExitResult]):
 
     @property
     def kinds(self) -> dict[str, int]:
-        """Each distinct :attr:`ExitResult.failure_kind` and how many runs ended that way,
+        """Each distinct [`ExitResult.failure_kind`][exitsafe.testing.ExitResult.failure_kind] and
+        how many runs ended that way,
         in order of first appearance."""
         counts: dict[str, int] = {}
         for result in self.failures:
@@ -727,7 +737,7 @@ class ExitResults(Sequence[ExitResult]):
 
     def report(self) -> str:
         """The summary, the failure kinds with the runs they happened in, and the full
-        :meth:`ExitResult.report` of the first run of each kind."""
+        [`ExitResult.report`][exitsafe.testing.ExitResult.report] of the first run of each kind."""
         lines = [self.summary()]
         if self.clean:
             return "\n".join(lines)
@@ -750,7 +760,8 @@ class ExitResults(Sequence[ExitResult]):
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: the aggregate and every run's :meth:`ExitResult.to_dict`."""
+        """A JSON-ready dict: the aggregate and every run's
+        [`ExitResult.to_dict`][exitsafe.testing.ExitResult.to_dict]."""
         return {
             "clean": self.clean,
             "summary": self.summary(),
@@ -766,13 +777,14 @@ class ExitResults(Sequence[ExitResult]):
 
 
 def assert_clean_exit(result: Union[ExitResult, ExitResults]) -> None:
-    """Raise :class:`ExitNotClean` (an :class:`AssertionError`) unless ``result`` (one
+    """Raise [`ExitNotClean`][exitsafe.testing.ExitNotClean] (an `AssertionError`) unless ``result``
+    (one
     run, or every run of several) is clean.
 
-    The message is :meth:`ExitResult.report` (or :meth:`ExitResults.report`): what went
-    wrong, the decoded signal or status, the fatal error's top frames, the unraisable
-    exceptions, the last teardown steps before a crash; for several runs also the
-    failure rate and the distinct failure kinds.
+    The message is [`ExitResult.report`][exitsafe.testing.ExitResult.report] (or
+    [`ExitResults.report`][exitsafe.testing.ExitResults.report]): what went wrong, the decoded
+    signal or status, the fatal error's top frames, the unraisable exceptions, the last teardown
+    steps before a crash; for several runs also the failure rate and the distinct failure kinds.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's body
     if not isinstance(result, (ExitResult, ExitResults)):

@@ -40,7 +40,7 @@ Check = Union[str, Sequence[str]]
 
 
 def child_env(env: Optional[Mapping[str, Optional[str]]] = None) -> dict[str, str]:
-    """The environment of a run: ``os.environ``, then :data:`DEFAULT_ENV`, then ``env``
+    """The environment of a run: ``os.environ``, then `DEFAULT_ENV`, then ``env``
     (where a value of ``None`` removes the variable)."""
     out = dict(os.environ)
     out.update(DEFAULT_ENV)
@@ -355,11 +355,11 @@ def run_command(
 
     Each run is a fresh process in a new session (POSIX; a new process group on
     Windows), with stdin from ``/dev/null``, stdout and stderr captured in full, and
-    the environment of :func:`child_env` (``PYTHONFAULTHANDLER=1`` and
+    the environment of `child_env` (``PYTHONFAULTHANDLER=1`` and
     ``EXITSAFE_TRACE=1`` added to ``os.environ``, then ``env``).  A run still going
     after ``timeout`` seconds (``None``: no limit) is sent ``SIGABRT`` so that
     faulthandler prints every thread's stack (``dump_on_timeout``; POSIX only), given
-    :data:`DUMP_GRACE` seconds, and then its whole process group is killed, so
+    `DUMP_GRACE` seconds, and then its whole process group is killed, so
     processes it started die with it; its result has ``timed_out`` set.
 
     ``checks``: commands run after each run, in the same ``cwd``, each a shell string or
@@ -368,8 +368,8 @@ def run_command(
 
     ``audit``: run with exitsafe's audit (``EXITSAFE_AUDIT=1``, ``tracemalloc`` from
     start-up): every native release that runs after exitsafe's exit teardown is a
-    finding, with where its object was created (:attr:`ExitResult.audit`); a finding
-    makes the run not clean.
+    finding, with where its object was created
+    ([`ExitResult.audit`][exitsafe.testing.ExitResult.audit]); a finding makes the run not clean.
 
     ``inject`` (default on): put exitsafe's start-up hook on ``PYTHONPATH`` so every
     Python process of the run records its pid and command line, child processes write
@@ -378,7 +378,8 @@ def run_command(
     own ``sitecustomize`` still runs after it.  ``inject=False`` runs the command with
     only the environment variables above.
 
-    :returns: an :class:`ExitResult` when ``repeat`` is 1, else an :class:`ExitResults`.
+    :returns: an [`ExitResult`][exitsafe.testing.ExitResult] when ``repeat`` is 1, else an
+    [`ExitResults`][exitsafe.testing.ExitResults].
     :raises OSError: the command could not be started (``FileNotFoundError`` for a
         missing executable).
     """
@@ -452,12 +453,14 @@ def run(
     """Run Python ``code`` (``-c``), a ``script`` or a ``module`` (``-m``), exactly one
     of them, in a fresh ``python -X faulthandler`` and decode how it exited.
 
-    ``args`` follow on the command line.  Everything else is as in :func:`run_command`:
-    new session, full capture, ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` plus
-    ``env`` (``None`` removes a variable), the whole process group killed on timeout,
-    ``checks`` run afterwards, ``audit`` for exitsafe's audit mode.
+    ``args`` follow on the command line. Everything else is as in
+    [`run_command`][exitsafe.testing.run_command]: new session, full capture,
+    ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` plus ``env`` (``None`` removes a variable),
+    the whole process group killed on timeout, ``checks`` run afterwards, ``audit`` for exitsafe's
+    audit mode.
 
-    :returns: an :class:`ExitResult`; for ``repeat > 1`` an :class:`ExitResults`.
+    :returns: an [`ExitResult`][exitsafe.testing.ExitResult]; for ``repeat > 1`` an
+    [`ExitResults`][exitsafe.testing.ExitResults].
     """
     argv = python_argv(code, script=script, module=module, args=args, python=python)
     return run_command(

@@ -1,14 +1,18 @@
 """Parsers for what CPython prints on stderr when a process ends badly.
 
-:class:`~exitsafe.testing.ExitResult` applies them for you; use them directly on a
-stderr you captured some other way::
+[`ExitResult`][exitsafe.testing.ExitResult] applies them for you; use them directly on a
+stderr you captured some other way:
 
-    from exitsafe.testing.parsers import parse_fatal_errors, parse_unraisable
+```python
+from exitsafe.testing.parsers import parse_fatal_errors, parse_unraisable
+```
 
-and the exit-status decoders (:func:`decode_signal`, :func:`decode_ntstatus`,
-:func:`describe_exit`).  The teardown trace's parser is :mod:`exitsafe.testing.trace`.
+and the exit-status decoders ([`decode_signal`][exitsafe.testing.parsers.decode_signal],
+[`decode_ntstatus`][exitsafe.testing.parsers.decode_ntstatus],
+[`describe_exit`][exitsafe.testing.parsers.describe_exit]). The teardown trace's parser is
+[`exitsafe.testing.trace`][exitsafe.testing.trace].
 
-* ``Fatal Python error: ...`` blocks, written by :mod:`faulthandler` when a fatal
+* ``Fatal Python error: ...`` blocks, written by `faulthandler` when a fatal
   signal arrives (``Fatal Python error: Segmentation fault``) and by
   ``Py_FatalError`` (``Fatal Python error: _enter_buffered_busy: ...``), and
   ``Windows fatal exception: access violation`` blocks, with the thread stacks that

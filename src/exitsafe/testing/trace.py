@@ -1,17 +1,19 @@
 """Parsing exitsafe's teardown trace (``EXITSAFE_TRACE=1``) back into data.
 
 Every trace line starts with ``exitsafe: ``, then an event word, then ``key=value``
-pairs, where a value is a bare token without spaces or a JSON string::
+pairs, where a value is a bare token without spaces or a JSON string:
 
-    exitsafe: teardown-begin registry="default" reason="atexit" live=5 hooks=1
-    exitsafe: plan registry="default" steps=6
-    exitsafe: step registry="default" index=3 of=6 action=release kind="device" name="dev0" outcome=released_at_exit ms=0.012
-    exitsafe: teardown-end registry="default" released=3 leaked=2 failed=0 ms=1.234
-    exitsafe: late-release registry="default" kind="device" name="dev0"
+```text
+exitsafe: teardown-begin registry="default" reason="atexit" live=5 hooks=1
+exitsafe: plan registry="default" steps=6
+exitsafe: step registry="default" index=3 of=6 action=release kind="device" name="dev0" outcome=released_at_exit ms=0.012
+exitsafe: teardown-end registry="default" released=3 leaked=2 failed=0 ms=1.234
+exitsafe: late-release registry="default" kind="device" name="dev0"
+```
 
 The parser never raises on its input: an unknown event or key is kept as it is in
-:attr:`TeardownStep.fields`, and a line that starts with ``exitsafe: `` but is not in
-the ``key=value`` grammar (exitsafe's :mod:`logging` messages when logging goes to
+[`TeardownStep.fields`][exitsafe.testing.trace.TeardownStep], and a line that starts with
+``exitsafe: `` but is not in the ``key=value`` grammar (exitsafe's `logging` messages when logging goes to
 stderr) becomes an event named ``"message"`` whose ``text`` field is the rest of the line.
 """  # noqa: E501
 
@@ -162,7 +164,7 @@ class TeardownStep:
 def parse_line(line: str) -> Optional[TeardownStep]:
     """Parse one line; ``None`` when it does not start with ``exitsafe: ``.
 
-    The grammar is exitsafe's own (:func:`exitsafe._ledger.parse_trace_line`, the same
+    The grammar is exitsafe's own (`exitsafe._ledger.parse_trace_line`, the same
     definitions the core writes with); a line that starts with ``exitsafe: `` but is
     outside it (a logging message) becomes a ``"message"`` step.
     """
