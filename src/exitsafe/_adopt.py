@@ -74,10 +74,17 @@ class AlreadyTrackedError(ExitsafeError, ValueError):
     """The object (or native pointer) already has a live exitsafe handle.
 
     Raised by [`adopt`][exitsafe.adopt] for an object adopted twice and by
-    ``exitsafe.cffi.track`` / ``exitsafe.ctypes.track`` for a pointer that is
-    already tracked (releasing it twice would be a double free).  ``handle``
-    is the existing handle: call ``handle.retain()`` to share ownership.  It is
-    ``None`` when another thread is registering the same object at this moment.
+    [`exitsafe.cffi.track`][exitsafe.cffi.track] / [`exitsafe.ctypes.track`][exitsafe.ctypes.track]
+    for a pointer that is already tracked (releasing it twice would be a double free).  Also
+    a `ValueError`.
+
+    Args:
+        message: the error message.
+        handle: the existing handle, or `None`.
+
+    Attributes:
+        handle: the existing handle: call `handle.retain()` to share ownership.  `None` when
+            another thread is registering the same object at this moment.
     """
 
     def __init__(self, message: str, handle: Optional[Handle]) -> None:
