@@ -193,15 +193,22 @@ def register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
 
 
 def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
-    """The live exitsafe handle standing for ``obj`` in ``registry``, or ``None``.
+    """The live exitsafe handle standing for `obj` in `registry`, or `None`.
 
-    ``obj`` may be a [`Handle`][exitsafe.Handle] (returned as is), an object
-    adopted with [`adopt`][exitsafe.adopt], any object with an ``__exitsafe_handle__``
-    attribute (such as a [`NativeObject`][exitsafe.NativeObject]), or, once
-    [`exitsafe.cffi`][exitsafe.cffi] / [`exitsafe.ctypes`][exitsafe.ctypes] are imported, a library
-    pinned with their ``pin`` or a pointer tracked with their ``track``
-    (looked up by address).  Handles that were released or leaked are not
-    returned.  Thread-safe; never calls native code.
+    Handles that were released or leaked are not returned.  Thread-safe; never calls
+    native code.
+
+    Args:
+        obj: a [`Handle`][exitsafe.Handle] (returned as is), an object adopted with
+            [`adopt`][exitsafe.adopt], any object with an `__exitsafe_handle__` attribute
+            (such as a [`NativeObject`][exitsafe.NativeObject]), or, once
+            [`exitsafe.cffi`][exitsafe.cffi] / [`exitsafe.ctypes`][exitsafe.ctypes] are
+            imported, a library pinned with their `pin` or a pointer tracked with their
+            `track` (looked up by address).
+        registry: where to look; `None`: the default registry.
+
+    Returns:
+        The handle, or `None` when exitsafe has no live handle for `obj` there.
     """
     reg = registry_arg(registry)
     if isinstance(obj, Handle):
@@ -306,14 +313,24 @@ def _check_settable(obj: object, name: str) -> None:
 
 
 def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[str, Any]:
-    """Set ``obj.<attr> = null`` now so the object's own ``close()`` / ``__del__`` does nothing.
+    """Set `obj.<attr> = null` now, so that the object's own `close()` / `__del__` does nothing.
 
-    ``attr`` may be one name or a sequence of names.  Returns the previous
-    values (name -> value), which you now own: exitsafe does not release
-    them.  Raises [`NeutralizeError`][exitsafe.NeutralizeError] (and changes nothing) when an
-    attribute is missing, a read-only property, or the object refuses
-    assignment.  Works for ``__slots__`` attributes and properties with a
-    setter.  Not atomic with respect to other threads using ``obj``.
+    Works for `__slots__` attributes and properties with a setter.  Not atomic with respect
+    to other threads using `obj`.  To do it at exit instead, use
+    [`neutralize_at_exit`][exitsafe.neutralize_at_exit].
+
+    Args:
+        obj: the object of another library.
+        attr: the attribute holding the native handle, or a sequence of such names.
+        null: the value to set (what the object's finalizer reads as "already closed").
+
+    Returns:
+        The previous values (name -> value), which you now own: exitsafe does not release
+        them.
+
+    Raises:
+        NeutralizeError: an attribute is missing, a read-only property, or the object
+            refuses assignment; nothing was changed.
     """
     names = _attr_names(attr)
     for name in names:
@@ -367,23 +384,40 @@ def neutralize_at_exit(
     after: Iterable[object] = (),
     name: Optional[str] = None,
 ) -> Handle:
-    """At teardown, set ``obj.<attr> = null`` so the object's own ``__del__`` / ``close()``
-    becomes a no-op; the native object is leaked on purpose and the OS reclaims it.
+    """At teardown, set `obj.<attr> = null` so the object's own `__del__` / `close()` becomes
+    a no-op; the native object is leaked on purpose and the OS reclaims it.
 
-    This is the fix of the ``EpCatalog`` crash at exit (``catalog._handle =
-    None`` after use) as one call, made at the time you create the object.
-    Checks happen now: [`NeutralizeError`][exitsafe.NeutralizeError] is raised at call time when
-    the attribute is missing, read-only, or the object is frozen.
+    This is the fix of the `EpCatalog` crash at exit (`catalog._handle = None` after use) as
+    one call, made at the time you create the object.  The checks happen now, not at exit.
 
-    The object is referenced weakly when it supports weak references (if it
-    is collected before exit, its own finalizer runs then, while everything
-    is loaded, and nothing happens at exit); otherwise strongly, so it then
-    lives until exit.  The neutralization is a teardown hook in ``registry``
-    (default: the default registry): without ``before`` / ``after`` it runs
-    among the first steps of the teardown; ``before`` / ``after`` (handles or
-    objects exitsafe knows, see [`handle_of`][exitsafe.handle_of]) place it in the graph.
-    Returns the hook's handle: ``release()`` on it cancels the
-    neutralization.  The hook runs on the teardown thread.
+    The object is referenced weakly when it supports weak references (if it is collected
+    before exit, its own finalizer runs then, while everything is loaded, and nothing
+    happens at exit); otherwise strongly, so it then lives until exit.  The neutralization
+    is a teardown hook that runs on the teardown thread; it also runs in a forked child's
+    exit.
+
+    Args:
+        obj: the object of another library whose finalizer must not run late.
+        attr: the attribute holding the native handle, or a sequence of such names.
+        null: the value to set.
+        registry: the registry whose teardown runs the hook; `None`: the default registry.
+        before: handles or objects exitsafe knows (see [`handle_of`][exitsafe.handle_of])
+            that must still be alive when the hook runs.  Without `before` / `after` the hook
+            runs among the first steps of the teardown.
+        after: handles or objects exitsafe knows that must be released before the hook runs.
+        name: the hook's display name in the ledger and the trace.
+
+    Returns:
+        The hook's handle: `release()` on it cancels the neutralization.
+
+    Raises:
+        NeutralizeError: the attribute is missing or read-only, or the object is frozen.
+
+    Example:
+        ```python
+        catalog = thirdparty.EpCatalog()
+        exitsafe.neutralize_at_exit(catalog, "_handle")
+        ```
     """
     names = _attr_names(attr)
     for attr_name in names:
@@ -483,36 +517,52 @@ def adopt(
     null: Any = None,
     timeout: Optional[float] = None,
 ) -> Handle:
-    """Hand ``obj``, an object of another library, to exitsafe: it is closed exactly once,
-    in dependency order, when its handle is released or at teardown, or leaked by policy.
+    """Hand `obj`, an object of another library, to exitsafe: it is closed exactly once, in
+    dependency order, when its handle is released or at teardown, or leaked by policy.
 
-    ``close``: the name of a method to call (default ``"close"``; checked
-    now), a callable ``close(obj)``, or ``None`` (exitsafe only orders and
-    references the object; releasing the handle just lets go of it).
-    ``kind`` defaults to the object's class name (``kind="library"`` makes
-    it go last at teardown).  ``depends_on``: handles or objects exitsafe
-    knows (see [`handle_of`][exitsafe.handle_of]) that must outlive ``obj``; ``obj`` can in
-    turn be named in other handles' ``depends_on``.
+    Ownership: exitsafe references `obj` strongly until its handle is released or teardown
+    decides its fate, so the object is not collected (and its own `__del__` does not run)
+    earlier, even if you drop both `obj` and the handle.  Release it with `handle.release()`
+    (the close method runs on that thread once no dependent is alive), or leave it to
+    teardown.  After a close the object's own `__del__` usually finds it closed and does
+    nothing.
 
-    Ownership: exitsafe references ``obj`` strongly until its handle is
-    released or teardown decides its fate, so the object is not collected
-    (and its own ``__del__`` does not run) earlier, even if you drop both
-    ``obj`` and the handle.  Release it with ``handle.release()`` (the
-    close method runs on that thread once no dependent is alive), or leave it
-    to teardown.  After a close the object's own ``__del__`` usually finds it
-    closed and does nothing.
+    Args:
+        obj: the object to own.
+        close: the name of a method to call (default `"close"`; checked now), a callable
+            `close(obj)`, or `None` (exitsafe only orders and references the object;
+            releasing the handle just lets go of it).
+        kind: the label in the ledger and the trace; `None`: the object's class name.
+            `"library"` makes it go last at teardown.
+        depends_on: handles or objects exitsafe knows (see [`handle_of`][exitsafe.handle_of])
+            that must outlive `obj`; `obj` can in turn be named in other handles'
+            `depends_on`.
+        exit_policy: `"release"`, `"leak"` or a callable policy, as for
+            [`Registry.track`][exitsafe.Registry.track]; `None`: the registry's default.
+        name: the display name; default `"<kind>#<n>"`.
+        registry: the registry to own it in; `None`: the default registry.
+        neutralize: an attribute name (or names, checked now) to set to `null` when the
+            handle ends leaked (`exit_policy="leak"`, `EXITSAFE_AT_EXIT=leak`, a timeout, a
+            failed close, a leaked dependent), after the handle's step, so that the kept-alive
+            object's own finalizer does nothing during interpreter finalization.  `None`:
+            nothing is neutralized.
+        null: the value `neutralize` sets.
+        timeout: seconds the close may take at teardown before it is abandoned and the
+            handle leaked; `None`: the registry's step timeout.
 
-    Leak policies: when the handle ends leaked (``exit_policy="leak"``,
-    ``EXITSAFE_AT_EXIT=leak``, a timeout, a failed close, a leaked
-    dependent), the object is kept alive and its own ``__del__`` may still
-    run during interpreter finalization.  Pass ``neutralize=`` (an attribute
-    name or names, checked now) to set them to ``null`` in that case, after
-    the handle's step, so that finalizer does nothing.
+    Returns:
+        The handle standing for `obj`, holding one owner.
 
-    Raises [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if ``obj`` already has a live
-    adoption handle (``err.handle.retain()`` shares it), ``TypeError`` for a
-    missing / non-callable close method, [`NeutralizeError`][exitsafe.NeutralizeError] for an
-    attribute that cannot be neutralized.
+    Raises:
+        AlreadyTrackedError: `obj` already has a live adoption handle
+            (`err.handle.retain()` shares it).
+        TypeError: the close method is missing or not callable.
+        NeutralizeError: an attribute named in `neutralize` cannot be neutralized.
+
+    Example:
+        ```python
+        conn = exitsafe.adopt(thirdparty.connect(), close="close", depends_on=[ctx])
+        ```
     """
     if obj is None:
         raise TypeError("adopt() needs an object, got None")
