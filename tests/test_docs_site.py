@@ -277,6 +277,9 @@ def test_the_documentation_checker_finds_what_it_should() -> None:
     """The checker behind the test above, on a small module: it must not pass by accident."""
     griffe = pytest.importorskip("griffe", reason="griffe comes with the docs extra")
     code = '''
+from dataclasses import dataclass
+
+
 class Widget:
     """A widget.
 
@@ -311,14 +314,32 @@ def make(size, **options):
 
 def bare(x):
     pass
+
+
+@dataclass
+class Point:
+    """A point.
+
+    Attributes:
+        x: across.
+    """
+
+    x: int
+    y: int
 '''
-    with griffe.temporary_visited_module(code, docstring_parser="google") as module:
+    # a package, not a module: griffe generates a dataclass's __init__ once a package is loaded
+    with griffe.temporary_visited_package("m", {"__init__.py": code},
+                                          docstring_parser="google") as module:
         problems: List[str] = []
         docs_api._check_class("m.Widget", module["Widget"], problems)
         docs_api._check_function("m.make", module["make"], problems)
         docs_api._check_function("m.bare", module["bare"], problems)
+        docs_api._check_class("m.Point", module["Point"], problems)
     assert problems == [
         "m.Widget.colour: attribute neither documented nor in Attributes:",
         "m.Widget.grow: parameter 'times' is not in the Args: section",
         "m.bare: no docstring",
+        # a dataclass field documented as an attribute documents its __init__ parameter
+        "m.Point.__init__: parameter 'y' is not in the Args: section",
+        "m.Point.y: attribute neither documented nor in Attributes:",
     ]

@@ -360,7 +360,7 @@ def run_command(
     Args:
         argv: the command and its arguments (a sequence, not a string).
         env: variables to set on top of `os.environ` plus `PYTHONFAULTHANDLER=1` and
-            `EXITSAFE_TRACE=1` (added by default); a value `None` removes the variable.
+            `EXITSAFE_TRACE=1` (always added); a value `None` removes the variable.
         cwd: the working directory of the runs and the checks; `None`: the current one.
         timeout: seconds a run may take (`None`: no limit, default 30).  A run still going
             then is sent `SIGABRT` so that faulthandler prints every thread's stack (see
