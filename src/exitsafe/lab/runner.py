@@ -53,12 +53,13 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holdin
 class ScenarioRun:
     """One run of one scenario program, judged.
 
-    :ivar ok: the program did what the catalogue says (failed as expected when
-        unprotected; exited cleanly with exactly the expected leaks when protected).
-    :ivar problems: every way it did not, in words (empty when ``ok``).
-    :ivar outcome: how it ended, decoded in a few words (``"SIGSEGV"``,
-        ``"SIGABRT + FATAL: ..."``, ``"hang, killed after 3 s"``, ``"exit 0"``).
-    :ivar detail: the leak report (and, protected, the ledger) in a few words.
+    Attributes:
+        ok: the program did what the catalogue says (failed as expected when unprotected; exited
+            cleanly with exactly the expected leaks when protected).
+        problems: every way it did not, in words (empty when ``ok``).
+        outcome: how it ended, decoded in a few words (``"SIGSEGV"``, ``"SIGABRT + FATAL: ..."``,
+            ``"hang, killed after 3 s"``, ``"exit 0"``).
+        detail: the leak report (and, protected, the ledger) in a few words.
     """
 
     scenario: Scenario

@@ -37,16 +37,16 @@ CHILD_DUMP_GRACE = 1.0
 class ChildProcess:
     """A process of the run other than the program itself.
 
-    :ivar pid: its process id.
-    :ivar ppid: its parent's pid (``None`` when unknown).
-    :ivar argv: its command line.
-    :ivar state: ``"crashed"`` (died by a fatal signal, its stack dumped),
-        ``"hung"`` (still running at the timeout; its stack, if it is a Python process,
-        was dumped then), ``"zombie"`` (ended, never waited for, at the timeout) or
-        ``"exited"`` (nothing wrong seen).
-    :ivar signal: the fatal signal for a crashed or zombie process (``"SIGSEGV"``).
-    :ivar forked: whether it was forked from a Python process (no ``exec``).
-    :ivar fatal_error: faulthandler's dump of it (crash, or the stacks at the timeout).
+    Attributes:
+        pid: its process id.
+        ppid: its parent's pid (``None`` when unknown).
+        argv: its command line.
+        state: ``"crashed"`` (died by a fatal signal, its stack dumped), ``"hung"`` (still running
+            at the timeout; its stack, if it is a Python process, was dumped then), ``"zombie"``
+            (ended, never waited for, at the timeout) or ``"exited"`` (nothing wrong seen).
+        signal: the fatal signal for a crashed or zombie process (``"SIGSEGV"``).
+        forked: whether it was forked from a Python process (no ``exec``).
+        fatal_error: faulthandler's dump of it (crash, or the stacks at the timeout).
     """
 
     pid: int

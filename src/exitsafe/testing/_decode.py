@@ -22,10 +22,11 @@ PLATFORM = sys.platform
 class NtStatus(NamedTuple):
     """A decoded Windows exit status.
 
-    :ivar code: the status as an unsigned 32-bit number (``0xC0000005``).
-    :ivar name: the symbolic name (``"STATUS_ACCESS_VIOLATION"``); for a code not in
-        exitsafe's table, ``"NTSTATUS"`` followed by its hex value.
-    :ivar description: what it usually means at exit, in a few words.
+    Attributes:
+        code: the status as an unsigned 32-bit number (``0xC0000005``).
+        name: the symbolic name (``"STATUS_ACCESS_VIOLATION"``); for a code not in exitsafe's table,
+            ``"NTSTATUS"`` followed by its hex value.
+        description: what it usually means at exit, in a few words.
     """
 
     code: int

@@ -45,14 +45,15 @@ _WAIT_FUNCTIONS = {"waitpid", "wait", "_wait", "join", "poll", "_try_wait", "com
 class Diagnosis:
     """The cause of a bad exit, in words a person can act on.
 
-    :ivar kind: a stable label: ``"thread-in-native"``, ``"hang-before-teardown"``,
-        ``"hang-in-teardown"``, ``"crash-in-teardown"``, ``"crash-after-teardown"``,
-        ``"crash-at-exit"``, ``"child-process"``, ``"lost-output"``,
-        ``"unraisable-at-exit"``, ``"audit"``, or ``"other"``.
-    :ivar headline: one line naming the cause (the report's first line carries it).
-    :ivar details: further lines (which thread, which step, which process ...).
-    :ivar hint: what fixes it, naming the exitsafe feature.
-    :ivar doc: the documentation section of that feature (``"threads.md#workers"``).
+    Attributes:
+        kind: a stable label: ``"thread-in-native"``, ``"hang-before-teardown"``,
+            ``"hang-in-teardown"``, ``"crash-in-teardown"``, ``"crash-after-teardown"``,
+            ``"crash-at-exit"``, ``"child-process"``, ``"lost-output"``, ``"unraisable-at-exit"``,
+            ``"audit"``, or ``"other"``.
+        headline: one line naming the cause (the report's first line carries it).
+        details: further lines (which thread, which step, which process ...).
+        hint: what fixes it, naming the exitsafe feature.
+        doc: the documentation section of that feature (``"threads.md#workers"``).
     """
 
     kind: str

@@ -43,8 +43,9 @@ class ExitNotClean(AssertionError):
     An `AssertionError`, so test frameworks report it as a failed assertion.  Its
     message is the result's report, whose first line is the decoded summary.
 
-    :ivar result: the [`ExitResult`][exitsafe.testing.ExitResult] or
-    [`ExitResults`][exitsafe.testing.ExitResults] that failed.
+    Attributes:
+        result: the [`ExitResult`][exitsafe.testing.ExitResult] or
+            [`ExitResults`][exitsafe.testing.ExitResults] that failed.
     """
 
     __module__ = "exitsafe.testing"  # the name pytest prints: where users import it from
@@ -58,10 +59,11 @@ class ExitNotClean(AssertionError):
 class CheckResult:
     """One ``--check`` command, run after the program in the same directory.
 
-    :ivar command: the command as given (a shell string, or an argument list).
-    :ivar returncode: its exit status (negative: killed by that signal).
-    :ivar output: its stdout and stderr, interleaved.
-    :ivar timed_out: it ran past the run's timeout and was killed.
+    Attributes:
+        command: the command as given (a shell string, or an argument list).
+        returncode: its exit status (negative: killed by that signal).
+        output: its stdout and stderr, interleaved.
+        timed_out: it ran past the run's timeout and was killed.
     """
 
     command: Union[str, tuple[str, ...]]
@@ -103,14 +105,15 @@ class CheckResult:
 class AuditFinding:
     """A native release that ran after exitsafe's exit teardown (``EXITSAFE_AUDIT=1``).
 
-    :ivar what: ``"__del__"``, ``"ffi.gc"`` or ``"weakref.finalize"``.
-    :ivar type: the object's type (``"mylib.Device"``, ``"cdata 'struct dev *'"``).
-    :ivar site: where the object was created (``"app.py:12"``), from tracemalloc.
-    :ivar stack: the frames that led there, most recent first, if more than one.
-    :ivar holds: the native pointers it held (``"_ptr (cffi pointer)"``).
-    :ivar via: the finalizer that ran (its file:line, or the destructor's name).
-    :ivar thread: the thread it ran on.
-    :ivar suggest: the exitsafe declaration that would release it in order instead.
+    Attributes:
+        what: ``"__del__"``, ``"ffi.gc"`` or ``"weakref.finalize"``.
+        type: the object's type (``"mylib.Device"``, ``"cdata 'struct dev *'"``).
+        site: where the object was created (``"app.py:12"``), from tracemalloc.
+        stack: the frames that led there, most recent first, if more than one.
+        holds: the native pointers it held (``"_ptr (cffi pointer)"``).
+        via: the finalizer that ran (its file:line, or the destructor's name).
+        thread: the thread it ran on.
+        suggest: the exitsafe declaration that would release it in order instead.
     """
 
     what: str
@@ -162,34 +165,31 @@ def _quote_argv(args: Sequence[str]) -> str:
 class ExitResult:
     """How one run of a program ended, decoded.
 
-    :ivar args: the command that ran.
-    :ivar returncode: the exit status as `subprocess` reports it (negative: killed by
-        that POSIX signal).
-    :ivar signal: the name of the POSIX signal that killed the process (``"SIGSEGV"``),
-        else ``None``.
-    :ivar ntstatus: the decoded Windows status (``STATUS_ACCESS_VIOLATION 0xC0000005``), or
-        ``None``; see [`NtStatus`][exitsafe.testing.NtStatus].
-    :ivar timed_out: the run exceeded its timeout and its whole process group was killed.
-    :ivar fatal_error: the first ``Fatal Python error`` / ``Windows fatal exception`` block
-        with its thread stacks, or ``None``.
-    :ivar unraisable: every "Exception ignored ..." block (and ``Error in
-        atexit._run_exitfuncs``), in order.
-    :ivar uncaught: the uncaught exception that ended the program, if one was printed.
-    :ivar teardown: exitsafe's teardown trace lines (``EXITSAFE_TRACE=1``), parsed; empty
-        when the program does not use exitsafe.
-    :ivar children: the run's other processes ([`ChildProcess`][exitsafe.testing.ChildProcess]), as
-    the start-up
-        hook and the timeout saw them.
-    :ivar checks: the ``checks`` run after the program
-    ([`CheckResult`][exitsafe.testing.CheckResult]).
-    :ivar audited: whether the run was audited (``audit=True``).
-    :ivar trace: every ``exitsafe:`` line, including the threads listed at exit and the
-        audit's lines.
-    :ivar stdout: everything the program wrote on stdout, decoded as UTF-8 (bad bytes
-        replaced).
-    :ivar stderr: everything it wrote on stderr, decoded the same way.
-    :ivar duration: wall-clock seconds from start to exit (or to the kill).
-    :ivar timeout: the timeout the run had, in seconds (``None``: none).
+    Attributes:
+        args: the command that ran.
+        returncode: the exit status as `subprocess` reports it (negative: killed by that POSIX
+            signal).
+        signal: the name of the POSIX signal that killed the process (``"SIGSEGV"``), else ``None``.
+        ntstatus: the decoded Windows status (``STATUS_ACCESS_VIOLATION 0xC0000005``), or ``None``;
+            see [`NtStatus`][exitsafe.testing.NtStatus].
+        timed_out: the run exceeded its timeout and its whole process group was killed.
+        fatal_error: the first ``Fatal Python error`` / ``Windows fatal exception`` block with its
+            thread stacks, or ``None``.
+        unraisable: every "Exception ignored ..." block (and ``Error in atexit._run_exitfuncs``), in
+            order.
+        uncaught: the uncaught exception that ended the program, if one was printed.
+        teardown: exitsafe's teardown trace lines (``EXITSAFE_TRACE=1``), parsed; empty when the
+            program does not use exitsafe.
+        children: the run's other processes ([`ChildProcess`][exitsafe.testing.ChildProcess]), as
+            the start-up hook and the timeout saw them.
+        checks: the ``checks`` run after the program
+            ([`CheckResult`][exitsafe.testing.CheckResult]).
+        audited: whether the run was audited (``audit=True``).
+        trace: every ``exitsafe:`` line, including the threads listed at exit and the audit's lines.
+        stdout: everything the program wrote on stdout, decoded as UTF-8 (bad bytes replaced).
+        stderr: everything it wrote on stderr, decoded the same way.
+        duration: wall-clock seconds from start to exit (or to the kill).
+        timeout: the timeout the run had, in seconds (``None``: none).
     """
 
     args: tuple[str, ...]

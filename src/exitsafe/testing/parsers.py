@@ -66,12 +66,13 @@ class Frame:
 class ThreadStack:
     """One thread of a fatal error's dump, frames most recent first.
 
-    :ivar thread_id: the thread identifier as printed (``"0x00007f2159b856c0"``), or
-        ``None`` for a ``Stack (most recent call first):`` dump without threads.
-    :ivar current: whether this is the thread that hit the error.
-    :ivar name: the thread's name when the interpreter prints it (3.14+), else ``None``.
-    :ivar notes: non-frame lines of the dump (``<no Python frame>``, ``...`` for a
-        truncated stack, ``Garbage-collecting``).
+    Attributes:
+        thread_id: the thread identifier as printed (``"0x00007f2159b856c0"``), or ``None`` for a
+            ``Stack (most recent call first):`` dump without threads.
+        current: whether this is the thread that hit the error.
+        name: the thread's name when the interpreter prints it (3.14+), else ``None``.
+        notes: non-frame lines of the dump (``<no Python frame>``, ``...`` for a truncated stack,
+            ``Garbage-collecting``).
     """
 
     thread_id: Optional[str]
@@ -85,14 +86,15 @@ class ThreadStack:
 class FatalError:
     """A ``Fatal Python error`` (or ``Windows fatal exception``) block.
 
-    :ivar message: the text after the colon (``"Segmentation fault"``,
-        ``"_enter_buffered_busy: could not acquire lock ..."``, ``"access violation"``).
-    :ivar windows: whether the header was ``Windows fatal exception``.
-    :ivar runtime_state: the ``Python runtime state:`` line's value
-        (``"finalizing (tstate=0x...)"``) when printed.
-    :ivar threads: the thread stacks, in the printed order.
-    :ivar extension_modules: the ``Extension modules:`` list (3.12+).
-    :ivar text: the whole block as printed.
+    Attributes:
+        message: the text after the colon (``"Segmentation fault"``, ``"_enter_buffered_busy: could
+            not acquire lock ..."``, ``"access violation"``).
+        windows: whether the header was ``Windows fatal exception``.
+        runtime_state: the ``Python runtime state:`` line's value (``"finalizing (tstate=0x...)"``)
+            when printed.
+        threads: the thread stacks, in the printed order.
+        extension_modules: the ``Extension modules:`` list (3.12+).
+        text: the whole block as printed.
     """
 
     message: str
@@ -148,16 +150,17 @@ class FatalError:
 class ExceptionReport:
     """An exception as the interpreter printed it.
 
-    :ivar context: for an unraisable exception, where it was ignored as printed
-        (``"in: <function Foo.__del__ at 0x7f...>"``, ``"in atexit callback <fn>:"``,
-        ``"atexit._run_exitfuncs"``); for an uncaught one, ``"uncaught"``.
-    :ivar object: the repr of the object whose finalizer or callback raised
-        (``"<function Foo.__del__ at 0x7f...>"``), when printed.
-    :ivar exc_type: the exception's type name (``"ZeroDivisionError"``); ``None`` when no
-        exception line was found.
-    :ivar message: the exception's message (``"division by zero"``), ``""`` if none.
-    :ivar traceback: the ``Traceback ...`` lines, ``""`` if none was printed.
-    :ivar text: the whole block as printed.
+    Attributes:
+        context: for an unraisable exception, where it was ignored as printed (``"in: <function
+            Foo.__del__ at 0x7f...>"``, ``"in atexit callback <fn>:"``,
+            ``"atexit._run_exitfuncs"``); for an uncaught one, ``"uncaught"``.
+        object: the repr of the object whose finalizer or callback raised (``"<function Foo.__del__
+            at 0x7f...>"``), when printed.
+        exc_type: the exception's type name (``"ZeroDivisionError"``); ``None`` when no exception
+            line was found.
+        message: the exception's message (``"division by zero"``), ``""`` if none.
+        traceback: the ``Traceback ...`` lines, ``""`` if none was printed.
+        text: the whole block as printed.
     """
 
     context: str

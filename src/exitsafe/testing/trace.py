@@ -43,12 +43,12 @@ BOOL_KEYS = frozenset({"daemon"})
 class TeardownStep:
     """One trace line.
 
-    :ivar event: ``"teardown-begin"``, ``"plan"``, ``"step"``, ``"teardown-end"``,
-        ``"late-release"``, any other word a newer exitsafe prints, or ``"message"``
-        for a line outside the grammar.
-    :ivar fields: every ``key=value`` pair, values decoded to ``str`` (JSON strings
-        unquoted, bare tokens as written).
-    :ivar line: the line as printed, without the newline.
+    Attributes:
+        event: ``"teardown-begin"``, ``"plan"``, ``"step"``, ``"teardown-end"``, ``"late-release"``,
+            any other word a newer exitsafe prints, or ``"message"`` for a line outside the grammar.
+        fields: every ``key=value`` pair, values decoded to ``str`` (JSON strings unquoted, bare
+            tokens as written).
+        line: the line as printed, without the newline.
     """
 
     event: str
@@ -192,19 +192,20 @@ def parse_trace(text: str) -> list[TeardownStep]:
 class RegistryTeardown:
     """The teardown of one registry, as the trace tells it.
 
-    :ivar registry: the registry's name.
-    :ivar reason: why the teardown ran (``"atexit"``, ``"signal"``, ...), if traced.
-    :ivar live: live handles when it began.
-    :ivar hooks: teardown hooks when it began.
-    :ivar planned: steps in the plan.
-    :ivar steps: the ``step`` events, in order.
-    :ivar finished: whether ``teardown-end`` was printed: a teardown that began and did
-        not finish was cut short, by a crash during the step after the last one listed.
-    :ivar released: handles released at exit, from ``teardown-end``.
-    :ivar leaked: handles leaked at exit, from ``teardown-end``.
-    :ivar failed: failed steps, from ``teardown-end``.
-    :ivar ms: the teardown's duration in milliseconds, from ``teardown-end``.
-    :ivar late_releases: release requests that came after the registry closed (no-ops).
+    Attributes:
+        registry: the registry's name.
+        reason: why the teardown ran (``"atexit"``, ``"signal"``, ...), if traced.
+        live: live handles when it began.
+        hooks: teardown hooks when it began.
+        planned: steps in the plan.
+        steps: the ``step`` events, in order.
+        finished: whether ``teardown-end`` was printed: a teardown that began and did not finish was
+            cut short, by a crash during the step after the last one listed.
+        released: handles released at exit, from ``teardown-end``.
+        leaked: handles leaked at exit, from ``teardown-end``.
+        failed: failed steps, from ``teardown-end``.
+        ms: the teardown's duration in milliseconds, from ``teardown-end``.
+        late_releases: release requests that came after the registry closed (no-ops).
     """
 
     registry: str
