@@ -77,6 +77,12 @@ class ChildProcess:
         return f"pid {self.pid}{parent}: {what}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The process as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            One key per attribute (`fatal_error` as its own dict).
+        """
         fatal = self.fatal_error
         return {
             "pid": self.pid,

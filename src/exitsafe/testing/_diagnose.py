@@ -69,6 +69,12 @@ class Diagnosis:
         return self.kind not in ("crash-at-exit", "unraisable-at-exit", "audit", "other")
 
     def to_dict(self) -> dict[str, Any]:
+        """The diagnosis as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            One key per attribute.
+        """
         return {
             "kind": self.kind,
             "headline": self.headline,

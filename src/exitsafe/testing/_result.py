@@ -51,6 +51,12 @@ class ExitNotClean(AssertionError):
     __module__ = "exitsafe.testing"  # the name pytest prints: where users import it from
 
     def __init__(self, result: Union[ExitResult, ExitResults]) -> None:
+        """Make the error for a failed result; its message is `result.report()`.
+
+        Args:
+            result: the [`ExitResult`][exitsafe.testing.ExitResult] or
+                [`ExitResults`][exitsafe.testing.ExitResults] that is not clean.
+        """
         super().__init__(result.report())
         self.result = result
 
@@ -92,6 +98,12 @@ class CheckResult:
         return describe_exit(self.returncode)
 
     def to_dict(self) -> dict[str, Any]:
+        """The check as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            `command`, `returncode`, `passed`, `timed_out` and `output`.
+        """
         return {
             "command": self.command if isinstance(self.command, str) else list(self.command),
             "returncode": self.returncode,
@@ -127,6 +139,15 @@ class AuditFinding:
 
     @classmethod
     def from_step(cls, step: TeardownStep) -> AuditFinding:
+        """Read a finding from the audit's trace line (`exitsafe: audit-release ...`).
+
+        Args:
+            step: the parsed `audit-release` trace line; missing fields read `"?"`,
+                `"unknown"` or `None`.
+
+        Returns:
+            The finding.
+        """
         get = step.get
         return cls(
             what=get("what") or "?",
@@ -144,6 +165,12 @@ class AuditFinding:
         return f"{self.what} of {self.type} created at {self.site}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            One key per attribute.
+        """
         return {
             "what": self.what,
             "type": self.type,
@@ -225,7 +252,35 @@ class ExitResult:
         checks: Sequence[CheckResult] = (),
         audited: bool = False,
     ) -> ExitResult:
-        """Decode a finished process: its exit status and everything on its stderr."""
+        """Decode a finished process: its exit status and everything on its stderr.
+
+        What [`run_command`][exitsafe.testing.run_command] does with each run; use it to decode
+        a process you ran yourself.
+
+        Args:
+            args: the command that ran.
+            returncode: its exit status as `subprocess` reports it (negative: killed by that
+                POSIX signal).
+            stdout: its stdout, decoded.
+            stderr: its stderr, decoded: the fatal errors, unraisable exceptions, uncaught
+                exception and exitsafe trace lines are parsed from it.
+            duration: wall-clock seconds it took.
+            timed_out: whether it was killed for running past its timeout.
+            timeout: the timeout it had, in seconds (`None`: none).
+            children: its other processes, if known.
+            checks: the results of the checks run after it.
+            audited: whether it ran with exitsafe's audit.
+
+        Returns:
+            The decoded result.
+
+        Example:
+            ```python
+            proc = subprocess.run([sys.executable, "app.py"], capture_output=True, text=True)
+            result = ExitResult.from_output(proc.args, proc.returncode, proc.stdout, proc.stderr)
+            print(result.summary())
+            ```
+        """
         fatal = parse_fatal_errors(stderr)
         trace = parse_trace(stderr)
         return cls(
@@ -675,6 +730,12 @@ class ExitResults(Sequence[ExitResult]):
     """
 
     def __init__(self, results: Sequence[ExitResult]) -> None:
+        """Collect the results of several runs.
+
+        Args:
+            results: one [`ExitResult`][exitsafe.testing.ExitResult] per run, in order (at least
+                one).
+        """
         if not results:
             raise ValueError("ExitResults needs at least one result")
         self._results = tuple(results)
@@ -777,14 +838,26 @@ class ExitResults(Sequence[ExitResult]):
 
 
 def assert_clean_exit(result: Union[ExitResult, ExitResults]) -> None:
-    """Raise [`ExitNotClean`][exitsafe.testing.ExitNotClean] (an `AssertionError`) unless ``result``
-    (one
-    run, or every run of several) is clean.
+    """Raise [`ExitNotClean`][exitsafe.testing.ExitNotClean] (an `AssertionError`) unless
+    `result` is clean.
 
     The message is [`ExitResult.report`][exitsafe.testing.ExitResult.report] (or
-    [`ExitResults.report`][exitsafe.testing.ExitResults.report]): what went wrong, the decoded
-    signal or status, the fatal error's top frames, the unraisable exceptions, the last teardown
-    steps before a crash; for several runs also the failure rate and the distinct failure kinds.
+    [`ExitResults.report`][exitsafe.testing.ExitResults.report]): what went wrong, the
+    decoded signal or status, the fatal error's top frames, the unraisable exceptions, the
+    last teardown steps before a crash; for several runs also the failure rate and the
+    distinct failure kinds.  Under pytest the failure points at the caller's line.
+
+    Args:
+        result: one run, or several runs (then every run must be clean).
+
+    Raises:
+        ExitNotClean: the run (or a run) did not exit cleanly.
+        TypeError: `result` is neither an `ExitResult` nor an `ExitResults`.
+
+    Example:
+        ```python
+        assert_clean_exit(run(script="app.py", repeat=20))
+        ```
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's body
     if not isinstance(result, (ExitResult, ExitResults)):
