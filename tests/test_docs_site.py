@@ -219,12 +219,6 @@ def test_navigation_labels_do_not_repeat(site: Path) -> None:
 ROLES = re.compile(r":(func|meth|class|attr|mod|data|exc):")
 
 
-@pytest.mark.xfail(
-    reason="the docstrings in src/ are still Sphinx-style with :func:/:meth:/:class: roles, shown "
-    "as raw text; they are converted to Google style with [`x`][exitsafe.x] references once the "
-    "core rewrite lands (the conversion script is in the lead's notes)",
-    strict=True,
-)
 def test_the_api_reference_has_no_raw_sphinx_roles(site: Path) -> None:
     found = []
     for name, text in _pages(site):
@@ -234,12 +228,6 @@ def test_the_api_reference_has_no_raw_sphinx_roles(site: Path) -> None:
     assert not found, f"{len(found)} raw Sphinx roles in the built site:\n" + "\n".join(found[:40])
 
 
-@pytest.mark.xfail(
-    reason="exitsafe.HandleInfo and exitsafe.testing.Unraisable (aliases named nowhere) and "
-    "exitsafe.testing.DEFAULT_ENV (no docstring, so hidden) are not in the API reference yet; "
-    "the reference pages follow the core's new module layout",
-    strict=True,
-)
 def test_every_public_name_is_in_the_api_reference(site: Path) -> None:
     anchors = set()
     words = set()
@@ -259,12 +247,6 @@ def test_every_public_name_is_in_the_api_reference(site: Path) -> None:
     assert not missing, f"public names that no API page shows: {missing}"
 
 
-@pytest.mark.xfail(
-    reason="most public functions and classes describe their parameters in prose (Sphinx style); "
-    "each needs an Args: section (Google style) naming every parameter, done when the core "
-    "rewrite lands",
-    strict=True,
-)
 def test_every_public_name_and_parameter_is_documented() -> None:
     pytest.importorskip("griffe", reason="griffe (mkdocstrings' reader) comes with the docs extra")
     problems = docs_api.undocumented()
