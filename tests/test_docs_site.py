@@ -325,3 +325,41 @@ class Point:
         "m.Point.__init__: parameter 'y' is not in the Args: section",
         "m.Point.y: attribute neither documented nor in Attributes:",
     ]
+
+
+#: The widest code line that fits the text column (tests/test_docs.py, MAX_LINE).
+MAX_CODE_LINE = 88
+
+
+def _docstring_examples() -> Iterator[Tuple[str, str]]:
+    """``(where, code)`` of every fenced Python block in a docstring of the public modules."""
+    import ast
+    import textwrap
+
+    fence = re.compile(r"^([ \t]*)```python\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+    for path in sorted((ROOT / "src" / "exitsafe").rglob("*.py")):
+        if "lab" in path.relative_to(ROOT / "src" / "exitsafe").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
+                continue
+            doc = ast.get_docstring(node)
+            for match in fence.finditer(doc or ""):
+                where = f"{path.relative_to(ROOT)}:{getattr(node, 'name', '<module>')}"
+                yield where, textwrap.dedent(match.group(2))
+
+
+def test_api_examples_are_python_that_fits_the_column() -> None:
+    examples = list(_docstring_examples())
+    assert len(examples) >= 20, "the API reference lost its examples"
+    problems = []
+    for where, code in examples:
+        try:
+            compile(code, where, "exec")
+        except SyntaxError as exc:
+            problems.append(f"{where}: {exc}")
+        problems += [f"{where}: a line of {len(line)} characters"
+                     for line in code.splitlines() if len(line) > MAX_CODE_LINE]
+    assert not problems, "docstring examples that do not compile or do not fit:\n" + "\n".join(
+        problems
+    )
