@@ -50,8 +50,13 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 @dataclass(frozen=True)
 class Frame:
-    """One Python frame of a thread dump: ``file``, ``line`` (``None`` when the dump
-    printed ``???``) and ``function``."""
+    """One Python frame of a thread dump.
+
+    Attributes:
+        file: the file name as printed.
+        line: the line number, or `None` when the dump printed `???`.
+        function: the function name.
+    """
 
     file: str
     line: Optional[int]
@@ -67,6 +72,7 @@ class ThreadStack:
     """One thread of a fatal error's dump, frames most recent first.
 
     Attributes:
+        frames: the thread's [`Frame`][exitsafe.testing.parsers.Frame]s, most recent first.
         thread_id: the thread identifier as printed (``"0x00007f2159b856c0"``), or ``None`` for a
             ``Stack (most recent call first):`` dump without threads.
         current: whether this is the thread that hit the error.
@@ -262,7 +268,15 @@ def _parse_fatal(lines: Sequence[str], start: int) -> tuple[FatalError, int]:
 
 
 def parse_fatal_errors(text: str) -> list[FatalError]:
-    """Every fatal error block in ``text``, in order (usually one)."""
+    """Every fatal error block in `text`, in order (usually one).
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        One [`FatalError`][exitsafe.testing.parsers.FatalError] per `Fatal Python error` /
+        `Windows fatal exception` block, with the thread stacks that follow it.
+    """
     lines = text.splitlines()
     out = []
     index = 0
@@ -323,8 +337,16 @@ def _parse_exception(
 
 
 def parse_unraisable(text: str) -> list[ExceptionReport]:
-    """Every "Exception ignored ..." block (and 3.9-3.12's ``Error in
-    atexit._run_exitfuncs:``) in ``text``, in order."""
+    """Every "Exception ignored ..." block in `text`, in order.
+
+    3.9 to 3.12's `Error in atexit._run_exitfuncs:` blocks count too.
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        One [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport] per block.
+    """
     lines = text.splitlines()
     out = []
     index = 0
@@ -344,8 +366,17 @@ def parse_unraisable(text: str) -> list[ExceptionReport]:
 
 
 def parse_uncaught(text: str) -> Optional[ExceptionReport]:
-    """The last top-level uncaught exception traceback in ``text``, if any: one not
-    introduced by an "Exception ignored" or ``Error in atexit`` line."""
+    """The last top-level uncaught exception traceback in `text`, if any.
+
+    A traceback introduced by an "Exception ignored" or `Error in atexit` line does not
+    count.
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        The exception, or `None` when the program printed none.
+    """
     lines = text.splitlines()
     found: Optional[ExceptionReport] = None
     for index, line in enumerate(lines):

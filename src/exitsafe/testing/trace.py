@@ -60,7 +60,14 @@ class TeardownStep:
         return hash((self.event, self.line))
 
     def get(self, key: str) -> Optional[str]:
-        """The value of ``key``, or ``None``."""
+        """The value of a field, or `None`.
+
+        Args:
+            key: the field's name (`"outcome"`, `"kind"`...).
+
+        Returns:
+            The value as a string, or `None` when the line has no such field.
+        """
         return self.fields.get(key)
 
     def _int(self, key: str) -> Optional[int]:
@@ -162,11 +169,17 @@ class TeardownStep:
 
 
 def parse_line(line: str) -> Optional[TeardownStep]:
-    """Parse one line; ``None`` when it does not start with ``exitsafe: ``.
+    """Parse one line; `None` when it does not start with `exitsafe: `.
 
-    The grammar is exitsafe's own (`exitsafe._ledger.parse_trace_line`, the same
-    definitions the core writes with); a line that starts with ``exitsafe: `` but is
-    outside it (a logging message) becomes a ``"message"`` step.
+    The grammar is exitsafe's own (the same definitions the core writes with); a line that
+    starts with `exitsafe: ` but is outside it (a logging message) becomes a `"message"`
+    step.
+
+    Args:
+        line: one line of stderr, with or without its newline.
+
+    Returns:
+        The parsed line, or `None`.
     """
     line = line.rstrip("\r\n")
     if not line.startswith(PREFIX):
@@ -179,7 +192,14 @@ def parse_line(line: str) -> Optional[TeardownStep]:
 
 
 def parse_trace(text: str) -> list[TeardownStep]:
-    """All exitsafe lines of ``text`` (a process's stderr), in order."""
+    """All exitsafe lines of `text`, in order.
+
+    Args:
+        text: a process's stderr, decoded.
+
+    Returns:
+        One [`TeardownStep`][exitsafe.testing.trace.TeardownStep] per `exitsafe: ` line.
+    """
     steps = []
     for line in text.splitlines():
         step = parse_line(line)
@@ -289,8 +309,16 @@ class _Builder:
 def summarize(steps: Sequence[TeardownStep]) -> list[RegistryTeardown]:
     """Group trace events by registry, in order of first appearance.
 
-    A registry whose teardown begins twice on the same stderr (a forked child's and
-    its parent's) is reported once per ``teardown-begin``.
+    A registry whose teardown begins twice on the same stderr (a forked child's and its
+    parent's) is reported once per `teardown-begin`.
+
+    Args:
+        steps: parsed trace lines, as [`parse_trace`][exitsafe.testing.trace.parse_trace]
+            gives them.
+
+    Returns:
+        One [`RegistryTeardown`][exitsafe.testing.trace.RegistryTeardown] per registry
+        teardown.
     """
     done: list[_Builder] = []
     open_: dict[str, _Builder] = {}
