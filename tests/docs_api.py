@@ -7,8 +7,9 @@ of ``src/``, Google-style docstrings):
 - the object has a docstring;
 - a function or method documents every parameter in its ``Args:`` section;
 - a class documents the parameters of its ``__init__`` (in the class docstring or in
-  ``__init__``'s), and every public method, property and attribute of its own has a docstring
-  or is listed in the class's ``Attributes:`` section.  A dataclass's generated ``__init__``
+  ``__init__``'s), and every public method, property and attribute of its own or inherited
+  from exitsafe's own classes (mixins) has a docstring or is listed in the class's
+  ``Attributes:`` section.  A dataclass's generated ``__init__``
   takes exactly its fields, so a field documented as an attribute documents that parameter
   too (one table on the page, not the same text twice).
 
@@ -139,9 +140,15 @@ def _check_class(path: str, cls: Any, problems: List[str]) -> None:
     init = cls.members.get("__init__")
     if init is not None and not init.is_alias and init.is_function:
         _check_function(f"{path}.__init__", init, problems, cls.docstring, fields=fields)
-    for name, member in cls.members.items():
-        if name.startswith("_") or member.is_alias:
+    # all_members: a class's own members and those it inherits from exitsafe's classes (a
+    # registry's methods live in mixins, one per concern), as the reference shows them
+    for name, member in cls.all_members.items():
+        if name.startswith("_"):
             continue
+        if member.is_alias:
+            if name in cls.members:  # an import, not a definition
+                continue
+            member = member.final_target
         where = f"{path}.{name}"
         if member.is_function:
             if "property" in member.labels:

@@ -298,6 +298,22 @@ def bare(x):
     pass
 
 
+class Mixin:
+    def paint(self, colour):
+        """Paint it.
+
+        Args:
+            colour: the colour.
+        """
+
+    def fold(self, times):
+        """Fold it."""
+
+
+class Sheet(Mixin):
+    """A sheet."""
+
+
 @dataclass
 class Point:
     """A point.
@@ -317,6 +333,7 @@ class Point:
         docs_api._check_function("m.make", module["make"], problems)
         docs_api._check_function("m.bare", module["bare"], problems)
         docs_api._check_class("m.Point", module["Point"], problems)
+        docs_api._check_class("m.Sheet", module["Sheet"], problems)
     assert problems == [
         "m.Widget.colour: attribute neither documented nor in Attributes:",
         "m.Widget.grow: parameter 'times' is not in the Args: section",
@@ -324,6 +341,8 @@ class Point:
         # a dataclass field documented as an attribute documents its __init__ parameter
         "m.Point.__init__: parameter 'y' is not in the Args: section",
         "m.Point.y: attribute neither documented nor in Attributes:",
+        # inherited methods are checked too (exitsafe's Registry is made of mixins)
+        "m.Sheet.fold: parameter 'times' is not in the Args: section",
     ]
 
 
