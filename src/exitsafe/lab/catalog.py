@@ -1,15 +1,15 @@
 """The scenario catalogue S1-S11: what each scenario is, and what each of its two programs must do.
 
-Every scenario has two standalone programs in `exitsafe.lab.scenarios`:
+Every scenario has two standalone programs in :mod:`exitsafe.lab.scenarios`:
 ``sN_unprotected.py`` (the binding written the usual way) must fail as
-`Scenario.failure` says, every time; ``sN_protected.py`` (the same
+:attr:`Scenario.failure` says, every time; ``sN_protected.py`` (the same
 binding using exitsafe) must exit 0 with no ``FATAL`` line, no "Exception
 ignored", no faulthandler dump, and exactly the leaks
-`Scenario.leaks` lists in the runtime's leak report (zero for most;
+:attr:`Scenario.leaks` lists in the runtime's leak report (zero for most;
 what the exit policy leaks on purpose otherwise), and the leaks
-`Scenario.leaks_when_releasing` lists under ``EXITSAFE_AT_EXIT=release``.
+:attr:`Scenario.leaks_when_releasing` lists under ``EXITSAFE_AT_EXIT=release``.
 
-`exitsafe.lab.runner` runs and judges them; ``exitsafe demo`` shows the table.
+:mod:`exitsafe.lab.runner` runs and judges them; ``exitsafe demo`` shows the table.
 This module imports nothing beyond the standard library.
 """
 
@@ -49,7 +49,7 @@ class Failure:
                   every ``evidence`` field (it proves the undefined behaviour ran);
     ``"fatal"``   killed by SIGABRT after exactly one runtime line
                   ``FATAL: ...`` containing ``fatal``;
-    ``"hang"``    still running after `Scenario.hang_timeout` seconds (then
+    ``"hang"``    still running after :attr:`Scenario.hang_timeout` seconds (then
                   its process group is killed);
     ``"leaks"``   exit status ``exit_code`` with exactly ``leaks`` in the runtime's
                   leak report (a leak checker failing the run).
@@ -68,26 +68,26 @@ class Failure:
 class Scenario:
     """One catalogue entry.
 
-    Attributes:
-        id: ``"S1"`` ... ``"S10"``.
-        title: the situation, in a line.
-        short: the situation in a few words, for tables.
-        failure: what the unprotected program must do.
-        protected_by: the exitsafe feature the protected program relies on.
-        leaks: leaks (kind -> count, only non-zero kinds) the main process of the protected program
-            must report under `env`.
-        leaks_when_releasing: the same under ``EXITSAFE_AT_EXIT=release``.
-        leaks_when_leaking: the same under ``EXITSAFE_AT_EXIT=leak`` (what is still alive at exit),
-            for scenarios whose own ``env`` does not set ``EXITSAFE_AT_EXIT``.
-        child_inherited: for scenarios that fork: the ``inherited`` count the child's leak report
-            must show (and the child must report no leaks of its own).
-        env: environment variables both programs run with.
-        timeout: seconds a run may take before it counts as hung.
-        hang_timeout: for ``hang`` failures: seconds after which the unprotected program is declared
-            hung and killed.
-        protected_stdout: strings the protected program's stdout must contain.
-        protected_trace: strings its stderr (exitsafe's teardown trace) must contain when it runs
-            under its own exit policies (no ``EXITSAFE_AT_EXIT`` override from the caller).
+    :ivar id: ``"S1"`` ... ``"S10"``.
+    :ivar title: the situation, in a line.
+    :ivar short: the situation in a few words, for tables.
+    :ivar failure: what the unprotected program must do.
+    :ivar protected_by: the exitsafe feature the protected program relies on.
+    :ivar leaks: leaks (kind -> count, only non-zero kinds) the main process of the
+        protected program must report under :attr:`env`.
+    :ivar leaks_when_releasing: the same under ``EXITSAFE_AT_EXIT=release``.
+    :ivar leaks_when_leaking: the same under ``EXITSAFE_AT_EXIT=leak`` (what is still alive
+        at exit), for scenarios whose own ``env`` does not set ``EXITSAFE_AT_EXIT``.
+    :ivar child_inherited: for scenarios that fork: the ``inherited`` count the child's
+        leak report must show (and the child must report no leaks of its own).
+    :ivar env: environment variables both programs run with.
+    :ivar timeout: seconds a run may take before it counts as hung.
+    :ivar hang_timeout: for ``hang`` failures: seconds after which the unprotected
+        program is declared hung and killed.
+    :ivar protected_stdout: strings the protected program's stdout must contain.
+    :ivar protected_trace: strings its stderr (exitsafe's teardown trace) must contain
+        when it runs under its own exit policies (no ``EXITSAFE_AT_EXIT`` override from
+        the caller).
     """
 
     id: str

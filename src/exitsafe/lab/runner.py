@@ -1,11 +1,11 @@
 """Run a scenario program in a fresh process and judge it against the catalogue.
 
-`run_scenario` runs ``sN_unprotected.py`` or ``sN_protected.py`` with
-[`exitsafe.testing.run`][exitsafe.testing.run] (``python -X faulthandler``, exitsafe's trace on,
+:func:`run_scenario` runs ``sN_unprotected.py`` or ``sN_protected.py`` with
+:func:`exitsafe.testing.run` (``python -X faulthandler``, exitsafe's trace on,
 its own process group killed on timeout), collects the runtime's leak
 reports through a private ``EXITSAFE_LAB_LEAK_REPORT`` file, and returns a
-`ScenarioRun` saying whether the program did what
-`exitsafe.lab.catalog` says it must, and if not, every way it did not.
+:class:`ScenarioRun` saying whether the program did what
+:mod:`exitsafe.lab.catalog` says it must, and if not, every way it did not.
 
 Both the test suite and ``exitsafe demo`` use it.
 """
@@ -53,13 +53,12 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holdin
 class ScenarioRun:
     """One run of one scenario program, judged.
 
-    Attributes:
-        ok: the program did what the catalogue says (failed as expected when unprotected; exited
-            cleanly with exactly the expected leaks when protected).
-        problems: every way it did not, in words (empty when ``ok``).
-        outcome: how it ended, decoded in a few words (``"SIGSEGV"``, ``"SIGABRT + FATAL: ..."``,
-            ``"hang, killed after 3 s"``, ``"exit 0"``).
-        detail: the leak report (and, protected, the ledger) in a few words.
+    :ivar ok: the program did what the catalogue says (failed as expected when
+        unprotected; exited cleanly with exactly the expected leaks when protected).
+    :ivar problems: every way it did not, in words (empty when ``ok``).
+    :ivar outcome: how it ended, decoded in a few words (``"SIGSEGV"``,
+        ``"SIGABRT + FATAL: ..."``, ``"hang, killed after 3 s"``, ``"exit 0"``).
+    :ivar detail: the leak report (and, protected, the ledger) in a few words.
     """
 
     scenario: Scenario
@@ -189,7 +188,7 @@ def run_scenario(
 
     ``env`` is added on top of the scenario's own environment (e.g.
     ``{"EXITSAFE_AT_EXIT": "release"}``; the expected leaks then follow
-    `Scenario.leaks_when_releasing`).  ``timeout`` defaults to the
+    :attr:`Scenario.leaks_when_releasing`).  ``timeout`` defaults to the
     scenario's ``hang_timeout`` for an unprotected program expected to hang,
     else to its ``timeout``.  The lab libraries must be buildable (the caller
     usually builds them first, so parallel runs find them in the cache).
@@ -252,7 +251,7 @@ def survived_with_evidence(
     scenario: Scenario, result: ExitResult, reports: List[LeakReport]
 ) -> bool:
     """The unprotected run ended without a signal, but the runtime's leak report proves the
-    undefined behaviour of a ``"signal"`` scenario ran (`Failure.evidence`): it
+    undefined behaviour of a ``"signal"`` scenario ran (:attr:`Failure.evidence`): it
     happened not to crash this time."""
     evidence = scenario.failure.evidence
     if not evidence or result.signal is not None or result.timed_out:
