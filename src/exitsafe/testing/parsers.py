@@ -192,8 +192,9 @@ class ExceptionReport:
         return f"{exc} in {self.where}"
 
 
-#: An "Exception ignored ..." block (an exception Python could not raise to a caller).
 Unraisable = ExceptionReport
+"""Another name of [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport], for an
+"Exception ignored ..." block (an exception Python could not raise to a caller)."""
 
 
 class _ThreadBuilder:
