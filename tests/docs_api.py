@@ -7,8 +7,11 @@ of ``src/``, Google-style docstrings):
 - the object has a docstring;
 - a function or method documents every parameter in its ``Args:`` section;
 - a class documents the parameters of its ``__init__`` (in the class docstring or in
-  ``__init__``'s), and every public method, property and attribute of its own has a docstring
-  or is listed in the class's ``Attributes:`` section.
+  ``__init__``'s), and every public method, property and attribute of its own or inherited
+  from exitsafe's own classes (mixins) has a docstring or is listed in the class's
+  ``Attributes:`` section.  A dataclass's generated ``__init__``
+  takes exactly its fields, so a field documented as an attribute documents that parameter
+  too (one table on the page, not the same text twice).
 
 Used by tests/test_docs_site.py; ``python tests/docs_api.py`` prints the gaps.
 """
@@ -114,12 +117,13 @@ def _parameters(function: Any) -> List[str]:
     return names
 
 
-def _check_function(path: str, function: Any, problems: List[str], *extra_docs: Any) -> None:
+def _check_function(path: str, function: Any, problems: List[str], *extra_docs: Any,
+                    fields: Set[str] = frozenset()) -> None:  # type: ignore[assignment]
     if not function.docstring and not any(extra_docs):
         problems.append(f"{path}: no docstring")
         return
     documented = _documented_names(function.docstring, *extra_docs,
-                                   kinds=("parameters", "other parameters"))
+                                   kinds=("parameters", "other parameters")) | fields
     for name in _parameters(function):
         if name not in documented:
             problems.append(f"{path}: parameter {name!r} is not in the Args: section")
@@ -128,13 +132,23 @@ def _check_function(path: str, function: Any, problems: List[str], *extra_docs: 
 def _check_class(path: str, cls: Any, problems: List[str]) -> None:
     if not cls.docstring:
         problems.append(f"{path}: no docstring")
+    attributes = _documented_names(cls.docstring, kinds=("attributes",))
+    fields: Set[str] = set()
+    if "dataclass" in cls.labels:  # the generated __init__ takes the fields
+        fields = {name for name, member in cls.members.items()
+                  if member.is_attribute and (member.docstring or name in attributes)}
     init = cls.members.get("__init__")
     if init is not None and not init.is_alias and init.is_function:
-        _check_function(f"{path}.__init__", init, problems, cls.docstring)
-    attributes = _documented_names(cls.docstring, kinds=("attributes",))
-    for name, member in cls.members.items():
-        if name.startswith("_") or member.is_alias:
+        _check_function(f"{path}.__init__", init, problems, cls.docstring, fields=fields)
+    # all_members: a class's own members and those it inherits from exitsafe's classes (a
+    # registry's methods live in mixins, one per concern), as the reference shows them
+    for name, member in cls.all_members.items():
+        if name.startswith("_"):
             continue
+        if member.is_alias:
+            if name in cls.members:  # an import, not a definition
+                continue
+            member = member.final_target
         where = f"{path}.{name}"
         if member.is_function:
             if "property" in member.labels:

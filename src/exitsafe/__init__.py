@@ -1,11 +1,12 @@
 """exitsafe: make programs that hold native handles exit cleanly.
 
-Declare each native object with :func:`track` (and the libraries their
-release code runs in with :func:`pin`), say what depends on what, and
+Declare each native object with [`track`][exitsafe.track] (and the libraries their
+release code runs in with [`pin`][exitsafe.pin]), say what depends on what, and
 exitsafe releases them in a safe order whatever way the process ends, or
 leaks them on purpose where releasing is unsafe.  See the README and
 ``docs/`` for the concepts; every name here acts on the process-wide
-:func:`default_registry` unless you create a :class:`Registry` of your own.
+[`default_registry`][exitsafe.default_registry] unless you create a [`Registry`][exitsafe.Registry]
+of your own.
 
 Importing exitsafe is cheap: it imports no FFI library and nothing beyond
 a few builtin modules.
@@ -126,7 +127,59 @@ def track(
     timeout: Optional[float] = None,
     affinity: Optional[str] = None,
 ) -> Handle:
-    """Start owning ``raw`` in the default registry; see :meth:`Registry.track`."""
+    """Start owning `raw` in the default registry: `release(raw)` runs exactly once, or never.
+
+    The module-level form of [`Registry.track`][exitsafe.Registry.track] on
+    [`default_registry()`][exitsafe.default_registry]; for cffi and ctypes pointers prefer
+    [`exitsafe.cffi.track`][exitsafe.cffi.track] / [`exitsafe.ctypes.track`][exitsafe.ctypes.track],
+    which also check the pointer and find the library's pin.
+
+    Args:
+        raw: the native object (a pointer, an integer handle, any object); kept referenced
+            by the handle and passed to `release`.  [`Handle.raw`][exitsafe.Handle.raw] gives
+            it back while the handle is usable.
+        release: the native release function, called as `release(raw)` when the last owner
+            lets go and no dependent is alive, or at teardown in dependency order.  It runs
+            on the thread dropping the last owner or on the teardown thread (a worker thread
+            when a timeout applies), never while exitsafe holds its lock; it may call
+            exitsafe.
+        kind: a label (`"device"`, `"buffer"`...) shown in the ledger and the trace and
+            passed to exit policies.  `"library"` also makes the handle go last at teardown.
+        depends_on: handles (or pins) of the same registry that must outlive this one: this
+            handle is released before any of them, and a dependency is not released while
+            this handle lives.
+        exit_policy: what teardown does with this handle if it is still alive: `"release"`,
+            `"leak"`, or a callable taking a [`HandleInfo`][exitsafe.HandleInfo] and
+            returning one of them (see [`exitsafe.policies`][exitsafe.policies]).  `None`:
+            the registry's default.  `EXITSAFE_AT_EXIT` overrides it.
+        name: the display name in the ledger and the trace; default `"<kind>#<n>"`.
+        timeout: seconds the release may take at teardown before it is abandoned and the
+            handle leaked (`leaked_timeout`); `None` uses the registry's `step_timeout` or
+            `EXITSAFE_STEP_TIMEOUT`, else no bound.
+        affinity: `"creator"` or `"main"` runs the release only on that thread (GL contexts,
+            some GPU and GUI objects): a release due elsewhere is queued for that thread's
+            next exitsafe call or [`run_pending()`][exitsafe.run_pending].  `None`: any
+            thread.
+
+    Returns:
+        The new handle, holding one owner: `release()` it, use it as a context manager, or
+        let it be garbage collected to drop that owner.
+
+    Raises:
+        RegistryClosedError: strict registries only, when teardown has begun (otherwise the
+            handle is leaked at once, `leaked_after_close`).
+        HandleClosedError: a handle in `depends_on` is no longer usable.
+        ForeignHandleError: a handle in `depends_on` belongs to another registry.
+
+    Example:
+        ```python
+        import exitsafe
+
+        ctx = exitsafe.track(lib.ctx_create(), lib.ctx_free, kind="context")
+        buf = exitsafe.track(lib.buf_create(ctx.raw), lib.buf_free, kind="buffer",
+                             depends_on=[ctx])  # buf is freed before ctx
+        ```
+    """
     return default_registry().track(
         raw,
         release,
@@ -146,7 +199,27 @@ def pin(
     name: Optional[str] = None,
     timeout: Optional[float] = None,
 ) -> Handle:
-    """Pin a loaded library in the default registry; see :meth:`Registry.pin`."""
+    """Hold a loaded library in the default registry so it stays loaded while anything
+    depending on it lives.
+
+    The module-level form of [`Registry.pin`][exitsafe.Registry.pin].  For cffi and ctypes
+    libraries prefer [`exitsafe.cffi.pin`][exitsafe.cffi.pin] /
+    [`exitsafe.ctypes.pin`][exitsafe.ctypes.pin], which also keep the library file mapped
+    against other closers and are found automatically by their `track`.
+
+    Args:
+        library: the loaded library object; kept referenced until the pin is released.
+        close: called as `close(library)` (for example `ffi.dlclose`) when the pin is
+            released, after every handle depending on it; `None` (the default): the library
+            stays referenced for the rest of the process and exitsafe never unloads it.
+        name: the display name in the ledger and the trace; default `"library#<n>"`.
+        timeout: seconds `close` may take at teardown before it is abandoned and the pin
+            leaked; `None` uses the registry's step timeout, else no bound.
+
+    Returns:
+        The pin, a handle of kind `"library"`: pass it in `depends_on` of every handle whose
+        release runs the library's code.  At teardown libraries go last.
+    """
     return default_registry().pin(library, close=close, name=name, timeout=timeout)
 
 
@@ -159,7 +232,35 @@ def on_teardown(
     timeout: Optional[float] = None,
     in_child: str = "skip",
 ) -> Handle:
-    """Register a teardown hook in the default registry; see :meth:`Registry.on_teardown`."""
+    """Register `fn()` to run once during the default registry's teardown.
+
+    The module-level form of [`Registry.on_teardown`][exitsafe.Registry.on_teardown].  The
+    hook is a node of the handle graph: it runs before the handles in `before` are released
+    and after those in `after`; hooks with no such constraint run first.  It runs on the
+    teardown thread (or a worker when a timeout applies), outside exitsafe's lock; an
+    exception is logged and recorded (`hook_failed`).
+
+    Args:
+        fn: the hook, called with no arguments.
+        before: handles that must still be alive when the hook runs ("flush the queue before
+            the buffers go").  Until the hook has run, garbage collection cannot release
+            them; an explicit `release()` still does.
+        after: handles that must be released (or leaked) before the hook runs.
+        name: the display name in the ledger and the trace.
+        timeout: seconds the hook may run before it is abandoned (`hook_timeout`); the
+            handles in `before` are then leaked.  `None`: the registry's step timeout.
+        in_child: what a process forked after this call does with the inherited hook:
+            `"skip"` (the default; recorded `leaked_inherited`) or `"run"` (pure Python the
+            child's exit needs too).
+
+    Returns:
+        The hook's handle: `release()` on it cancels the hook; dropping it does not.
+
+    Example:
+        ```python
+        exitsafe.on_teardown(queue.flush, before=[queue_handle, *buffers], name="flush")
+        ```
+    """
     return default_registry().on_teardown(
         fn, before=before, after=after, name=name, timeout=timeout, in_child=in_child
     )
@@ -168,8 +269,24 @@ def on_teardown(
 def on_early_exit(
     fn: Callable[[], object], *, name: Optional[str] = None, timeout: Optional[float] = None
 ) -> Handle:
-    """Run ``fn()`` in the early phase of the exit, before the interpreter joins its
-    threads (stop servers, executors, pools there); see :meth:`Registry.on_early_exit`."""
+    """Run `fn()` in the early phase of the exit, before the interpreter joins its threads.
+
+    The module-level form of [`Registry.on_early_exit`][exitsafe.Registry.on_early_exit]:
+    the place to stop servers, executors and pools that would otherwise keep the exit
+    waiting (`server.stop(None)`, `executor.shutdown(wait=False, cancel_futures=True)`).
+    Early hooks run once, newest first, on the main thread at exit, or at the beginning of
+    an explicit [`teardown()`][exitsafe.teardown]; everything may still be used there.
+
+    Args:
+        fn: the hook, called with no arguments.  An exception is logged and recorded
+            (`hook_failed`).
+        name: the display name in the ledger and the trace.
+        timeout: seconds the hook may run before it is abandoned (`hook_timeout`); `None`:
+            the registry's step timeout.
+
+    Returns:
+        The hook's handle; `release()` on it cancels the hook.
+    """
     return default_registry().on_early_exit(fn, name=name, timeout=timeout)
 
 
@@ -181,28 +298,53 @@ def worker(
     timeout: Optional[float] = None,
     name: Optional[str] = None,
 ) -> Handle:
-    """Declare a thread that uses handles and how to stop it; see :meth:`Registry.worker`.
+    """Declare a thread that uses handles, and how to stop it, in the default registry.
 
-    At exit the thread is asked to stop and joined (bounded) before any handle in
-    ``uses`` is released; if it does not end, those handles are leaked and the thread
-    is parked at its next borrow.
+    The module-level form of [`Registry.worker`][exitsafe.Registry.worker].  At exit the
+    thread is asked to stop (already in the early phase, so a non-daemon thread does not
+    keep the exit waiting) and joined, bounded by `timeout`, before any handle in `uses` is
+    released.  If it does not end in time, those handles are leaked (`leaked_dependent`,
+    never released under the running thread) and the thread is parked at its next
+    [`Handle.borrow`][exitsafe.Handle.borrow].
+
+    Args:
+        thread: the `threading.Thread`.
+        stop: a `threading.Event` (set to ask the thread to stop) or a callable (called
+            once, with no arguments, to ask it).
+        uses: the handles the thread uses; none of them is released before the thread ended.
+        timeout: seconds to wait for the thread to end once asked; `None`: 5 seconds
+            (`exitsafe._teardown.IN_FLIGHT_WAIT`).
+        name: the display name in the ledger and the trace.
+
+    Returns:
+        The worker's hook handle; `release()` on it forgets the worker.
+
+    Example:
+        ```python
+        stop = threading.Event()
+        t = threading.Thread(target=infer_loop, args=(stop, session), daemon=True)
+        t.start()
+        exitsafe.worker(t, stop=stop, uses=[session])
+        ```
     """
     return default_registry().worker(thread, stop=stop, uses=uses, timeout=timeout, name=name)
 
 
 def exit(code: Optional[int] = 0) -> NoReturn:
-    """Leave this process quietly: tear down what it owns, flush ``sys.stdout`` and
-    ``sys.stderr``, and end with ``os._exit(code)``.
+    """Leave this process quietly: tear down what it owns, flush `sys.stdout` and
+    `sys.stderr`, and end with `os._exit(code)`.
 
-    Like Rust's ``process::exit``: nothing else runs, neither module finalization (so
-    no ``__del__`` of an object inherited from a parent process) nor the C-level
-    ``atexit`` handlers of native libraries, which in a forked child may hang or crash
-    on the parent's driver state.  Every registry is torn down first (handles this
-    process created are released in order; inherited ones end ``leaked_inherited``),
-    and the ledger is written if ``EXITSAFE_LEDGER`` asks for it.  ``code``: 0-255,
-    or ``None`` for 0.  Meant for forked children (see ``docs/fork.md``); in any
-    other process it skips what a normal exit would do, ``finally`` blocks of other
-    frames included.  Never returns.
+    Like Rust's `process::exit`: nothing else runs, neither module finalization (so no
+    `__del__` of an object inherited from a parent process) nor the C-level `atexit`
+    handlers of native libraries, which in a forked child may hang or crash on the parent's
+    driver state.  Every registry is torn down first (handles this process created are
+    released in order; inherited ones end `leaked_inherited`), and the ledger is written if
+    `EXITSAFE_LEDGER` asks for it.  Meant for forked children (see the fork page); in any
+    other process it skips what a normal exit would do, `finally` blocks of other frames
+    included.  Never returns.
+
+    Args:
+        code: the exit status, 0-255; `None` means 0.
     """
     from ._children import leave
 
@@ -210,15 +352,20 @@ def exit(code: Optional[int] = 0) -> NoReturn:
 
 
 def set_fork_exit(mode: str) -> None:
-    """How forked children of this process end when they end normally.
+    """Choose how forked children of this process end when they end normally.
 
-    ``"quiet"``: a child created by ``os.fork()`` after this call that ends normally
-    (the end of the main program, ``sys.exit(n)``, an uncaught exception) leaves the
-    way :func:`exit` does, with its exit status, once its exit teardown ran.
-    ``"normal"`` (the default): the usual interpreter exit.  The environment variable
-    ``EXITSAFE_FORK_EXIT=quiet|normal`` sets the same for programs you do not edit;
-    this function takes precedence.  Multiprocessing workers are not affected (they
-    end with ``os._exit`` anyway, after their own teardown).
+    The environment variable `EXITSAFE_FORK_EXIT=quiet|normal` sets the same for programs
+    you do not edit; this function takes precedence.  Multiprocessing workers are not
+    affected (they end with `os._exit` anyway, after their own teardown).
+
+    Args:
+        mode: `"quiet"`: a child created by `os.fork()` after this call that ends normally
+            (the end of the main program, `sys.exit(n)`, an uncaught exception) leaves the
+            way [`exit()`][exitsafe.exit] does, with its exit status, once its exit teardown
+            ran.  `"normal"` (the default before any call): the usual interpreter exit.
+
+    Raises:
+        ValueError: `mode` is neither `"quiet"` nor `"normal"`.
     """
     from ._children import set_fork_exit as set_mode
 
@@ -228,24 +375,63 @@ def set_fork_exit(mode: str) -> None:
 def guard(
     fn: Callable[..., T], *, default: Any = None, registry: Optional[Registry] = None
 ) -> Guarded:
-    """Wrap ``fn`` for native code: it returns ``default`` without calling ``fn`` once
-    ``registry``'s (by default the default registry's) teardown has begun.
+    """Wrap `fn` for native code: the wrapper returns `default` without calling `fn` once the
+    registry's teardown has begun.
 
-    See :class:`Guarded` for the thread rules.  Raises ``TypeError`` when ``fn`` is not
-    callable or ``registry`` is not a :class:`Registry`.
+    See [`Guarded`][exitsafe.Guarded] for the thread rules.  For cffi and ctypes callbacks
+    [`exitsafe.cffi.callback`][exitsafe.cffi.callback] /
+    [`exitsafe.ctypes.callback`][exitsafe.ctypes.callback] also keep the function pointer
+    alive; use `guard` inside `@ffi.def_extern()` functions and other callbacks you create
+    yourself.
+
+    Args:
+        fn: the callable native code calls.
+        default: what a call returns, without calling `fn`, from the moment teardown begins.
+        registry: the registry whose teardown silences the wrapper; `None`: the default
+            registry.
+
+    Returns:
+        The wrapper, a [`Guarded`][exitsafe.Guarded]; it forwards every call (arguments,
+        result and exceptions) to `fn` until teardown begins.
+
+    Raises:
+        TypeError: `fn` is not callable or `registry` is not a
+            [`Registry`][exitsafe.Registry].
+
+    Example:
+        ```python
+        log_line = exitsafe.guard(lambda level, msg: log.info(ffi.string(msg)))
+
+        @ffi.def_extern()
+        def on_log(level, msg):
+            log_line(level, msg)  # a no-op once teardown began
+        ```
     """
     return Guarded(fn, default, registry if registry is not None else default_registry())
 
 
 def teardown(reason: str = "explicit") -> None:
-    """Run the default registry's ordered teardown now; see :meth:`Registry.teardown`.
+    """Run the default registry's ordered teardown now; see
+    [`Registry.teardown`][exitsafe.Registry.teardown].
 
-    Idempotent.  Only the default registry is torn down; other registries
-    still tear down at exit (or call their own :meth:`Registry.teardown`).
+    Every live handle is released or leaked in dependency order, the hooks run, and the
+    registry is closed: later registrations are leaked at once.  Idempotent.  Only the
+    default registry is torn down; other registries still tear down at exit (or call their
+    own [`Registry.teardown`][exitsafe.Registry.teardown]).
+
+    Args:
+        reason: a label recorded in the trace (`reason=...`); the exit teardown uses
+            `"atexit"`.
     """
     default_registry().teardown(reason=reason)
 
 
 def ledger() -> list[LedgerEntry]:
-    """The default registry's ledger; see :meth:`Registry.ledger`."""
+    """The default registry's ledger; see [`Registry.ledger`][exitsafe.Registry.ledger].
+
+    Returns:
+        The recorded outcomes, oldest first: one [`LedgerEntry`][exitsafe.LedgerEntry] per
+        handle released, leaked or detached and per hook run (at most the registry's
+        `ledger_limit` of the newest).
+    """
     return default_registry().ledger()

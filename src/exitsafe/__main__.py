@@ -1,4 +1,4 @@
-"""``python -m exitsafe``: the ``exitsafe`` command; see :mod:`exitsafe.cli`."""
+"""``python -m exitsafe``: the ``exitsafe`` command; see `exitsafe.cli`."""
 
 from __future__ import annotations
 

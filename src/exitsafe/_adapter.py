@@ -1,19 +1,20 @@
-"""What :mod:`exitsafe.cffi` and :mod:`exitsafe.ctypes` share: one adapter base.
+"""What [`exitsafe.cffi`][exitsafe.cffi] and [`exitsafe.ctypes`][exitsafe.ctypes] share: one adapter
+base.
 
-An :class:`Adapter` turns FFI objects into handles: native pointers (tracked by
-address, so one native object cannot be owned twice and :func:`exitsafe.handle_of` can
-map a pointer coming back from C to its handle), loaded libraries (pinned: kept
-referenced, kept mapped by one extra loader reference, closed after every dependent),
-and callbacks (kept alive while native code may call them, silenced at teardown).
+An `Adapter` turns FFI objects into handles: native pointers (tracked by
+address, so one native object cannot be owned twice and [`exitsafe.handle_of`][exitsafe.handle_of]
+can map a pointer coming back from C to its handle), loaded libraries (pinned: kept referenced, kept
+mapped by one extra loader reference, closed after every dependent), and callbacks (kept alive while
+native code may call them, silenced at teardown).
 
 A subclass says only what differs between FFIs: how a pointer is validated
-(:meth:`Adapter.pointer_address`), how a library is identified and closed
-(:meth:`Adapter.describe_library`), which pin a release function's code lives in
-(:meth:`Adapter.pin_for_release`), and how a pointer is recognised in
-:meth:`Adapter.lookup`.  Like contextlib's ``_BaseExitStack`` under ``ExitStack`` and
+(`Adapter.pointer_address`), how a library is identified and closed
+(`Adapter.describe_library`), which pin a release function's code lives in
+(`Adapter.pin_for_release`), and how a pointer is recognised in
+`Adapter.lookup`.  Like contextlib's ``_BaseExitStack`` under ``ExitStack`` and
 ``AsyncExitStack``.
 
-The tables here are guarded by exitsafe's one lock (see :mod:`exitsafe._sync`); release
+The tables here are guarded by exitsafe's one lock (see `exitsafe._sync`); release
 and close functions run outside it.
 """
 
@@ -40,7 +41,7 @@ _callbacks: dict[int, Handle] = {}
 
 
 class LibraryInfo:
-    """How an adapter identifies one loaded library (see :meth:`Adapter.describe_library`).
+    """How an adapter identifies one loaded library (see `Adapter.describe_library`).
 
     ``key``: the pin table's key; ``label``: for the pin's default name;
     ``close``: closes the library when the pin is released (or ``None``);
@@ -178,7 +179,8 @@ class Adapter:
         return release
 
     def lookup(self, obj: object, registry: Registry) -> Optional[Handle]:
-        """The live handle ``obj`` stands for in ``registry`` (for :func:`exitsafe.handle_of`)."""
+        """The live handle ``obj`` stands for in ``registry`` (for
+        [`exitsafe.handle_of`][exitsafe.handle_of])."""
         return self.pin_of(obj, registry)
 
     # ------------------------------------------------------------------ pointers
@@ -351,8 +353,8 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     in the middle of a native call that uses it (a release request waits for the call
     to end; a teardown waits for it, bounded), and once a teardown has begun the call
     does not start on another thread (the thread is parked, or gets
-    :class:`~exitsafe.HandleClosedError` if it is a non-daemon thread).  A handle that
-    is no longer usable raises :class:`~exitsafe.HandleClosedError` before the call.
+    [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).  A handle that
+    is no longer usable raises [`HandleClosedError`][exitsafe.HandleClosedError] before the call.
     Handles are borrowed left to right and let go in reverse order.
     """
     for arg in args:
@@ -374,7 +376,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class BorrowingLibrary:
-    """A view of a library whose functions go through :func:`call`.
+    """A view of a library whose functions go through `call`.
 
     ``lib = exitsafe.cffi.borrowing(ffi.dlopen(...))``: ``lib.device_run(dev, 10)`` with
     ``dev`` a handle borrows it for the call.  Attributes that are not callable (a
@@ -404,7 +406,7 @@ class BorrowingLibrary:
 
 
 class _Borrowing:
-    """One function of a :class:`BorrowingLibrary`."""
+    """One function of a `BorrowingLibrary`."""
 
     __slots__ = ("fn",)
 

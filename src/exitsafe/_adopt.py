@@ -1,4 +1,5 @@
-"""Third-party objects in the handle graph: :func:`adopt`, :func:`neutralize_at_exit`.
+"""Third-party objects in the handle graph: [`adopt`][exitsafe.adopt],
+[`neutralize_at_exit`][exitsafe.neutralize_at_exit].
 
 Bindings you do not own often wrap a native handle in a Python object with a
 ``close()`` method and a ``__del__`` that calls native code.  At interpreter
@@ -6,19 +7,19 @@ shutdown that ``__del__`` may run after the library it calls into was
 unloaded, after the module globals it uses were cleared, or after a parent
 object it depends on was freed.  Two ways out, each one call:
 
-* :func:`adopt` puts the object into the handle graph: exitsafe owns its
+* [`adopt`][exitsafe.adopt] puts the object into the handle graph: exitsafe owns its
   end and calls its close method exactly once, in dependency order, when you
   release the returned handle or at teardown (before the interpreter starts
   finalizing modules), or never when its exit policy leaks it.
-* :func:`neutralize_at_exit` leaves the object alone while the program runs
+* [`neutralize_at_exit`][exitsafe.neutralize_at_exit] leaves the object alone while the program runs
   and, when teardown begins, sets the attribute holding its native handle to
   a null value, so the object's own ``__del__`` / ``close()`` does nothing
   later (the fix of the WinML ``EpCatalog`` crash, as one call).
-  :func:`neutralize` does the same immediately.
+  [`neutralize`][exitsafe.neutralize] does the same immediately.
 
-:func:`handle_of` finds the handle exitsafe keeps for an object (a handle, an
-adopted object, a :class:`exitsafe.NativeObject`, a pinned library or
-a tracked pointer of :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes`); every
+[`handle_of`][exitsafe.handle_of] finds the handle exitsafe keeps for an object (a handle, an
+adopted object, a [`exitsafe.NativeObject`][exitsafe.NativeObject], a pinned library or
+a tracked pointer of [`exitsafe.cffi`][exitsafe.cffi] / [`exitsafe.ctypes`][exitsafe.ctypes]); every
 ``depends_on`` / ``before`` / ``after`` argument of this module and of the FFI
 adapters accepts any of those.
 
@@ -27,7 +28,7 @@ method of an adopted object runs on the thread that drops the handle's last
 owner, or on the thread running the teardown; neutralization at exit runs on
 the teardown thread.
 
-Every public name here is also importable from :mod:`exitsafe` itself.
+Every public name here is also importable from `exitsafe` itself.
 """
 
 from __future__ import annotations
@@ -62,21 +63,28 @@ __all__ = [
 class NeutralizeError(ExitsafeError, AttributeError):
     """An attribute cannot be neutralized on this object.
 
-    Raised when :func:`neutralize` or :func:`neutralize_at_exit` is called
-    (never later, at exit): the attribute is missing, is a read-only
-    property or descriptor, or the object refuses assignment (a frozen
-    dataclass or attrs class, a custom ``__setattr__`` that raises).
+    Raised when [`neutralize`][exitsafe.neutralize] or
+    [`neutralize_at_exit`][exitsafe.neutralize_at_exit] is called (never later, at exit): the
+    attribute is missing, is a read-only property or descriptor, or the object refuses assignment (a
+    frozen dataclass or attrs class, a custom ``__setattr__`` that raises).
     """
 
 
 class AlreadyTrackedError(ExitsafeError, ValueError):
     """The object (or native pointer) already has a live exitsafe handle.
 
-    Raised by :func:`adopt` for an object adopted twice and by
-    ``exitsafe.cffi.track`` / ``exitsafe.ctypes.track`` for a pointer that is
-    already tracked (releasing it twice would be a double free).  ``handle``
-    is the existing handle: call ``handle.retain()`` to share ownership.  It is
-    ``None`` when another thread is registering the same object at this moment.
+    Raised by [`adopt`][exitsafe.adopt] for an object adopted twice and by
+    [`exitsafe.cffi.track`][exitsafe.cffi.track] / [`exitsafe.ctypes.track`][exitsafe.ctypes.track]
+    for a pointer that is already tracked (releasing it twice would be a double free).  Also
+    a `ValueError`.
+
+    Args:
+        message: the error message.
+        handle: the existing handle, or `None`.
+
+    Attributes:
+        handle: the existing handle: call `handle.retain()` to share ownership.  `None` when
+            another thread is registering the same object at this moment.
     """
 
     def __init__(self, message: str, handle: Optional[Handle]) -> None:
@@ -87,11 +95,11 @@ class AlreadyTrackedError(ExitsafeError, ValueError):
 class ClaimTable:
     """Keys (an object's id, a native address) owned by at most one live handle.
 
-    :meth:`claim` reserves a key atomically before the handle is registered, so two
+    `claim` reserves a key atomically before the handle is registered, so two
     threads tracking the same object cannot both succeed (a double release later);
-    :meth:`bind` then records the handle, :meth:`cancel` drops a reservation whose
-    registration failed, :meth:`forget` removes a key when its handle ends.  Guarded
-    by exitsafe's one lock (see :mod:`exitsafe._sync`).  ``strong=True`` keeps the
+    `bind` then records the handle, `cancel` drops a reservation whose
+    registration failed, `forget` removes a key when its handle ends.  Guarded
+    by exitsafe's one lock (see `exitsafe._sync`).  ``strong=True`` keeps the
     handles referenced (an adopted object's handle must live until it is released);
     otherwise they are held weakly.
     """
@@ -118,7 +126,8 @@ class ClaimTable:
     def claim(
         self, key: object, identity: object, describe: Callable[[Optional[Handle]], str]
     ) -> None:
-        """Reserve ``key``; raise :class:`AlreadyTrackedError` if a live handle owns it."""
+        """Reserve ``key``; raise [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if a live
+        handle owns it."""
         with _sync.section("track()"):
             entry = self._entries.get(key)
             if entry is not None:
@@ -177,22 +186,29 @@ def registry_arg(registry: Optional[Registry]) -> Registry:
 
 
 def register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
-    """Let an adapter module teach :func:`handle_of` about its own objects."""
+    """Let an adapter module teach [`handle_of`][exitsafe.handle_of] about its own objects."""
     with _sync.section("register_lookup()"):
         if fn not in _lookups:
             _lookups.append(fn)
 
 
 def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
-    """The live exitsafe handle standing for ``obj`` in ``registry``, or ``None``.
+    """The live exitsafe handle standing for `obj` in `registry`, or `None`.
 
-    ``obj`` may be a :class:`~exitsafe.Handle` (returned as is), an object
-    adopted with :func:`adopt`, any object with an ``__exitsafe_handle__``
-    attribute (such as a :class:`~exitsafe.NativeObject`), or, once
-    :mod:`exitsafe.cffi` / :mod:`exitsafe.ctypes` are imported, a library
-    pinned with their ``pin`` or a pointer tracked with their ``track``
-    (looked up by address).  Handles that were released or leaked are not
-    returned.  Thread-safe; never calls native code.
+    Handles that were released or leaked are not returned.  Thread-safe; never calls
+    native code.
+
+    Args:
+        obj: a [`Handle`][exitsafe.Handle] (returned as is), an object adopted with
+            [`adopt`][exitsafe.adopt], any object with an `__exitsafe_handle__` attribute
+            (such as a [`NativeObject`][exitsafe.NativeObject]), or, once
+            [`exitsafe.cffi`][exitsafe.cffi] / [`exitsafe.ctypes`][exitsafe.ctypes] are
+            imported, a library pinned with their `pin` or a pointer tracked with their
+            `track` (looked up by address).
+        registry: where to look; `None`: the default registry.
+
+    Returns:
+        The handle, or `None` when exitsafe has no live handle for `obj` there.
     """
     reg = registry_arg(registry)
     if isinstance(obj, Handle):
@@ -260,7 +276,8 @@ _MISSING = object()
 
 
 def _check_settable(obj: object, name: str) -> None:
-    """Raise :class:`NeutralizeError` now if ``obj.name = null`` cannot work later."""
+    """Raise [`NeutralizeError`][exitsafe.NeutralizeError] now if ``obj.name = null`` cannot work
+    later."""
     cls = type(obj)
     what = f"{cls.__qualname__}.{name}"
     desc = _lookup_descriptor(cls, name)
@@ -296,14 +313,24 @@ def _check_settable(obj: object, name: str) -> None:
 
 
 def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[str, Any]:
-    """Set ``obj.<attr> = null`` now so the object's own ``close()`` / ``__del__`` does nothing.
+    """Set `obj.<attr> = null` now, so that the object's own `close()` / `__del__` does nothing.
 
-    ``attr`` may be one name or a sequence of names.  Returns the previous
-    values (name -> value), which you now own: exitsafe does not release
-    them.  Raises :class:`NeutralizeError` (and changes nothing) when an
-    attribute is missing, a read-only property, or the object refuses
-    assignment.  Works for ``__slots__`` attributes and properties with a
-    setter.  Not atomic with respect to other threads using ``obj``.
+    Works for `__slots__` attributes and properties with a setter.  Not atomic with respect
+    to other threads using `obj`.  To do it at exit instead, use
+    [`neutralize_at_exit`][exitsafe.neutralize_at_exit].
+
+    Args:
+        obj: the object of another library.
+        attr: the attribute holding the native handle, or a sequence of such names.
+        null: the value to set (what the object's finalizer reads as "already closed").
+
+    Returns:
+        The previous values (name -> value), which you now own: exitsafe does not release
+        them.
+
+    Raises:
+        NeutralizeError: an attribute is missing, a read-only property, or the object
+            refuses assignment; nothing was changed.
     """
     names = _attr_names(attr)
     for name in names:
@@ -316,7 +343,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
 
 class _Neutralizer:
-    """The hook of one :func:`neutralize_at_exit` call."""
+    """The hook of one [`neutralize_at_exit`][exitsafe.neutralize_at_exit] call."""
 
     __slots__ = ("get", "names", "null")
 
@@ -357,23 +384,40 @@ def neutralize_at_exit(
     after: Iterable[object] = (),
     name: Optional[str] = None,
 ) -> Handle:
-    """At teardown, set ``obj.<attr> = null`` so the object's own ``__del__`` / ``close()``
-    becomes a no-op; the native object is leaked on purpose and the OS reclaims it.
+    """At teardown, set `obj.<attr> = null` so the object's own `__del__` / `close()` becomes
+    a no-op; the native object is leaked on purpose and the OS reclaims it.
 
-    This is the fix of the ``EpCatalog`` crash at exit (``catalog._handle =
-    None`` after use) as one call, made at the time you create the object.
-    Checks happen now: :class:`NeutralizeError` is raised at call time when
-    the attribute is missing, read-only, or the object is frozen.
+    This is the fix of the `EpCatalog` crash at exit (`catalog._handle = None` after use) as
+    one call, made at the time you create the object.  The checks happen now, not at exit.
 
-    The object is referenced weakly when it supports weak references (if it
-    is collected before exit, its own finalizer runs then, while everything
-    is loaded, and nothing happens at exit); otherwise strongly, so it then
-    lives until exit.  The neutralization is a teardown hook in ``registry``
-    (default: the default registry): without ``before`` / ``after`` it runs
-    among the first steps of the teardown; ``before`` / ``after`` (handles or
-    objects exitsafe knows, see :func:`handle_of`) place it in the graph.
-    Returns the hook's handle: ``release()`` on it cancels the
-    neutralization.  The hook runs on the teardown thread.
+    The object is referenced weakly when it supports weak references (if it is collected
+    before exit, its own finalizer runs then, while everything is loaded, and nothing
+    happens at exit); otherwise strongly, so it then lives until exit.  The neutralization
+    is a teardown hook that runs on the teardown thread; it also runs in a forked child's
+    exit.
+
+    Args:
+        obj: the object of another library whose finalizer must not run late.
+        attr: the attribute holding the native handle, or a sequence of such names.
+        null: the value to set.
+        registry: the registry whose teardown runs the hook; `None`: the default registry.
+        before: handles or objects exitsafe knows (see [`handle_of`][exitsafe.handle_of])
+            that must still be alive when the hook runs.  Without `before` / `after` the hook
+            runs among the first steps of the teardown.
+        after: handles or objects exitsafe knows that must be released before the hook runs.
+        name: the hook's display name in the ledger and the trace.
+
+    Returns:
+        The hook's handle: `release()` on it cancels the neutralization.
+
+    Raises:
+        NeutralizeError: the attribute is missing or read-only, or the object is frozen.
+
+    Example:
+        ```python
+        catalog = thirdparty.EpCatalog()
+        exitsafe.neutralize_at_exit(catalog, "_handle")
+        ```
     """
     names = _attr_names(attr)
     for attr_name in names:
@@ -473,36 +517,52 @@ def adopt(
     null: Any = None,
     timeout: Optional[float] = None,
 ) -> Handle:
-    """Hand ``obj``, an object of another library, to exitsafe: it is closed exactly once,
-    in dependency order, when its handle is released or at teardown, or leaked by policy.
+    """Hand `obj`, an object of another library, to exitsafe: it is closed exactly once, in
+    dependency order, when its handle is released or at teardown, or leaked by policy.
 
-    ``close``: the name of a method to call (default ``"close"``; checked
-    now), a callable ``close(obj)``, or ``None`` (exitsafe only orders and
-    references the object; releasing the handle just lets go of it).
-    ``kind`` defaults to the object's class name (``kind="library"`` makes
-    it go last at teardown).  ``depends_on``: handles or objects exitsafe
-    knows (see :func:`handle_of`) that must outlive ``obj``; ``obj`` can in
-    turn be named in other handles' ``depends_on``.
+    Ownership: exitsafe references `obj` strongly until its handle is released or teardown
+    decides its fate, so the object is not collected (and its own `__del__` does not run)
+    earlier, even if you drop both `obj` and the handle.  Release it with `handle.release()`
+    (the close method runs on that thread once no dependent is alive), or leave it to
+    teardown.  After a close the object's own `__del__` usually finds it closed and does
+    nothing.
 
-    Ownership: exitsafe references ``obj`` strongly until its handle is
-    released or teardown decides its fate, so the object is not collected
-    (and its own ``__del__`` does not run) earlier, even if you drop both
-    ``obj`` and the handle.  Release it with ``handle.release()`` (the
-    close method runs on that thread once no dependent is alive), or leave it
-    to teardown.  After a close the object's own ``__del__`` usually finds it
-    closed and does nothing.
+    Args:
+        obj: the object to own.
+        close: the name of a method to call (default `"close"`; checked now), a callable
+            `close(obj)`, or `None` (exitsafe only orders and references the object;
+            releasing the handle just lets go of it).
+        kind: the label in the ledger and the trace; `None`: the object's class name.
+            `"library"` makes it go last at teardown.
+        depends_on: handles or objects exitsafe knows (see [`handle_of`][exitsafe.handle_of])
+            that must outlive `obj`; `obj` can in turn be named in other handles'
+            `depends_on`.
+        exit_policy: `"release"`, `"leak"` or a callable policy, as for
+            [`Registry.track`][exitsafe.Registry.track]; `None`: the registry's default.
+        name: the display name; default `"<kind>#<n>"`.
+        registry: the registry to own it in; `None`: the default registry.
+        neutralize: an attribute name (or names, checked now) to set to `null` when the
+            handle ends leaked (`exit_policy="leak"`, `EXITSAFE_AT_EXIT=leak`, a timeout, a
+            failed close, a leaked dependent), after the handle's step, so that the kept-alive
+            object's own finalizer does nothing during interpreter finalization.  `None`:
+            nothing is neutralized.
+        null: the value `neutralize` sets.
+        timeout: seconds the close may take at teardown before it is abandoned and the
+            handle leaked; `None`: the registry's step timeout.
 
-    Leak policies: when the handle ends leaked (``exit_policy="leak"``,
-    ``EXITSAFE_AT_EXIT=leak``, a timeout, a failed close, a leaked
-    dependent), the object is kept alive and its own ``__del__`` may still
-    run during interpreter finalization.  Pass ``neutralize=`` (an attribute
-    name or names, checked now) to set them to ``null`` in that case, after
-    the handle's step, so that finalizer does nothing.
+    Returns:
+        The handle standing for `obj`, holding one owner.
 
-    Raises :class:`AlreadyTrackedError` if ``obj`` already has a live
-    adoption handle (``err.handle.retain()`` shares it), ``TypeError`` for a
-    missing / non-callable close method, :class:`NeutralizeError` for an
-    attribute that cannot be neutralized.
+    Raises:
+        AlreadyTrackedError: `obj` already has a live adoption handle
+            (`err.handle.retain()` shares it).
+        TypeError: the close method is missing or not callable.
+        NeutralizeError: an attribute named in `neutralize` cannot be neutralized.
+
+    Example:
+        ```python
+        conn = exitsafe.adopt(thirdparty.connect(), close="close", depends_on=[ctx])
+        ```
     """
     if obj is None:
         raise TypeError("adopt() needs an object, got None")

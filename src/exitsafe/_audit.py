@@ -11,11 +11,11 @@ ordered teardown instead.
 
 The interface is narrow on purpose:
 
-* :func:`install` runs when this module is imported with ``EXITSAFE_AUDIT`` set (exitsafe
+* `install` runs when this module is imported with ``EXITSAFE_AUDIT`` set (exitsafe
   imports it then; ``exitsafe run``'s start-up hook imports it in every Python process):
   it starts ``tracemalloc`` if nothing started it earlier, and registers a fallback
-  :mod:`atexit` callback for programs that never import exitsafe.
-* :func:`after_exit_teardown` is called by exitsafe's exit hook once the exit teardown has
+  `atexit` callback for programs that never import exitsafe.
+* `after_exit_teardown` is called by exitsafe's exit hook once the exit teardown has
   finished: from then on releases are recorded (the *window*).  It also lists the threads
   still alive (``EXITSAFE_TRACE=1`` or audit on), so that a thread unwound later inside
   native code can be named.
@@ -415,11 +415,11 @@ class _Recorder:
     """Records each native release that runs once the window is open.
 
     Late in finalization the interpreter clears module dictionaries (this module's
-    included) and :func:`sys.setprofile` no longer sees calls, so the recorder works by
+    included) and `sys.setprofile` no longer sees calls, so the recorder works by
     wrapping: the ``__del__`` of each class that has a live instance holding a native
     pointer (or of a known binding), ``weakref.finalize.__call__``, and a weak reference
     with a callback on each ``ffi.gc`` pointer still alive.  Its functions run with a
-    private copy of this module's globals and of the builtins (:func:`_detach`), which
+    private copy of this module's globals and of the builtins (`_detach`), which
     finalization never clears.
     """
 
@@ -623,7 +623,7 @@ class _Recorder:
 
 class _Sink:
     """What records a release: the only part of the audit kept alive to the very end
-    (:func:`_keep_forever`), so it holds nothing of the program: no module dictionary,
+    (`_keep_forever`), so it holds nothing of the program: no module dictionary,
     no function of the program, only strings, weak references and builtins."""
 
     def __init__(self, names: dict[int, str], frames: int) -> None:

@@ -7,14 +7,14 @@
   worker with every start method (fork, forkserver, spawn) and every pool (``Process``,
   ``Pool`` closed and joined, ``ProcessPoolExecutor``) on 3.9 to 3.15 is a
   ``multiprocessing.util.Finalize`` registered *in the worker* after the worker's
-  start cleared the finalizer registry.  :func:`in_worker` arranges for that: it asks
+  start cleared the finalizer registry.  `in_worker` arranges for that: it asks
   multiprocessing to call it back right after that clearing
   (``util.register_after_fork``) and registers the Finalize directly too (for a worker
   that imports exitsafe only after its start).  The teardown is idempotent, so
-  whichever runs first does the work.  Priority :data:`WORKER_EXIT_PRIORITY`: after a
+  whichever runs first does the work.  Priority `WORKER_EXIT_PRIORITY`: after a
   ``Pool`` the worker created was terminated (15), before multiprocessing's queues are
   closed (10).
-* **Leaving quietly.**  :func:`leave` tears down what this process owns, flushes
+* **Leaving quietly.**  `leave` tears down what this process owns, flushes
   stdio and ends with ``os._exit``: no module finalization, no C-level ``atexit``
   handler, no finalizer of an inherited object.  With the forked-child setting
   (``EXITSAFE_FORK_EXIT=quiet`` or ``exitsafe.set_fork_exit("quiet")``) a forked child
@@ -75,7 +75,7 @@ def in_worker() -> None:
     """Make sure multiprocessing processes started from here (and this one, if it is a
     worker) tear down at their normal end.
 
-    Asks multiprocessing to run :func:`_register_finalize` in every process it starts,
+    Asks multiprocessing to run `_register_finalize` in every process it starts,
     right after the start cleared the process's finalizers (``register_after_fork``:
     inherited by fork children, and made again at import in forkserver and spawn
     children, which import exitsafe before their start); and, in a worker that imports
@@ -134,7 +134,7 @@ def _flush_stdio() -> None:
 
 def set_fork_exit(mode: str) -> None:
     """``"quiet"`` or ``"normal"``: how forked children of this process end (see
-    :func:`exitsafe.set_fork_exit`)."""
+    [`exitsafe.set_fork_exit`][exitsafe.set_fork_exit])."""
     if mode not in FORK_EXIT_CHOICES:
         raise ValueError(f"mode must be one of {FORK_EXIT_CHOICES}, got {mode!r}")
     _state["fork_exit"] = mode
@@ -169,7 +169,7 @@ def after_fork_in_child() -> None:
 
 
 def _watch_exit() -> None:
-    """Remember the status a forked child ends with, for :func:`quiet_end`.
+    """Remember the status a forked child ends with, for `quiet_end`.
 
     ``sys.exit(n)`` is seen on every version, and a ``SystemExit`` raised directly from
     CPython 3.12 on (through ``sys.monitoring``; before 3.12 such a child ends with 0);

@@ -7,7 +7,7 @@ non-daemon thread; only after that do ``atexit`` callbacks, exitsafe's teardown 
 them, run.  A server whose handler never returns, or a busy executor, therefore hangs
 the exit before exitsafe can act.
 
-:func:`install` wraps the module attribute ``threading._shutdown`` (which the
+`install` wraps the module attribute ``threading._shutdown`` (which the
 interpreter looks up at exit, on every version from 3.9 to 3.15): the wrapper runs
 exitsafe's early phase (every registry's early hooks, newest first, then the stop
 requests of its declared workers), then the original.  It is installed the first time
@@ -50,7 +50,7 @@ class _ShutdownWrapper:
 
 
 def install() -> str:
-    """Hook the early phase in (idempotent); return how (see :data:`_installed`)."""
+    """Hook the early phase in (idempotent); return how (see `_installed`)."""
     if _installed[0]:
         return _installed[0]
     import threading

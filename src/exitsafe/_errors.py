@@ -1,6 +1,6 @@
 """The exception hierarchy of exitsafe.
 
-Every error exitsafe raises on purpose derives from :class:`ExitsafeError`, so a
+Every error exitsafe raises on purpose derives from [`ExitsafeError`][exitsafe.ExitsafeError], so a
 binding can catch "anything exitsafe refused" in one clause.  Errors that are
 also a wrong *kind* of argument additionally derive from the matching builtin
 (``TypeError`` / ``ValueError``) so that generic argument checking still works.
@@ -20,16 +20,26 @@ class ExitsafeError(Exception):
 class HandleClosedError(ExitsafeError):
     """The handle was released or leaked; its native object must not be used.
 
-    Raised by :attr:`Handle.raw`, :meth:`Handle.retain`, :meth:`Handle.borrow`
-    and by ``depends_on=`` when they name a handle that is no longer usable.
+    Raised by [`Handle.raw`][exitsafe.Handle.raw], [`Handle.retain`][exitsafe.Handle.retain],
+    [`Handle.borrow`][exitsafe.Handle.borrow] and by ``depends_on=`` when they name a handle that is
+    no longer usable.
     """
 
 
 class DependencyCycleError(ExitsafeError, ValueError):
     """A dependency would close a cycle in the handle graph.
 
-    ``cycle`` holds the display names of the handles on the cycle, starting and
-    ending with the same handle (``("a", "b", "a")``).
+    Raised by `track(..., depends_on=...)`,
+    [`Handle.add_dependency`][exitsafe.Handle.add_dependency] and hook edges; the graph is left
+    unchanged.  Also a `ValueError`.
+
+    Args:
+        message: the error message.
+        cycle: the display names of the handles on the cycle.
+
+    Attributes:
+        cycle: the display names of the handles on the cycle, starting and ending with the
+            same handle (`("a", "b", "a")`).
     """
 
     def __init__(self, message: str, cycle: Sequence[str]) -> None:
@@ -48,10 +58,15 @@ class RegistryClosedError(ExitsafeError):
 class LiveDependentsError(ExitsafeError):
     """Strict mode only: a handle was released while handles depending on it live.
 
-    ``dependents`` holds the display names of the live dependents.  The
-    release did not happen and the handle's owner count is unchanged.
-    Outside strict mode the native release is deferred until the last
-    dependent is gone instead.
+    The release did not happen and the handle's owner count is unchanged.  Outside strict
+    mode the native release is deferred until the last dependent is gone instead.
+
+    Args:
+        message: the error message.
+        dependents: the display names of the live dependents.
+
+    Attributes:
+        dependents: the display names of the live dependents, as a tuple.
     """
 
     def __init__(self, message: str, dependents: Sequence[str]) -> None:

@@ -1,9 +1,9 @@
 """The dependency graph: adding edges with an exact cycle check, and the teardown plan.
 
-Nodes are :class:`exitsafe._node.Node` records; an edge goes from a node to each of its
+Nodes are `exitsafe._node.Node` records; an edge goes from a node to each of its
 ``parents`` (the nodes it depends on, which must outlive it).  Nothing here recurses,
 so a chain of any length is fine, and nothing here takes a lock: callers hold
-:data:`exitsafe._sync.LOCK`.
+`exitsafe._sync.LOCK`.
 
 Ranks keep edge insertion cheap.  Every node has a ``rank`` lower than the rank of
 every node depending on it (a topological numbering).  A new node gets a rank above
@@ -57,7 +57,7 @@ def cycle_path(parent: Node, child: Node) -> Optional[list[Node]]:
 
 
 def add_edge(child: Node, parent: Node, all_nodes: Callable[[], Sequence[Node]]) -> None:
-    """Record ``child -> parent`` in the ranks (the caller checked :func:`cycle_path`
+    """Record ``child -> parent`` in the ranks (the caller checked `cycle_path`
     and appends ``parent`` to ``child._parents``).
 
     ``all_nodes`` returns every live node; it is needed only in the rare case where

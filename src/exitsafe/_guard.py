@@ -10,17 +10,29 @@ if TYPE_CHECKING:
 
 
 class Guarded:
-    """A callable that forwards to ``fn`` until its registry's teardown begins.
+    """A callable that forwards to `fn` until its registry's teardown begins.
 
-    From the moment teardown begins (at exit, or an explicit
-    :func:`exitsafe.teardown`) every call returns ``default`` without calling
-    ``fn``, on whatever thread the native code calls from, so a native thread
-    that calls back late finds a harmless no-op.  Exceptions raised by ``fn``
-    before that propagate unchanged.  The check reads one property of the registry
-    and no module global, so it stays safe while the interpreter finalizes modules.
+    Made by [`exitsafe.guard`][exitsafe.guard] (and used by the adapters' `callback`).  From
+    the moment teardown begins (at exit, or an explicit [`exitsafe.teardown`][exitsafe.teardown])
+    every call returns `default` without calling `fn`, on whatever thread the native code
+    calls from, so a native thread that calls back late finds a harmless no-op.  Exceptions
+    raised by `fn` before that propagate unchanged.  The check reads one property of the
+    registry and no module global, so it stays safe while the interpreter finalizes modules.
 
     Keeping the native side's function pointer alive is the FFI adapter's job
-    (:func:`exitsafe.cffi.callback`); a ``Guarded`` only decides whether to call.
+    ([`exitsafe.cffi.callback`][exitsafe.cffi.callback]); a `Guarded` only decides whether to
+    call.  The wrapped callable is `__wrapped__`.
+
+    Args:
+        fn: the callable to forward to.
+        default: what a call returns once teardown has begun.
+        registry: the registry whose teardown silences it.
+
+    Attributes:
+        default: what a call returns once teardown has begun.
+
+    Raises:
+        TypeError: `fn` is not callable, or `registry` is not a [`Registry`][exitsafe.Registry].
     """
 
     __slots__ = ("__wrapped__", "_registry", "default")

@@ -1,7 +1,8 @@
-"""The user-facing handle (:class:`Handle`), the policy's view of it (:class:`HandleInfo`)
+"""The user-facing handle ([`Handle`][exitsafe.Handle]), the policy's view of it
+([`HandleInfo`][exitsafe.HandleInfo])
 and the borrow context manager.
 
-A :class:`Handle` is its own record (:class:`~exitsafe._node.Node`); every state change
+A [`Handle`][exitsafe.Handle] is its own record (`Node`); every state change
 goes through its registry.  Reads of ``state``, ``owners``, ``raw`` and the like take no
 lock: each reads one field, which is atomic.
 """
@@ -22,36 +23,54 @@ __all__ = ["Handle", "HandleInfo"]
 
 
 class Handle(Node):
-    """One owned native object: what ``track``, ``pin`` and ``on_teardown`` return.
+    """One owned native object: what `track`, `pin`, `on_teardown` (and the adapters'
+    `track`, `pin`, `callback`) return.
 
     Never construct one directly.
 
-    **Owners.**  ``track`` starts with one owner; :meth:`retain` adds one and
-    :meth:`release` removes one.  When the count reaches zero the native release runs
-    on the calling thread, unless handles depending on this one are still alive (then
-    it runs right after the last of them is released) or the handle is borrowed (then
-    it runs when the last borrow ends).
+    **Owners.**  `track` starts with one owner; [`retain`][exitsafe.Handle.retain] adds one
+    and [`release`][exitsafe.Handle.release] removes one.  When the count reaches zero the
+    native release runs on the calling thread, unless handles depending on this one are
+    still alive (then it runs right after the last of them is released) or the handle is
+    borrowed (then it runs when the last borrow ends).
 
-    **Garbage collection.**  When the last Python reference to a handle disappears,
-    every remaining owner is dropped at once (nobody can release it any more); with
-    the usual single owner that is exactly one :meth:`release`.  A handle keeps the
-    handles it depends on referenced, so a parent lives at least as long as its
-    dependents, like a ``shared_ptr`` held by each child.
+    **Garbage collection.**  When the last Python reference to a handle disappears, every
+    remaining owner is dropped at once (nobody can release it any more); with the usual
+    single owner that is exactly one [`release`][exitsafe.Handle.release].  A handle keeps
+    the handles it depends on referenced, so a parent lives at least as long as its
+    dependents, like a `shared_ptr` held by each child.
 
-    **Threads.**  Every method may be called from any thread.  A release function
-    runs on the thread that drops the last owner (or the teardown thread), never
-    while exitsafe holds its lock.  Called from a finalizer or signal handler that
-    interrupted exitsafe itself on the same thread, :meth:`release` is queued and
-    done right after exitsafe's interrupted step, while the methods that must
-    answer at once raise :class:`~exitsafe.ReentrancyError`.
+    **Threads.**  Every method may be called from any thread.  A release function runs on
+    the thread that drops the last owner (or the teardown thread), never while exitsafe
+    holds its lock.  Called from a finalizer or signal handler that interrupted exitsafe
+    itself on the same thread, [`release`][exitsafe.Handle.release] is queued and done right
+    after exitsafe's interrupted step, while the methods that must answer at once raise
+    [`ReentrancyError`][exitsafe.ReentrancyError].
 
-    The handle is a context manager: ``with registry.track(...) as h:`` releases one
-    owner when the block ends.
+    The handle is a context manager: `with registry.track(...) as h:` releases one owner
+    when the block ends.
+
+    Example:
+        ```python
+        with exitsafe.track(lib.ctx_create(), lib.ctx_free, kind="context") as ctx:
+            with ctx.borrow() as raw:      # not released while the call runs
+                lib.ctx_run(raw)
+        # the block's end released the owner: ctx_free ran (no dependent is alive)
+        ```
     """
 
     __slots__ = ()
 
     def __init__(self, *args: object, **kwargs: object) -> None:
+        """Refuse direct construction: handles are made by exitsafe.
+
+        Args:
+            *args: ignored.
+            **kwargs: ignored.
+
+        Raises:
+            TypeError: always.
+        """
         raise TypeError(
             "exitsafe.Handle objects are created by track(), pin() and on_teardown() "
             "(or the adapters' track/pin/callback), not directly"
@@ -61,7 +80,7 @@ class Handle(Node):
     def raw(self) -> Any:
         """The tracked raw object.
 
-        Raises :class:`~exitsafe.HandleClosedError` once the handle was released,
+        Raises [`HandleClosedError`][exitsafe.HandleClosedError] once the handle was released,
         leaked or detached, or once its last owner let go (even while its native
         release is still deferred behind live dependents).
         """
@@ -100,7 +119,7 @@ class Handle(Node):
 
     @property
     def borrowed(self) -> bool:
-        """Whether some thread is inside :meth:`borrow` for this handle."""
+        """Whether some thread is inside [`borrow`][exitsafe.Handle.borrow] for this handle."""
         return self._borrows > 0
 
     @property
@@ -130,8 +149,12 @@ class Handle(Node):
     def retain(self) -> Handle:
         """Add one owner and return this handle.
 
-        Raises :class:`~exitsafe.HandleClosedError` when the handle has no owner left
-        (it is released, leaked, or its release is already pending).
+        Returns:
+            This handle, so that `other = h.retain()` reads as taking a share.
+
+        Raises:
+            HandleClosedError: the handle has no owner left (it is released, leaked, or its
+                release is already pending).
         """
         self._registry._retain(self)
         return self
@@ -139,52 +162,72 @@ class Handle(Node):
     def release(self) -> None:
         """Remove one owner; release natively when none is left and no dependent lives.
 
-        Calls beyond the last owner are no-ops, so releasing twice is safe.  The
-        native release runs on this thread, then, iteratively, those of any parents it
-        was the last dependent of.  If a release function raises, the exception
-        propagates here after the bookkeeping is done (the handle ends as
-        ``release_failed`` and the handles it depends on are leaked rather than
-        released from under it).  After the registry's teardown began this is a
-        recorded no-op (a *late request*).  In strict mode, dropping the last owner
-        while dependents live raises :class:`~exitsafe.LiveDependentsError` and
-        changes nothing.
+        Calls beyond the last owner are no-ops, so releasing twice is safe.  The native release
+        runs on this thread, then, iteratively, those of any parents it was the last dependent
+        of.  After the registry's teardown began this is a recorded no-op (a *late request*).
+
+        Raises:
+            Exception: whatever the release function raised, after the bookkeeping is done (the
+                handle ends as `release_failed` and the handles it depends on are leaked rather
+                than released from under it).
+            LiveDependentsError: strict mode only, when the last owner is dropped while
+                dependents live; nothing changed.
         """
         self._registry._drop_owner(self)
 
     def borrow(self) -> Borrow:
-        """Mark the handle in use for the duration of a ``with`` block; yields ``raw``.
+        """Mark the handle in use for the duration of a `with` block; the block gets `raw`.
 
-        While borrowed, the native release never runs: a release request waits for
-        the borrow to end, and a teardown leaks the handle (and what it depends on)
-        rather than release it under a running call.  Raises
-        :class:`~exitsafe.HandleClosedError` if the handle is no longer usable.
+        While borrowed, the native release never runs: a release request waits for the borrow
+        to end, and a teardown leaks the handle (and what it depends on) rather than release it
+        under a running call.  Borrows may nest and come from several threads.
+
+        Returns:
+            A context manager whose `__enter__` returns [`raw`][exitsafe.Handle.raw].
+
+        Raises:
+            HandleClosedError: on entering, if the handle is no longer usable.
+
+        Example:
+            ```python
+            with device.borrow() as raw:
+                lib.device_run(raw, 10)
+            ```
         """
         return Borrow(self)
 
     def detach(self) -> Any:
-        """Stop owning the object without releasing it; return ``raw``.
+        """Stop owning the object without releasing it; return `raw`.
 
-        Like ``ffi.gc(ptr, None)`` or ``weakref.finalize.detach()``: the release
-        function will never be called, by anyone, and the program owns the object
-        again.  The ledger records ``detached``.  The handles this one depends on no
-        longer wait for it (they are released when their own owners let go).
+        Like `ffi.gc(ptr, None)` or `weakref.finalize.detach()`: the release function will
+        never be called, by anyone, and the program owns the object again.  The ledger records
+        `detached`.  The handles this one depends on no longer wait for it (they are released
+        when their own owners let go).
 
-        Raises :class:`~exitsafe.LiveDependentsError` while handles depending on
-        this one are alive (they still need it), :class:`~exitsafe.HandleClosedError`
-        when it is not live, has no owner left or is borrowed, and
-        :class:`~exitsafe.RegistryClosedError` once the registry's teardown began.
+        Returns:
+            The raw object, now the caller's to release.
+
+        Raises:
+            LiveDependentsError: handles depending on this one are alive (they still need it).
+            HandleClosedError: the handle is not live, has no owner left or is borrowed.
+            RegistryClosedError: the registry's teardown began.
         """
         return self._registry._detach(self)
 
     def add_dependency(self, *others: object) -> None:
-        """Declare that this handle depends on ``others``: they will outlive it.
+        """Declare that this handle depends on `others`: they will outlive it.
 
-        ``others`` are handles of the same registry (or objects exitsafe knows, see
-        :func:`exitsafe.handle_of`).  Raises :class:`~exitsafe.DependencyCycleError`
-        (naming the cycle) when an edge would close a cycle,
-        :class:`~exitsafe.ForeignHandleError` for a handle of another registry,
-        :class:`~exitsafe.HandleClosedError` for a handle no longer usable.  All edges
-        are added or none.
+        All edges are added or none.
+
+        Args:
+            *others: handles of the same registry, or objects exitsafe knows (see
+                [`exitsafe.handle_of`][exitsafe.handle_of]): each is released only after this
+                handle.
+
+        Raises:
+            DependencyCycleError: an edge would close a cycle (the error names it).
+            ForeignHandleError: a handle belongs to another registry.
+            HandleClosedError: a handle is no longer usable.
         """
         self._registry._add_dependencies(self, others)
 
@@ -254,7 +297,9 @@ def make_handle(
 
 
 class Borrow:
-    """Context manager returned by :meth:`Handle.borrow`: ``with h.borrow() as raw:``."""
+    """Context manager returned by [`Handle.borrow`][exitsafe.Handle.borrow]:
+    `with h.borrow() as raw:`.
+    """
 
     __slots__ = ("_node",)
 
@@ -276,10 +321,18 @@ class Borrow:
 class HandleInfo:
     """What an exit policy sees of a handle: a read-only snapshot taken at teardown.
 
-    ``raw`` (the raw object, still unreleased), ``kind``, ``name``, ``registry`` (its
-    name), ``thread_id`` (the creating thread), ``created_on_main_thread``,
-    ``inherited`` (created before a fork that produced this process) and ``owners``
-    (how many owners it still had).
+    Made by exitsafe and passed to a callable `exit_policy` (see
+    [`exitsafe.policies`][exitsafe.policies]); never constructed by user code.
+
+    Attributes:
+        raw: the raw object, still unreleased (do not release it from the policy).
+        kind: the kind given at registration.
+        name: the display name.
+        registry: the name of the registry the handle belongs to.
+        thread_id: the ident of the thread that created the handle.
+        created_on_main_thread: whether that thread was the interpreter's main thread.
+        inherited: whether the handle was created before a fork that produced this process.
+        owners: how many owners it still had when the teardown reached it.
     """
 
     __slots__ = (
@@ -294,6 +347,13 @@ class HandleInfo:
     )
 
     def __init__(self, node: Node, generation: int, main_ident: Optional[int]) -> None:
+        """Take the snapshot (exitsafe's own use).
+
+        Args:
+            node: the handle's record.
+            generation: the fork generation of this process.
+            main_ident: the ident of the main thread, or `None`.
+        """
         self.raw: Any = node._raw
         self.kind: str = node._kind
         self.name: str = node._display_name()
@@ -333,5 +393,5 @@ def enter_borrow(handle: Handle) -> Any:
 
 
 def exit_borrow(handle: Handle) -> None:
-    """The matching end of :func:`enter_borrow`."""
+    """The matching end of `enter_borrow`."""
     handle._registry._borrow_exit(handle)

@@ -1,22 +1,22 @@
 """Signals during a teardown: held back on the main thread, delivered right after.
 
 Python runs a signal handler on the main thread between two bytecodes, so SIGINT's
-``KeyboardInterrupt`` (or the ``SystemExit`` of :func:`exitsafe.signals.teardown_on_signals`)
-could land in the middle of a teardown and cut it short.  While :func:`held` is active
-on the main thread, SIGINT (when it still has Python's default handler) and the signals
-handled by exitsafe's own handlers only *record* their arrival; when the outermost
-:func:`held` ends, the original handlers are back and each recorded signal is
-delivered once:
+``KeyboardInterrupt`` (or the ``SystemExit`` of
+[`exitsafe.signals.teardown_on_signals`][exitsafe.signals.teardown_on_signals]) could land in the
+middle of a teardown and cut it short. While `held` is active on the main thread, SIGINT (when it
+still has Python's default handler) and the signals handled by exitsafe's own handlers only *record*
+their arrival; when the outermost `held` ends, the original handlers are back and each recorded
+signal is delivered once:
 
 * after the exit teardown (``at_exit=True``): the signal's default action is restored
   at once (a further one ends the process on the spot) and the process ends by that
   signal, as a supervisor expects, *after* the rest of the exit: the ``atexit``
   callbacks registered before exitsafe's (``logging``'s flush among them) still run,
   stdio is flushed, and the signal is re-sent during the interpreter's module
-  cleanup (see :class:`_EndBySignal`);
+  cleanup (see `_EndBySignal`);
 * after an explicit teardown: the signal is raised again, so its handler runs in the
   caller right after the teardown returns;
-* with ``drop=True`` (the immediate mode of :mod:`exitsafe.signals`, which ends the
+* with ``drop=True`` (the immediate mode of [`exitsafe.signals`][exitsafe.signals], which ends the
   process by its own signal right after): not at all.
 
 A child forked by another thread while a teardown holds signals back starts with the

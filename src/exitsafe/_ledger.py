@@ -1,11 +1,11 @@
 """The ledger: what happened to every handle, as data; and the trace grammar.
 
 Every handle ends in exactly one outcome.  A registry appends one compact record per
-outcome to its :class:`Ledger`; :class:`LedgerEntry` objects are built only when somebody
-asks for them, so the release hot path stays cheap.
+outcome to its `Ledger`; [`LedgerEntry`][exitsafe.LedgerEntry] objects are built only when
+somebody asks for them, so the release hot path stays cheap.
 
-The teardown trace (``EXITSAFE_TRACE=1``) is written with :func:`trace_line` and read
-back by :mod:`exitsafe.testing` with :func:`parse_trace_line`: one grammar, defined here.
+The teardown trace (``EXITSAFE_TRACE=1``) is written with `trace_line` and read back by
+[`exitsafe.testing`][exitsafe.testing] with `parse_trace_line`: one grammar, defined here.
 """
 
 from __future__ import annotations
@@ -19,29 +19,50 @@ if TYPE_CHECKING:
 
 
 class Outcome:
-    """The outcomes a handle can end in (plain strings, so they compare and serialize simply).
+    """The outcomes a handle can end in: plain strings, so they compare and serialize simply.
 
-    ``released``            released by its owners before teardown.
-    ``released_at_exit``    released natively by the teardown.
-    ``leaked_policy``       its exit policy (or ``EXITSAFE_AT_EXIT=leak``) said leak.
-    ``leaked_in_use``       it was borrowed, or being released on another thread (or on
-                            the teardown's own thread, which a teardown never waits for),
-                            when the teardown reached it.
-    ``leaked_timeout``      its release step (or its exit policy) ran past the step or
-                            total timeout.
-    ``leaked_dependent``    something depending on it was leaked or failed, so releasing it
-                            could pull native state from under that dependent.
-    ``leaked_after_close``  tracked after the registry's teardown began.
-    ``leaked_inherited``    inherited by a forked child, which never releases its parent's handles.
-    ``leaked_affinity``     thread-affine: its release must run on a thread that was still
-                            running, elsewhere, when the teardown reached it.
-    ``leaked_interrupted``  the teardown was interrupted (an exception escaped it) before it
-                            reached this handle: it was neither released nor decided.
-    ``release_failed``      the release function raised; it is never called again.
-    ``detached``            :meth:`exitsafe.Handle.detach` gave the object back to the program.
-    ``hook_ran`` / ``hook_failed`` / ``hook_timeout``  a teardown hook's fate.
-    ``hook_cancelled``      a teardown hook removed with :meth:`exitsafe.Handle.release` before
-                            teardown.
+    [`LedgerEntry.outcome`][exitsafe.LedgerEntry] is one of them, and so is the `outcome=`
+    of a step in the teardown trace.
+
+    Attributes:
+        RELEASED: `"released"`: released by its owners before teardown.
+        RELEASED_AT_EXIT: `"released_at_exit"`: released natively by the teardown.
+        LEAKED_POLICY: `"leaked_policy"`: its exit policy (or `EXITSAFE_AT_EXIT=leak`) said
+            leak.
+        LEAKED_IN_USE: `"leaked_in_use"`: it was borrowed, or being released on another
+            thread (or on the teardown's own thread, which a teardown never waits for), when
+            the teardown reached it.
+        LEAKED_TIMEOUT: `"leaked_timeout"`: its release step (or its exit policy) ran past
+            the step or total timeout.
+        LEAKED_DEPENDENT: `"leaked_dependent"`: something depending on it was leaked or
+            failed, so releasing it could pull native state from under that dependent.
+        LEAKED_AFTER_CLOSE: `"leaked_after_close"`: tracked after the registry's teardown
+            began.
+        LEAKED_INHERITED: `"leaked_inherited"`: inherited by a forked child, which never
+            releases its parent's handles.
+        LEAKED_INTERRUPTED: `"leaked_interrupted"`: the teardown was interrupted (an
+            exception escaped it) before it reached this handle: it was neither released nor
+            decided.
+        LEAKED_AFFINITY: `"leaked_affinity"`: thread-affine: its release must run on a thread
+            that was still running, elsewhere, when the teardown reached it.
+        RELEASE_FAILED: `"release_failed"`: the release function raised; it is never called
+            again.
+        DETACHED: `"detached"`: [`Handle.detach`][exitsafe.Handle.detach] gave the object
+            back to the program.
+        HOOK_RAN: `"hook_ran"`: a teardown hook ran to completion.
+        HOOK_FAILED: `"hook_failed"`: a teardown hook raised (logged).
+        HOOK_TIMEOUT: `"hook_timeout"`: a teardown hook ran past its timeout and was
+            abandoned.
+        HOOK_CANCELLED: `"hook_cancelled"`: a teardown hook was removed with
+            [`Handle.release`][exitsafe.Handle.release] before teardown.
+        ALL: every outcome above, as a frozenset.
+        RAN: the outcomes in which the native release (or the hook) actually ran to
+            completion: `released`, `released_at_exit`, `hook_ran`.
+
+    Example:
+        ```python
+        leaked = [e for e in exitsafe.ledger() if e.outcome not in exitsafe.Outcome.RAN]
+        ```
     """
 
     RELEASED = "released"
@@ -86,13 +107,28 @@ class Outcome:
 
 
 class LedgerEntry:
-    """One handle's final outcome.
+    """One handle's final outcome, as [`Registry.ledger`][exitsafe.Registry.ledger] and
+    [`exitsafe.ledger`][exitsafe.ledger] return it.
 
-    Attributes: ``registry`` (registry name), ``seq`` (creation number, unique
-    within the registry), ``kind``, ``name`` (display name), ``outcome`` (an
-    :class:`Outcome` string), ``detail`` (why: the error, the policy, the
-    dependent that leaked; or ``None``), ``at_exit`` (``True`` when the outcome
-    was decided by a teardown).
+    Entries are built by exitsafe; two entries are equal when all their fields are.
+
+    Args:
+        registry: the registry's name.
+        seq: the handle's creation number.
+        kind: the handle's kind.
+        name: the handle's display name.
+        outcome: an [`Outcome`][exitsafe.Outcome] string.
+        detail: why, or `None`.
+        at_exit: whether a teardown decided the outcome.
+
+    Attributes:
+        registry: the name of the registry the handle belonged to.
+        seq: the handle's creation number, unique within the registry.
+        kind: the kind given at registration (`"device"`, `"library"`, `"hook"`...).
+        name: the display name (the name given, or `"<kind>#<n>"`).
+        outcome: an [`Outcome`][exitsafe.Outcome] string.
+        detail: why: the error, the policy, the dependent that leaked; or `None`.
+        at_exit: `True` when the outcome was decided by a teardown.
     """
 
     __slots__ = ("at_exit", "detail", "kind", "name", "outcome", "registry", "seq")
@@ -116,7 +152,12 @@ class LedgerEntry:
         self.at_exit = at_exit
 
     def as_dict(self) -> dict[str, Any]:
-        """The entry as a JSON-ready dict."""
+        """The entry as a JSON-ready dict.
+
+        Returns:
+            `{"at_exit": ..., "detail": ..., "kind": ..., "name": ..., "outcome": ...,
+            "registry": ..., "seq": ...}`.
+        """
         return {k: getattr(self, k) for k in self.__slots__}
 
     def __eq__(self, other: object) -> bool:
@@ -135,10 +176,10 @@ class LedgerEntry:
 class Ledger:
     """One registry's outcomes: the newest ``limit`` records and exact counts of all.
 
-    :meth:`add` is called with :data:`exitsafe._sync.LOCK` held; the readers copy
+    `add` is called with `exitsafe._sync.LOCK` held; the readers copy
     under it.  ``limit=None`` keeps every record; ``0`` keeps none (counts only).
     Counts are derived when asked for: the records kept, plus the counts of the
-    records the limit dropped, so that :meth:`add` (on every release) only appends.
+    records the limit dropped, so that `add` (on every release) only appends.
     """
 
     __slots__ = ("_cap", "_dropped", "_dropped_counts", "_late", "_records", "limit")

@@ -12,7 +12,7 @@ call is a no-op.  The pointer is the handle's raw value: a cffi pointer, a ctype
 (``c_void_p``, ``POINTER(T)``) or an ``int`` address, which must be the start of the
 heap block (what the native allocator returned), as ``__lsan_ignore_object`` requires.
 
-Interface for the core: :func:`leaked` is called with the raw object when a handle ends
+Interface for the core: `leaked` is called with the raw object when a handle ends
 leaked.  Never raises.
 """
 

@@ -1,7 +1,7 @@
 """The platform's loader, seen through ctypes: which library an address lives in, extra
 loader references that keep a library mapped, and closing them.
 
-Used by both FFI adapters (:mod:`exitsafe._adapter`); imported only when an adapter is.
+Used by both FFI adapters (`exitsafe._adapter`); imported only when an adapter is.
 Each function returns ``None`` where the platform offers no way.
 """
 
@@ -112,7 +112,7 @@ def loader_ref(address: Optional[int] = None, path: Optional[str] = None) -> Opt
     """Take one more loader reference on an already loaded library.
 
     The library is then not unmapped by anybody's ``dlclose`` / ``FreeLibrary`` until
-    :func:`close_library_handle` drops it; the reference is found from an address
+    `close_library_handle` drops it; the reference is found from an address
     inside the library (a function) or from its path.  Never loads anything new.
     """
     if WINDOWS:  # pragma: no cover - exercised on Windows only

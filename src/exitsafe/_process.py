@@ -1,6 +1,6 @@
 """Process-level state: the registries, the default registry, the exit and fork hooks.
 
-The exit teardown is one :mod:`atexit` callback, registered when exitsafe is imported:
+The exit teardown is one `atexit` callback, registered when exitsafe is imported:
 it runs after the interpreter joined the non-daemon threads and before it finalizes
 modules, tears down every registry newest first (and any registry a hook creates
 meanwhile), then writes the ledger when ``EXITSAFE_LEDGER`` asks for it.  A registry
@@ -97,7 +97,7 @@ def teardown_all(reason: str) -> None:
 
     A registry created meanwhile (by a hook, or a release function) is torn down in a
     further round.  One registry failing does not stop the others.  Used by the exit
-    hook and by the signal handlers of :mod:`exitsafe.signals`.
+    hook and by the signal handlers of [`exitsafe.signals`][exitsafe.signals].
     """
     done: set[int] = set()
     while True:
@@ -119,8 +119,8 @@ def teardown_all(reason: str) -> None:
 
 
 def at_exit() -> None:
-    """The :mod:`atexit` callback: the exit teardown (then, in a forked child set to
-    leave quietly, the end: see :mod:`exitsafe._children`)."""
+    """The `atexit` callback: the exit teardown (then, in a forked child set to
+    leave quietly, the end: see `exitsafe._children`)."""
     from ._interrupts import held
 
     _exit_phase[0] = "exiting"

@@ -1,6 +1,6 @@
 """Reporting: the ``exitsafe`` logger and the teardown trace lines on stderr.
 
-Trace lines (``EXITSAFE_TRACE=1``) are formatted by :func:`exitsafe._ledger.trace_line`,
+Trace lines (``EXITSAFE_TRACE=1``) are formatted by `exitsafe._ledger.trace_line`,
 whose grammar ``exitsafe.testing`` parses back.
 """
 

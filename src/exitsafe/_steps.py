@@ -7,7 +7,7 @@ never keeps the process alive) and a fresh worker runs the next step.
 
 CPython 3.12 refuses to start threads once interpreter shutdown has begun,
 which is when the exit teardown runs (atexit).  So the worker is started
-*ahead of time*: as soon as any timeout is configured (:func:`prepare`),
+*ahead of time*: as soon as any timeout is configured (`prepare`),
 ``STANDBY`` idle workers wait, and a teardown hands back the one it used.
 So on 3.12 an exit teardown survives ``STANDBY - 1`` abandoned steps; after
 that a worker cannot be started and the caller leaks each further timed
@@ -16,7 +16,7 @@ step rather than run it unbounded.
 A timed step that forks (a hook or release function calling ``os.fork()``)
 produces a child whose only thread is the worker: the teardown that handed it the
 step does not exist there.  When the step returns in the child, the child leaves
-as :func:`exitsafe.exit` does (status 0, or 1 if the step raised): its own
+as [`exitsafe.exit`][exitsafe.exit] does (status 0, or 1 if the step raised): its own
 teardown (every inherited handle ``leaked_inherited``), its ledger, stdio
 flushed, ``os._exit``.  A child that should do something else must do it in the
 step (``os._exit`` or ``exec`` there, as children usually do).
@@ -97,7 +97,7 @@ class NoWorkerError(RuntimeError):
     """No thread could be started to run a step under its time limit."""
 
 
-#: How many idle workers :func:`prepare` keeps ready: one for the steps, one
+#: How many idle workers `prepare` keeps ready: one for the steps, one
 #: to replace it if a step is abandoned.
 STANDBY = 2
 
@@ -107,12 +107,12 @@ _standby: list[_Worker] = []
 
 
 def prepare() -> None:
-    """Start standby workers up to :data:`STANDBY` (nothing to do when they exist).
+    """Start standby workers up to `STANDBY` (nothing to do when they exist).
 
     Called whenever a timeout is configured, so that workers exist before
     interpreter shutdown forbids starting them.  Once it does (a timeout first
     configured during the exit teardown, on CPython 3.12+), this does nothing: the
-    timed steps that then find no worker are not run (see :class:`NoWorkerError`).
+    timed steps that then find no worker are not run (see `NoWorkerError`).
     """
     while len(_standby) < STANDBY:
         try:
@@ -173,7 +173,7 @@ class StepRunner:
 
         ``finished`` is ``False`` when the step overran ``timeout`` and was
         abandoned; ``error`` is the exception it raised, if it finished by raising.
-        Raises :class:`NoWorkerError`, without running the step, when a timeout
+        Raises `NoWorkerError`, without running the step, when a timeout
         applies and no worker thread can be started.
         """
         if timeout is None:

@@ -3,22 +3,22 @@ for by the thread that holds it.
 
 All of exitsafe's shared state (every registry's graph, owner counts, phase and ledger;
 the adapters' address, pin and callback tables) is guarded by ONE process-wide lock,
-:data:`LOCK`.  The rules every module follows:
+`LOCK`.  The rules every module follows:
 
 1. **Sections are bookkeeping only.**  A critical section never calls user code (release
    functions, hooks, policies, callbacks, logging, trace writes) and never drops the last
    reference to a user object; those happen after the section ends.
 2. **Sections never wait.**  Inside a section nothing blocks: not on another lock, not
-   on an event.  So a thread holding :data:`LOCK` leaves it in a bounded number of steps,
+   on an event.  So a thread holding `LOCK` leaves it in a bounded number of steps,
    and a thread *outside* any section may safely block waiting for it.
 3. **Re-entry never waits.**  Python can still run a finalizer (``__del__``, a weakref
    callback, a cyclic collection) or a signal handler at any bytecode of a section, on
-   the thread that holds the lock.  Such code must not wait for :data:`LOCK` (it would
-   wait for itself).  :func:`reentered` tells; then a request that needs no answer
+   the thread that holds the lock.  Such code must not wait for `LOCK` (it would
+   wait for itself).  `reentered` tells; then a request that needs no answer
    (a release, the garbage collection of a handle, the end of a borrow, cancelling a
-   hook, a teardown) is queued with :func:`defer` and run as soon as the interrupted
+   hook, a teardown) is queued with `defer` and run as soon as the interrupted
    section ends, while a request that must answer now raises
-   :class:`~exitsafe.ReentrancyError`.  Signals are not queued here: exitsafe's
+   [`ReentrancyError`][exitsafe.ReentrancyError].  Signals are not queued here: exitsafe's
    handlers send the signal to the main thread again (see ``exitsafe.signals``), so
    that it is acted on by the main thread, never by whichever thread drains the queue.
 4. **Queued work runs on the first occasion.**  The thread whose section was
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 #: The one lock of exitsafe (see the module documentation for its rules).
 LOCK = _thread.RLock()
 
-#: ``reentered()``: whether the calling thread is inside a section (holds :data:`LOCK`).
+#: ``reentered()``: whether the calling thread is inside a section (holds `LOCK`).
 reentered = LOCK._is_owned  # type: ignore[attr-defined]
 acquire = LOCK.acquire
 release = LOCK.release
@@ -57,13 +57,13 @@ _get_ident = _thread.get_ident
 
 
 def wait() -> None:
-    """Take :data:`LOCK`, which another thread holds, without queueing on it at first.
+    """Take `LOCK`, which another thread holds, without queueing on it at first.
 
     Hot paths try ``acquire(False)`` and call this only when that fails.  Blocking at
     once would hand the lock and the GIL back and forth with a context switch each
     time (a lock convoy: two threads got a quarter of one thread's throughput);
     yielding the GIL lets the holder finish its short section.  After
-    :data:`YIELDS_BEFORE_BLOCKING` tries (a long section) it blocks, which is safe
+    `YIELDS_BEFORE_BLOCKING` tries (a long section) it blocks, which is safe
     because sections never wait (rule 2).  The caller must not be inside a section.
     """
     for _ in range(YIELDS_BEFORE_BLOCKING):
@@ -74,13 +74,13 @@ def wait() -> None:
 
 
 def enter() -> None:
-    """Take :data:`LOCK` (the caller has checked it is not inside a section)."""
+    """Take `LOCK` (the caller has checked it is not inside a section)."""
     if not acquire(False):
         wait()
 
 
 def leave() -> None:
-    """Release :data:`LOCK`, then run the work queued meanwhile (see :func:`defer`)."""
+    """Release `LOCK`, then run the work queued meanwhile (see `defer`)."""
     release()
     if _deferred:
         run_deferred()
@@ -158,7 +158,7 @@ _held_for_fork: list[bool] = []
 
 
 def before_fork() -> None:
-    """Hold :data:`LOCK` across ``fork()`` so no section is half done in the child."""
+    """Hold `LOCK` across ``fork()`` so no section is half done in the child."""
     _held_for_fork.append(acquire(True, FORK_WAIT))
 
 
@@ -180,7 +180,7 @@ def after_fork_in_child() -> None:
 
 
 def refused(operation: str) -> Exception:
-    """The :class:`~exitsafe.ReentrancyError` for ``operation`` called re-entrantly."""
+    """The [`ReentrancyError`][exitsafe.ReentrancyError] for ``operation`` called re-entrantly."""
     from ._errors import ReentrancyError
 
     return ReentrancyError(
@@ -192,9 +192,9 @@ def refused(operation: str) -> Exception:
 
 
 class section:
-    """``with section("adopt()"):`` holds :data:`LOCK` for a short bookkeeping step.
+    """``with section("adopt()"):`` holds `LOCK` for a short bookkeeping step.
 
-    Raises :class:`~exitsafe.ReentrancyError` (naming ``operation``) instead of
+    Raises [`ReentrancyError`][exitsafe.ReentrancyError] (naming ``operation``) instead of
     waiting when the calling thread is already inside a section.  On leaving, runs
     queued work (outside the lock).  For paths that are not hot; the hot paths of the
     registry inline the same steps.

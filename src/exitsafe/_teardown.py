@@ -1,11 +1,11 @@
 """The teardown executor: one registry's ordered release of its live handles and hooks.
 
-:meth:`Registry.teardown` switches the registry to the tearing-down phase and, in the
-same locked section, :func:`claim`-s every live node (state ``RELEASING``, so ``raw``
-and ``borrow()`` refuse them from now on and no other thread can release them).  Then
-:func:`run`, outside the lock,
+[`Registry.teardown`][exitsafe.Registry.teardown] switches the registry to the tearing-down phase
+and, in the same locked section, `claim`-s every live node (state ``RELEASING``, so ``raw`` and
+``borrow()`` refuse them from now on and no other thread can release them). Then
+[`run`][exitsafe.testing.run], outside the lock,
 
-1. orders the nodes (:func:`exitsafe._graph.teardown_order`);
+1. orders the nodes (`exitsafe._graph.teardown_order`);
 2. decides each step (inherited, dependent of a leak, borrowed, deadline, exit policy)
    and runs it: inline, or on a worker thread when a timeout applies; a release that
    another thread was already running is waited for (bounded) instead;
@@ -98,7 +98,7 @@ class Settings:
 
 
 def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: Decided) -> None:
-    """Run one teardown over ``nodes`` (claimed by :func:`claim`, oldest first)."""
+    """Run one teardown over ``nodes`` (claimed by `claim`, oldest first)."""
     order = teardown_order(nodes)
     trace = settings.trace
     name = settings.registry_name
@@ -335,7 +335,7 @@ def _wait_in_flight(node: Node, settings: Settings) -> Optional[tuple[str, Optio
 
     Never waits for the calling thread itself (a teardown started from inside a
     release function or a signal handler on the thread running that release).
-    Otherwise bounded by the step timeout, or :data:`IN_FLIGHT_WAIT`, and the deadline.
+    Otherwise bounded by the step timeout, or `IN_FLIGHT_WAIT`, and the deadline.
     """
     import _thread
 
@@ -412,7 +412,7 @@ def signals_held() -> Any:
     """Context manager: on the main thread, hold back SIGINT and exitsafe's own signal
     handlers while a teardown runs, and deliver what arrived right after it.
 
-    See :mod:`exitsafe._interrupts`.
+    See `exitsafe._interrupts`.
     """
     from ._interrupts import held
 

@@ -11,7 +11,7 @@ holds exitsafe's lock while it waits.
   kind that is still running at exit, and any thread native code created) is parked:
   it blocks, with every signal masked, until the process ends; it holds no lock and
   not the GIL, so the exit goes on.  A non-daemon thread, which the interpreter would
-  wait for, gets :class:`~exitsafe.HandleClosedError` instead.
+  wait for, gets [`HandleClosedError`][exitsafe.HandleClosedError] instead.
 * **Workers.**  ``exitsafe.worker(thread, stop=..., uses=[...])`` is a teardown hook
   that runs before any handle the thread uses is released: it asks the thread to stop
   and joins it, bounded.

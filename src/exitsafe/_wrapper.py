@@ -1,28 +1,30 @@
 """A base class for new bindings: wrapper objects whose lifetime is an exitsafe handle.
 
-A binding author subclasses :class:`NativeObject`, creates the native object in
+A binding author subclasses [`NativeObject`][exitsafe.NativeObject], creates the native object in
 ``__init__`` and hands it to ``super().__init__`` with its release function
 and its parent.  The wrapper then has ``raw``, ``close()``, ``closed``,
 context-manager support, ``borrow()``, a parent link and a ``repr``, and it
-needs no ``__del__`` of its own::
+needs no ``__del__`` of its own:
 
-    class Device(NativeObject, kind="device", release=lambda raw: lib.device_free(raw)):
-        def __init__(self, instance: Instance) -> None:
-            super().__init__(lib.device_create(instance.raw), parent=instance)
+```python
+class Device(NativeObject, kind="device", release=lambda raw: lib.device_free(raw)):
+    def __init__(self, instance: Instance) -> None:
+        super().__init__(lib.device_create(instance.raw), parent=instance)
 
-        def compute(self) -> int:
-            return lib.device_compute(self.raw)
+    def compute(self) -> int:
+        return lib.device_compute(self.raw)
+```
 
-Lifetime: the wrapper holds one owner of its :class:`~exitsafe.Handle`.
+Lifetime: the wrapper holds one owner of its [`Handle`][exitsafe.Handle].
 ``close()`` drops it; so does garbage collection of the wrapper (the
 handle's own collection counts as one ``release()``, see
-:class:`exitsafe.Handle`).  The native release then runs once no child
+[`exitsafe.Handle`][exitsafe.Handle]).  The native release then runs once no child
 handle depends on this one any more (children before parents, like a
 ``shared_ptr`` held by each child), or at teardown in dependency order, or
 never under a leak policy.  After teardown every close / collection is a
 recorded no-op, so a wrapper collected during interpreter finalization never
 calls native code.  Using ``raw`` after ``close()`` raises
-:class:`~exitsafe.HandleClosedError` instead of passing a dangling pointer
+[`HandleClosedError`][exitsafe.HandleClosedError] instead of passing a dangling pointer
 to C.
 
 Thread rules: ``close()``, ``raw`` and ``borrow()`` may be called from any
@@ -51,25 +53,65 @@ __all__ = ["NativeObject"]
 
 
 class NativeObject:
-    """Base class of a Python wrapper around one native object.
+    """Base class of a Python wrapper around one native object, whose lifetime is an exitsafe
+    handle.
 
-    Class keywords (all optional) set defaults for the subclass:
-    ``kind`` (default: the class name), ``release`` (a callable
-    ``release(raw)``; it must not reference the wrapper itself),
-    ``exit_policy``, ``registry``.
+    A binding author subclasses it, creates the native object in `__init__` and hands it to
+    `super().__init__` with its release function and its parent.  The wrapper then has
+    `raw`, `close()`, `closed`, context-manager support, `borrow()`, a parent link and a
+    `repr`, and needs no `__del__` of its own.
 
-    ``__init__(raw, release=None, *, parent=None, depends_on=(), ...)``
-    starts owning ``raw`` (``release`` overrides the class default);
-    ``handle=`` instead wraps an existing handle, for example one returned
-    by :func:`exitsafe.cffi.track` or :func:`exitsafe.ctypes.track`, which
-    validate pointers first.  ``parent`` is another wrapper (or anything
-    :func:`exitsafe.handle_of` knows) that must outlive this one: the
-    wrapper keeps it referenced (:attr:`parent`) and its handle depends on
-    the parent's.  ``depends_on`` adds more such handles (a pinned library,
-    a callback).
+    Class keywords (all optional) set defaults for the subclass: `kind` (default: the class
+    name), `release` (a callable `release(raw)`; it must not reference the wrapper itself),
+    `exit_policy`, `registry`.
 
-    Subclasses may define ``__slots__`` or not.  A subclass that overrides
-    :meth:`close` must call ``super().close()``.
+    Lifetime: the wrapper holds one owner of its [`Handle`][exitsafe.Handle].  `close()`
+    drops it; so does garbage collection of the wrapper.  The native release then runs once
+    no child handle depends on this one any more (children before parents), or at teardown
+    in dependency order, or never under a leak policy.  After teardown every close /
+    collection is a recorded no-op, so a wrapper collected during interpreter finalization
+    never calls native code.
+
+    Thread rules: `close()`, `raw` and `borrow()` may be called from any thread; the
+    release function runs on the thread that drops the last owner, or on the thread running
+    the teardown.  Subclasses may define `__slots__` or not.  A subclass that overrides
+    [`close`][exitsafe.NativeObject.close] must call `super().close()`.  Wrappers cannot be
+    pickled or copied.
+
+    Args:
+        raw: the native object to own (not `None`); omit it when passing `handle`.
+        release: the release function, called as `release(raw)`; overrides the class
+            default.
+        handle: instead of `raw`, an existing live handle to wrap, for example one returned
+            by [`exitsafe.cffi.track`][exitsafe.cffi.track] or
+            [`exitsafe.ctypes.track`][exitsafe.ctypes.track], which validate pointers first.
+        parent: another wrapper (or anything [`exitsafe.handle_of`][exitsafe.handle_of]
+            knows) that must outlive this one: the wrapper keeps it referenced
+            ([`parent`][exitsafe.NativeObject.parent]) and its handle depends on the parent's.
+        depends_on: more handles or objects this one depends on (a pinned library, a
+            callback).
+        kind: the label in the ledger and the trace; `None`: the class keyword, else the
+            class name.
+        name: the display name; default `"<kind>#<n>"`.
+        exit_policy: `"release"`, `"leak"` or a callable policy; `None`: the class keyword,
+            else the registry's default.
+        registry: the registry to own it in; `None`: the class keyword, else the default
+            registry.
+        timeout: seconds the release may take at teardown before it is abandoned.
+
+    Raises:
+        TypeError: `raw` is `None` without `handle`, both `raw` and `handle` are given,
+            `handle` is not live, or there is no release function.
+
+    Example:
+        ```python
+        class Device(NativeObject, kind="device", release=lambda raw: lib.device_free(raw)):
+            def __init__(self, instance: Instance) -> None:
+                super().__init__(lib.device_create(instance.raw), parent=instance)
+
+            def compute(self) -> int:
+                return lib.device_compute(self.raw)
+        ```
     """
 
     __slots__ = ("__weakref__", "_es_handle", "_es_owner", "_es_parent")
@@ -160,7 +202,8 @@ class NativeObject:
 
     @property
     def raw(self) -> Any:
-        """The native object; raises :class:`~exitsafe.HandleClosedError` once closed."""
+        """The native object; raises [`HandleClosedError`][exitsafe.HandleClosedError] once
+        closed."""
         return self._es_handle.raw
 
     @property
@@ -170,7 +213,8 @@ class NativeObject:
 
     @property
     def __exitsafe_handle__(self) -> Handle:
-        """Lets :func:`exitsafe.handle_of` and every ``depends_on`` accept the wrapper."""
+        """Lets [`exitsafe.handle_of`][exitsafe.handle_of] and every ``depends_on`` accept the
+        wrapper."""
         return self._es_handle
 
     @property
@@ -185,11 +229,21 @@ class NativeObject:
         return not self._es_owner or handle.state != "live" or handle.owners == 0
 
     def borrow(self) -> Borrow:
-        """``with obj.borrow() as raw:`` marks the object in use (see ``Handle.borrow``).
+        """Mark the object in use for the duration of a `with` block (see
+        [`Handle.borrow`][exitsafe.Handle.borrow]).
 
-        A teardown that finds it borrowed leaks it instead of releasing it
-        under a running call; a ``close()`` from another thread waits for the
-        borrow to end before the native release runs.
+        A teardown that finds it borrowed leaks it instead of releasing it under a running
+        call; a `close()` from another thread waits for the borrow to end before the native
+        release runs.
+
+        Returns:
+            A context manager whose `__enter__` returns [`raw`][exitsafe.NativeObject.raw].
+
+        Example:
+            ```python
+            with device.borrow() as raw:
+                lib.device_run(raw, 10)
+            ```
         """
         return self._es_handle.borrow()
 
@@ -198,11 +252,12 @@ class NativeObject:
     def close(self) -> None:
         """Drop this wrapper's ownership; idempotent and thread-safe.
 
-        The native release runs now, on this thread, unless child handles
-        still depend on this one (then right after the last of them is
-        released), the object is borrowed, or teardown has already begun
-        (then it is a recorded no-op).  Exceptions of the release function
-        propagate here.
+        The native release runs now, on this thread, unless child handles still depend on this
+        one (then right after the last of them is released), the object is borrowed, or
+        teardown has already begun (then it is a recorded no-op).
+
+        Raises:
+            Exception: whatever the release function raised.
         """
         try:
             self._es_owner.pop()

@@ -1,22 +1,23 @@
-"""exitsafe for cffi bindings: :func:`track` pointers, :func:`pin` libraries, guarded
-:func:`callback` functions.
+"""exitsafe for cffi bindings: [`track`][exitsafe.cffi.track] pointers, [`pin`][exitsafe.cffi.pin]
+libraries, guarded
+[`callback`][exitsafe.cffi.callback] functions.
 
-* :func:`track` is the registry-aware counterpart of ``ffi.gc(ptr, release)``:
+* [`track`][exitsafe.cffi.track] is the registry-aware counterpart of ``ffi.gc(ptr, release)``:
   it owns a cdata pointer (ABI or API mode) and calls ``release(ptr)``
   exactly once, in dependency order, or never when the handle is leaked.
   It never attaches ``ffi.gc`` to the pointer, so nothing frees it from a
   finalizer during interpreter shutdown.
-* :func:`pin` holds a library returned by ``ffi.dlopen`` loaded while
+* [`pin`][exitsafe.cffi.pin] holds a library returned by ``ffi.dlopen`` loaded while
   anything depending on it lives, and ``ffi.dlclose``-s it after the last
   dependent (libraries go last at teardown), or never under a leak policy.
-* :func:`callback` makes an ``ffi.callback`` whose Python side returns a
+* [`callback`][exitsafe.cffi.callback] makes an ``ffi.callback`` whose Python side returns a
   default once teardown began, and keeps its cdata alive for as long as
   native code may call it.
 
-Each returns an :class:`exitsafe.Handle`, not a cdata: ``handle.raw`` is the
-cdata to pass to C, and raises :class:`~exitsafe.HandleClosedError` once the
+Each returns an [`exitsafe.Handle`][exitsafe.Handle], not a cdata: ``handle.raw`` is the
+cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError] once the
 handle was released, so a use after free becomes a Python exception instead
-of a crash; :func:`handle_of` maps a cdata (any cdata with the same address)
+of a crash; [`handle_of`][exitsafe.cffi.handle_of] maps a cdata (any cdata with the same address)
 back to its handle.  See ``docs/adapters.md`` for why and for before/after
 examples.
 
@@ -206,29 +207,53 @@ def track(
     name: Optional[str] = None,
     timeout: Optional[float] = None,
 ) -> Handle:
-    """Own the native object ``ptr`` points to: ``release(ptr)`` runs exactly once, or never.
+    """Own the native object `ptr` points to: `release(ptr)` runs exactly once, or never.
 
-    Use instead of ``ffi.gc(ptr, release)``.  The lifetime rules are those of
-    :meth:`exitsafe.Registry.track` (same ``kind``, ``depends_on``,
-    ``exit_policy``, ``name``, ``timeout``): the release runs when the
-    handle's last owner lets go (``handle.release()``, ``with handle:``, or
-    garbage collection of the handle) and no dependent is alive; at teardown
-    in dependency order (children first, libraries last); never twice; never
-    after teardown (a late drop is a recorded no-op).
+    Use instead of `ffi.gc(ptr, release)`.  The lifetime rules are those of
+    [`Registry.track`][exitsafe.Registry.track]: the release runs when the handle's last
+    owner lets go (`handle.release()`, `with handle:`, or garbage collection of the handle)
+    and no dependent is alive; at teardown in dependency order (children first, libraries
+    last); never twice; never after teardown (a late drop is a recorded no-op).  It runs on
+    the thread dropping the last owner, or on the teardown thread.
 
-    ``ptr`` must be a cdata pointer returned by C, from ABI or API mode.
-    NULL raises ``ValueError``; non-pointers, cdata owned by cffi
-    (``ffi.new``, ``ffi.from_buffer``) and ``ffi.gc`` results raise
-    ``TypeError``; a pointer already tracked (by this or the ctypes adapter)
-    raises :class:`~exitsafe.AlreadyTrackedError`.
+    Args:
+        ffi: the `FFI` instance the pointer comes from; kept referenced by the handle.
+        ptr: a cdata pointer returned by C, from ABI or API mode.
+        release: the release function, usually `lib.thing_free`; called as `release(ptr)`.
+        registry: the registry to own it in; `None`: the default registry.
+        lib: the library whose code `release` runs; when it is pinned with
+            [`pin`][exitsafe.cffi.pin] in the same registry the handle depends on the pin,
+            so the library is closed only after this release ran.  `None`: found
+            automatically when `release` is a function of an `ffi.dlopen` library.
+        kind: a label (`"device"`, `"buffer"`...) for the ledger, the trace and exit
+            policies; `"library"` makes the handle go last at teardown.
+        depends_on: handles or objects exitsafe knows (pinned libraries, tracked pointers,
+            adopted objects, wrappers) that must outlive this one.
+        exit_policy: `"release"`, `"leak"` or a callable policy deciding at teardown (see
+            [`exitsafe.policies`][exitsafe.policies]); `None`: the registry's default.
+        name: the display name in the ledger and the trace; default `"<kind>#<n>"`.
+        timeout: seconds the release may take at teardown before it is abandoned and the
+            handle leaked; `None`: the registry's step timeout.
 
-    ``release`` is usually ``lib.thing_free``.  The handle keeps ``ffi`` and
-    ``lib`` referenced.  When the library is pinned with :func:`pin` in the
-    same registry, the handle depends on the pin, so the library is closed
-    only after this release ran: given as ``lib=``, or found automatically
-    when ``release`` is a function of an ``ffi.dlopen`` library.
-    ``depends_on`` accepts handles and objects exitsafe knows (pinned
-    libraries, tracked pointers, adopted objects, wrappers).
+    Returns:
+        A [`Handle`][exitsafe.Handle] holding one owner, not a cdata: `handle.raw` is the
+        cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError]
+        once the handle was released.
+
+    Raises:
+        ValueError: `ptr` is NULL.
+        TypeError: `ptr` is not a pointer, is owned by cffi (`ffi.new`, `ffi.from_buffer`)
+            or is an `ffi.gc` result; or `release` is not callable.
+        AlreadyTrackedError: the pointer is already tracked (by this or the ctypes adapter).
+
+    Example:
+        ```python
+        lib = ffi.dlopen("libgpu.so")
+        pin = exitsafe.cffi.pin(ffi, lib)
+        dev = exitsafe.cffi.track(ffi, lib.device_create(), lib.device_free, kind="device")
+        buf = exitsafe.cffi.track(ffi, lib.buffer_create(dev.raw), lib.buffer_free,
+                                  kind="buffer", depends_on=[dev])
+        ```
     """
     _check_ffi(ffi)
     return _ADAPTER.track(
@@ -238,17 +263,32 @@ def track(
 
 
 def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
-    """The live handle for a cdata pointer (by address) or a pinned library, or ``None``.
+    """The live handle for a cdata pointer (by address) or a pinned library, or `None`.
 
-    ``handle.raw`` goes from a handle to its cdata; this goes back, e.g.
-    when C hands a pointer to a callback and you need its handle.  Any cdata
-    with the same address finds the handle, whatever its C type.
+    `handle.raw` goes from a handle to its cdata; this goes back, e.g. when C hands a
+    pointer to a callback and you need its handle.
+
+    Args:
+        obj: a cdata pointer (any cdata with the same address finds the handle, whatever
+            its C type) or an `ffi.dlopen` library.
+        registry: where to look; `None`: the default registry.
+
+    Returns:
+        The live handle, or `None` (never tracked, or released or leaked since).
     """
     return _handle_of(obj, registry=registry)
 
 
 def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
-    """The live pin of ``lib`` (an ``ffi.dlopen`` result) in ``registry``, or ``None``."""
+    """The live pin of `lib` in `registry`, or `None`.
+
+    Args:
+        lib: an `ffi.dlopen` result.
+        registry: where to look; `None`: the default registry.
+
+    Returns:
+        The pin made by [`pin`][exitsafe.cffi.pin], or `None`.
+    """
     return _ADAPTER.pin_of(lib, registry_arg(registry))
 
 
@@ -261,25 +301,35 @@ def pin(
     name: Optional[str] = None,
     timeout: Optional[float] = None,
 ) -> Handle:
-    """Hold a library returned by ``ffi.dlopen`` loaded while anything depending on it lives.
+    """Hold a library returned by `ffi.dlopen` loaded while anything depending on it lives.
 
-    Returns its pin, a handle of kind ``"library"``; handles tracked with
-    :func:`track` whose release function comes from ``lib`` depend on it
-    automatically.  The pin keeps ``lib`` referenced (so cffi does not
-    ``dlclose`` it when the object is collected) and takes one more loader
-    reference on the library file (``dlopen(RTLD_NOLOAD)``;
-    ``GetModuleHandleExW`` on Windows), so even an explicit
-    ``ffi.dlclose(lib)`` by somebody else cannot unmap the code a
-    dependent's release still needs.
+    Handles tracked with [`track`][exitsafe.cffi.track] whose release function comes from
+    `lib` depend on the pin automatically.  The pin keeps `lib` referenced (so cffi does not
+    `dlclose` it when the object is collected) and takes one more loader reference on the
+    library file (`dlopen(RTLD_NOLOAD)`; `GetModuleHandleExW` on Windows), so even an
+    explicit `ffi.dlclose(lib)` by somebody else cannot unmap the code a dependent's release
+    still needs.  The pin is referenced by exitsafe until it is released: dropping it does
+    not unpin.  Under a leak policy nothing is closed.
 
-    ``close=True``: ``ffi.dlclose(lib)`` runs, and the extra reference is
-    dropped, when the pin is released: explicitly (deferred until its last
-    dependent is released) or at teardown, where libraries go last.
-    ``close=False``: the library stays loaded for the life of the process.
-    Under a leak policy nothing is closed.  The pin is referenced by
-    exitsafe until it is released: dropping it does not unpin.  Pinning the
-    same ``lib`` again in the same registry returns the existing pin with one
-    more owner (``close`` must match).
+    Args:
+        ffi: the `FFI` instance that loaded `lib`.
+        lib: the library, an `ffi.dlopen` result.
+        registry: the registry to pin it in; `None`: the default registry.
+        close: `True` (the default): `ffi.dlclose(lib)` runs, and the extra reference is
+            dropped, when the pin is released: explicitly (deferred until its last dependent
+            is released) or at teardown, where libraries go last.  `False`: the library
+            stays loaded for the life of the process.
+        name: the display name; default `"library#<n>"`.
+        timeout: seconds the close may take at teardown before it is abandoned; `None`: the
+            registry's step timeout.
+
+    Returns:
+        The pin, a handle of kind `"library"`.  Pinning the same `lib` again in the same
+        registry returns the existing pin with one more owner.
+
+    Raises:
+        ValueError: `lib` is already pinned in this registry with a different `close`.
+        TypeError: `lib` is not an `ffi.dlopen` library, or `close` is not a bool.
     """
     _check_ffi(ffi)
     return _ADAPTER.pin(ffi, lib, registry=registry, close=close, name=name, timeout=timeout)
@@ -315,29 +365,45 @@ def callback(
     depends_on: Iterable[object] = (),
     exit_policy: ExitPolicy = "leak",
 ) -> Handle:
-    """``ffi.callback(ctype, fn)`` guarded for exit and kept alive while C may call it.
+    """`ffi.callback(ctype, fn)` guarded for exit and kept alive while C may call it.
 
-    Returns a handle of kind ``"callback"``: pass ``handle.raw`` (the
-    callback cdata) to C; call ``handle.release()`` to retire it after the
-    C side no longer calls it.
+    Guard: once the registry's teardown has begun, every call returns `default` without
+    calling `fn` (as [`exitsafe.guard`][exitsafe.guard] does), on whatever thread the native
+    code calls from.
 
-    Guard: once the registry's teardown has begun, every call returns
-    ``default`` without calling ``fn`` (:func:`exitsafe.guard`), on whatever
-    thread the native code calls from.  With ``default=None`` and a
-    non-void result type, the type's zero is used (``0``, ``0.0``,
-    ``ffi.NULL``...), so the value always converts.  ``error`` (default:
-    ``default``) and ``onerror`` are passed to ``ffi.callback``: the result
-    when ``fn`` raises, and a function receiving the exception.
+    Lifetime: the callback cdata (and its libffi trampoline) is referenced by exitsafe until
+    you release the handle; dropping the handle does not free it, since C may still hold
+    the pointer.  Pass the handle in the `depends_on` of the native objects that call it,
+    so they are released first.  For API-mode `extern "Python"` functions use
+    [`exitsafe.guard`][exitsafe.guard] inside the `@ffi.def_extern()` function instead.
 
-    Lifetime: the callback cdata (and its libffi trampoline) is referenced
-    by exitsafe until you release the handle; dropping the handle does not
-    free it, since C may still hold the pointer.  Pass the handle in the
-    ``depends_on`` of the native objects that call it, so they are released
-    first.  At teardown the default ``exit_policy="leak"`` keeps the cdata
-    alive for the rest of the process, even through interpreter
-    finalization (a native thread may still call it); ``"release"`` frees
-    it in dependency order.  For API-mode ``extern "Python"`` functions use
-    :func:`exitsafe.guard` inside the ``@ffi.def_extern()`` function.
+    Args:
+        ffi: the `FFI` instance.
+        ctype: the C function type (`"void(*)(int, const char *)"` or a ctype object).
+        fn: the Python function C calls.
+        default: what a call returns once teardown has begun; with `None` and a non-void
+            result type, the type's zero (`0`, `0.0`, `ffi.NULL`...), so the value always
+            converts.
+        onerror: passed to `ffi.callback`: a function receiving the exception when `fn`
+            raises.
+        error: passed to `ffi.callback`: the result when `fn` raises; default: `default`.
+        registry: the registry whose teardown silences it; `None`: the default registry.
+        name: the display name in the ledger and the trace.
+        depends_on: handles or objects that must outlive the callback (rarely needed).
+        exit_policy: at teardown, `"leak"` (the default) keeps the cdata alive for the rest
+            of the process, even through interpreter finalization (a native thread may still
+            call it); `"release"` frees it in dependency order.
+
+    Returns:
+        A handle of kind `"callback"`: pass `handle.raw` (the callback cdata) to C; call
+        `handle.release()` to retire it once the C side no longer calls it.
+
+    Example:
+        ```python
+        cb = exitsafe.cffi.callback(ffi, "void(*)(int, const char *)", on_log)
+        lib.set_logger(cb.raw)
+        ctx = exitsafe.cffi.track(ffi, lib.ctx_create(), lib.ctx_free, depends_on=[cb])
+        ```
     """
     _check_ffi(ffi)
     if not callable(fn):
@@ -376,19 +442,50 @@ class _KeepOwner:
 
 
 def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call ``fn(*args)`` with every handle among ``args`` borrowed for the call and passed
-    as its ``raw`` object (``exitsafe.cffi.call(lib.device_run, device, 10)``).
+    """Call `fn(*args)` with every handle among `args` borrowed for the call and passed as
+    its `raw` object.
 
-    A handle cannot be released, nor torn down, in the middle of a native call that
-    uses it: a release waits for the call to end, a teardown waits for it (bounded), and
-    once a teardown has begun the call does not start on another thread (the thread is
-    parked, or gets :class:`~exitsafe.HandleClosedError` if it is a non-daemon thread).
-    See ``docs/threads.md``.
+    A handle cannot be released, nor torn down, in the middle of a native call that uses
+    it: a release waits for the call to end, a teardown waits for it (bounded), and once a
+    teardown has begun the call does not start on another thread (the thread is parked, or
+    gets [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).
+    See the threads page.
+
+    Args:
+        fn: the foreign function (a function of an `ffi.dlopen` library).
+        *args: its arguments; each [`Handle`][exitsafe.Handle] among them is borrowed and
+            replaced by its `raw`, the others are passed as they are.
+
+    Returns:
+        What `fn` returns.
+
+    Raises:
+        HandleClosedError: a handle argument was released or leaked, or teardown has begun
+            and the calling thread is a non-daemon thread.
+
+    Example:
+        ```python
+        exitsafe.cffi.call(lib.device_run, device, 10)
+        ```
     """
     return _call(fn, *args)
 
 
 def borrowing(lib: object) -> BorrowingLibrary:
-    """A view of ``lib`` (``ffi.dlopen(...)``) whose functions borrow their handle arguments,
-    as :func:`call` does: ``borrowing(lib).device_run(device, 10)``."""
+    """A view of `lib` whose functions borrow their handle arguments, as
+    [`call`][exitsafe.cffi.call] does.
+
+    Args:
+        lib: the library (an `ffi.dlopen` result).
+
+    Returns:
+        An object whose attributes are `lib`'s functions wrapped like `call`; other
+        attributes are `lib`'s own.
+
+    Example:
+        ```python
+        blib = exitsafe.cffi.borrowing(lib)
+        blib.device_run(device, 10)   # device (a handle) is borrowed for the call
+        ```
+    """
     return BorrowingLibrary(lib)

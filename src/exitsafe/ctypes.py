@@ -1,20 +1,21 @@
-"""exitsafe for ctypes bindings: :func:`track` pointers, :func:`pin` libraries, guarded
-:func:`callback` functions.
+"""exitsafe for ctypes bindings: [`track`][exitsafe.ctypes.track] pointers,
+[`pin`][exitsafe.ctypes.pin] libraries, guarded
+[`callback`][exitsafe.ctypes.callback] functions.
 
-* :func:`track` owns a native pointer (``c_void_p``, ``POINTER(T)`` instance,
+* [`track`][exitsafe.ctypes.track] owns a native pointer (``c_void_p``, ``POINTER(T)`` instance,
   ``c_char_p`` or a plain ``int`` address) and calls ``release(ptr)`` exactly
   once, in dependency order, or never when the handle is leaked.  It keeps
   the library of the release function alive and, when that library is
   pinned, depends on the pin automatically.
-* :func:`pin` holds a ``CDLL`` / ``PyDLL`` / ``WinDLL`` (or a raw ``dlopen``
+* [`pin`][exitsafe.ctypes.pin] holds a ``CDLL`` / ``PyDLL`` / ``WinDLL`` (or a raw ``dlopen``
   / ``LoadLibrary`` handle) loaded while anything depending on it lives,
   and closes it (``dlclose`` / ``FreeLibrary``) after the last dependent, or
   never under a leak policy.
-* :func:`callback` makes a ``CFUNCTYPE`` function pointer whose Python side
+* [`callback`][exitsafe.ctypes.callback] makes a ``CFUNCTYPE`` function pointer whose Python side
   returns a default once teardown began, and keeps it alive for as long as
   native code may call it (for ever, if it is still registered at exit).
 
-Every function returns an :class:`exitsafe.Handle`; see ``docs/adapters.md``.
+Every function returns an [`exitsafe.Handle`][exitsafe.Handle]; see ``docs/adapters.md``.
 Thread rules: every function may be called from any thread; a release or
 close runs on the thread dropping the last owner or on the teardown thread.
 """
@@ -186,28 +187,48 @@ def track(
     name: Optional[str] = None,
     timeout: Optional[float] = None,
 ) -> Handle:
-    """Own the native object at ``ptr``: ``release(ptr)`` runs exactly once, or never if leaked.
+    """Own the native object at `ptr`: `release(ptr)` runs exactly once, or never if leaked.
 
-    The ctypes counterpart of ``ffi.gc`` with the lifetime rules of
-    :meth:`exitsafe.Registry.track` (same ``kind``, ``depends_on``,
-    ``exit_policy``, ``name``, ``timeout``): released when the handle's last
-    owner lets go (``handle.release()``, ``with``, or garbage collection of
-    the handle) and no dependent lives; at teardown in dependency order;
-    never twice.  ``handle.raw`` returns ``ptr`` as given and raises
-    :class:`~exitsafe.HandleClosedError` after release.
+    The ctypes counterpart of `ffi.gc`, with the lifetime rules of
+    [`Registry.track`][exitsafe.Registry.track]: released when the handle's last owner lets
+    go (`handle.release()`, `with`, or garbage collection of the handle) and no dependent
+    lives, on that thread; at teardown in dependency order; never twice.
 
-    ``ptr``: a ``c_void_p``, ``c_char_p``, ``POINTER(T)`` instance or an
-    ``int`` address; NULL raises ``ValueError``, non-pointers ``TypeError``,
-    a pointer already tracked (by this or the cffi adapter)
-    :class:`~exitsafe.AlreadyTrackedError`.  ``release``: usually
-    ``lib.thing_free``; when it has no ``argtypes`` an int address is passed
-    as ``c_void_p`` (not truncated to a C int).
+    Args:
+        ptr: a `c_void_p`, `c_char_p`, `POINTER(T)` instance or an `int` address;
+            `handle.raw` returns it as given.
+        release: the release function, usually `lib.thing_free`; when it has no `argtypes`
+            an int address is passed as `c_void_p` (not truncated to a C int).
+        registry: the registry to own it in; `None`: the default registry.
+        lib: the library whose code `release` runs (kept referenced); if it, or the library
+            of `release`, is pinned with [`pin`][exitsafe.ctypes.pin] in the same registry,
+            the handle depends on the pin, so the library is closed only after this release
+            ran.
+        kind: a label (`"device"`, `"buffer"`...) for the ledger, the trace and exit
+            policies; `"library"` makes the handle go last at teardown.
+        depends_on: handles or objects exitsafe knows (pinned libraries, tracked pointers,
+            adopted objects, wrappers) that must outlive this one.
+        exit_policy: `"release"`, `"leak"` or a callable policy deciding at teardown (see
+            [`exitsafe.policies`][exitsafe.policies]); `None`: the registry's default.
+        name: the display name in the ledger and the trace; default `"<kind>#<n>"`.
+        timeout: seconds the release may take at teardown before it is abandoned and the
+            handle leaked; `None`: the registry's step timeout.
 
-    The library is kept referenced; if it (or ``lib``) is pinned with
-    :func:`pin` in the same registry, the handle depends on the pin, so the
-    library is closed only after this release ran.  ``depends_on`` accepts
-    handles and objects exitsafe knows (pinned libraries, tracked pointers,
-    adopted objects, wrappers).
+    Returns:
+        A [`Handle`][exitsafe.Handle] holding one owner; `handle.raw` raises
+        [`HandleClosedError`][exitsafe.HandleClosedError] after release.
+
+    Raises:
+        ValueError: `ptr` is NULL.
+        TypeError: `ptr` is not a pointer, or `release` is not callable.
+        AlreadyTrackedError: the pointer is already tracked (by this or the cffi adapter).
+
+    Example:
+        ```python
+        lib = ctypes.CDLL("libgpu.so")
+        pin = exitsafe.ctypes.pin(lib)
+        dev = exitsafe.ctypes.track(lib.device_create(), lib.device_free, kind="device")
+        ```
     """
     library = lib if lib is not None else _library_of(release)
     return _ADAPTER.track(
@@ -217,18 +238,33 @@ def track(
 
 
 def handle_of(ptr: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
-    """The live handle tracking the address of ``ptr`` (a ctypes pointer or an int), or ``None``.
+    """The live handle tracking the address of `ptr`, or `None`.
 
-    Use it when C hands a pointer back (in a callback, from a getter) and
-    you need its handle, e.g. to ``retain()`` it.  The lookup is by address,
-    so any ctypes object pointing at the same place finds the same handle;
-    it also finds libraries pinned with :func:`pin`.
+    Use it when C hands a pointer back (in a callback, from a getter) and you need its
+    handle, e.g. to `retain()` it.
+
+    Args:
+        ptr: a ctypes pointer or an int address; any ctypes object pointing at the same
+            place finds the same handle.  A library pinned with
+            [`pin`][exitsafe.ctypes.pin] finds its pin.
+        registry: where to look; `None`: the default registry.
+
+    Returns:
+        The live handle, or `None` (never tracked, or released or leaked since).
     """
     return _handle_of(ptr, registry=registry)
 
 
 def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
-    """The live pin of ``lib`` (a ``CDLL`` or raw handle) in ``registry``, or ``None``."""
+    """The live pin of `lib` in `registry`, or `None`.
+
+    Args:
+        lib: a `CDLL` (or `PyDLL`, `WinDLL`, `OleDLL`) or a raw library handle.
+        registry: where to look; `None`: the default registry.
+
+    Returns:
+        The pin made by [`pin`][exitsafe.ctypes.pin], or `None`.
+    """
     return _ADAPTER.pin_of(lib, registry_arg(registry))
 
 
@@ -242,27 +278,35 @@ def pin(
 ) -> Handle:
     """Hold a loaded library until nothing depending on it lives; return its pin.
 
-    The pin is a handle of kind ``"library"``.
+    The pin takes one more loader reference on the library (`dlopen(RTLD_NOLOAD)` of the
+    same file; `GetModuleHandleExW` on Windows), so even an early `dlclose` of
+    `lib._handle` by somebody else cannot unmap the code a dependent's release needs.  The
+    pin is referenced by exitsafe until it is released: dropping it does not unpin.  Under
+    a leak policy nothing is closed.
 
-    ``lib``: a ``CDLL`` / ``PyDLL`` / ``WinDLL`` / ``OleDLL`` instance, or a
-    raw handle from ``_ctypes.dlopen`` / ``LoadLibrary``.  The pin takes one
-    more loader reference on the library (``dlopen(RTLD_NOLOAD)`` of the same
-    file; ``GetModuleHandleExW`` on Windows), so even an early
-    ``dlclose`` of ``lib._handle`` by somebody else cannot unmap the code a
-    dependent's release needs.
+    Args:
+        lib: a `CDLL` / `PyDLL` / `WinDLL` / `OleDLL` instance, or a raw handle from
+            `_ctypes.dlopen` / `LoadLibrary`.
+        registry: the registry to pin it in; `None`: the default registry.
+        close: `True` (the default): the pin owns closing the library handle: when the pin
+            is released (explicitly after its last dependent, or at teardown, where
+            libraries go last) `lib._handle` is closed (`dlclose` / `FreeLibrary`) and the
+            extra reference dropped; do not close it yourself, and do not use the `CDLL`
+            after that.  `False`: the binding keeps closing its library on its own
+            schedule; the pin holds its extra loader reference for the life of the
+            process, so the code stays mapped whatever the binding closes.
+        name: the display name; default `"library#<n>"`.
+        timeout: seconds the close may take at teardown before it is abandoned; `None`: the
+            registry's step timeout.
 
-    ``close=True``: the pin owns closing the library handle: when the pin is
-    released (explicitly after its last dependent, or at teardown, where
-    libraries go last) ``lib._handle`` is closed (``dlclose`` /
-    ``FreeLibrary``) and the extra reference dropped; do not close it
-    yourself, and do not use the ``CDLL`` after that.  ``close=False``: the
-    binding keeps closing its library on its own schedule; the pin holds its
-    extra loader reference for the life of the process, so the code stays
-    mapped whatever the binding closes.  Under a leak policy
-    nothing is closed.  The pin is referenced by exitsafe until then:
-    dropping it does not unpin.  Pinning the same library again in the same
-    registry returns the existing pin with one more owner (``close`` must
-    match).
+    Returns:
+        The pin, a handle of kind `"library"`.  Pinning the same library again in the same
+        registry returns the existing pin with one more owner.
+
+    Raises:
+        ValueError: the library is already pinned in this registry with a different
+            `close`.
+        TypeError: `lib` is not a library, or `close` is not a bool.
     """
     return _ADAPTER.pin(None, lib, registry=registry, close=close, name=name, timeout=timeout)
 
@@ -301,27 +345,43 @@ def callback(
     depends_on: Iterable[object] = (),
     exit_policy: ExitPolicy = "leak",
 ) -> Handle:
-    """A C function pointer of type ``proto`` (a ``CFUNCTYPE``) calling ``fn``, kept alive
-    while native code may call it, going quiet at teardown.  Returns a handle of kind
-    ``"callback"``: pass ``handle.raw`` to C, ``handle.release()`` to retire it.
+    """A C function pointer of type `proto` calling `fn`, kept alive while native code may
+    call it, going quiet at teardown.
 
-    Guard: once the registry's teardown has begun, every call returns
-    ``default`` without calling ``fn`` (:func:`exitsafe.guard`), on whatever
-    thread the native code calls from.  With ``default=None`` and a
-    non-void result type the type's zero is returned.  ``onerror(exc_type,
-    exc, tb)`` receives exceptions raised by ``fn`` and returns the result
-    for C (``None``: ``default``); without it ctypes reports the exception
-    and C receives a zeroed result.
+    Guard: once the registry's teardown has begun, every call returns `default` without
+    calling `fn` (as [`exitsafe.guard`][exitsafe.guard] does), on whatever thread the native
+    code calls from.
 
-    Lifetime: the function pointer (and its libffi trampoline) is
-    referenced by exitsafe until you call ``release()`` on the handle, after
-    unregistering it from the C side; dropping the handle does not free it.
-    ``depends_on`` is rarely needed; rather, pass the callback handle in the
-    ``depends_on`` of the native objects that call it, so they are released
-    first.  At teardown the default ``exit_policy="leak"`` keeps the
-    function pointer alive for the rest of the process (even through
-    interpreter finalization), since a native thread may still call it;
-    ``"release"`` frees it in dependency order.
+    Lifetime: the function pointer (and its libffi trampoline) is referenced by exitsafe
+    until you call `release()` on the handle, after unregistering it from the C side;
+    dropping the handle does not free it.  Pass the callback handle in the `depends_on` of
+    the native objects that call it, so they are released first.
+
+    Args:
+        proto: the function type, a `CFUNCTYPE(...)` (or `WINFUNCTYPE`, `PYFUNCTYPE`).
+        fn: the Python function C calls.
+        default: what a call returns once teardown has begun; with `None` and a non-void
+            result type, the type's zero.
+        onerror: `onerror(exc_type, exc, tb)` receives exceptions raised by `fn` and returns
+            the result for C (`None`: `default`); without it ctypes reports the exception
+            and C receives a zeroed result.
+        registry: the registry whose teardown silences it; `None`: the default registry.
+        name: the display name in the ledger and the trace.
+        depends_on: handles or objects that must outlive the callback (rarely needed).
+        exit_policy: at teardown, `"leak"` (the default) keeps the function pointer alive
+            for the rest of the process (even through interpreter finalization), since a
+            native thread may still call it; `"release"` frees it in dependency order.
+
+    Returns:
+        A handle of kind `"callback"`: pass `handle.raw` to C, `handle.release()` to
+        retire it.
+
+    Example:
+        ```python
+        LOGFN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p)
+        cb = exitsafe.ctypes.callback(LOGFN, on_log)
+        lib.set_logger(cb.raw)
+        ```
     """
     if not (isinstance(proto, type) and issubclass(proto, _ctypes.CFuncPtr)):
         raise TypeError(
@@ -341,19 +401,50 @@ def callback(
 
 
 def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call ``fn(*args)`` with every handle among ``args`` borrowed for the call and passed
-    as its ``raw`` object (``exitsafe.ctypes.call(lib.device_run, device, 10)``).
+    """Call `fn(*args)` with every handle among `args` borrowed for the call and passed as
+    its `raw` object.
 
-    A handle cannot be released, nor torn down, in the middle of a native call that
-    uses it: a release waits for the call to end, a teardown waits for it (bounded), and
-    once a teardown has begun the call does not start on another thread (the thread is
-    parked, or gets :class:`~exitsafe.HandleClosedError` if it is a non-daemon thread).
-    See ``docs/threads.md``.
+    A handle cannot be released, nor torn down, in the middle of a native call that uses
+    it: a release waits for the call to end, a teardown waits for it (bounded), and once a
+    teardown has begun the call does not start on another thread (the thread is parked, or
+    gets [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).
+    See the threads page.
+
+    Args:
+        fn: the foreign function (a function of a `ctypes.CDLL`).
+        *args: its arguments; each [`Handle`][exitsafe.Handle] among them is borrowed and
+            replaced by its `raw`, the others are passed as they are.
+
+    Returns:
+        What `fn` returns.
+
+    Raises:
+        HandleClosedError: a handle argument was released or leaked, or teardown has begun
+            and the calling thread is a non-daemon thread.
+
+    Example:
+        ```python
+        exitsafe.ctypes.call(lib.device_run, device, 10)
+        ```
     """
     return _call(fn, *args)
 
 
 def borrowing(lib: object) -> BorrowingLibrary:
-    """A view of ``lib`` (``ctypes.CDLL(...)``) whose functions borrow their handle arguments,
-    as :func:`call` does: ``borrowing(lib).device_run(device, 10)``."""
+    """A view of `lib` whose functions borrow their handle arguments, as
+    [`call`][exitsafe.ctypes.call] does.
+
+    Args:
+        lib: the library (a `ctypes.CDLL`).
+
+    Returns:
+        An object whose attributes are `lib`'s functions wrapped like `call`; other
+        attributes are `lib`'s own.
+
+    Example:
+        ```python
+        blib = exitsafe.ctypes.borrowing(lib)
+        blib.device_run(device, 10)   # device (a handle) is borrowed for the call
+        ```
+    """
     return BorrowingLibrary(lib)

@@ -3,7 +3,7 @@
 An exit policy decides, at teardown, whether a live handle is released
 natively (``"release"``) or deliberately leaked (``"leak"``: no native call,
 the OS reclaims the memory at process exit).  A policy is ``"release"``,
-``"leak"`` or a callable taking an :class:`exitsafe.HandleInfo` (a read-only
+``"leak"`` or a callable taking an [`exitsafe.HandleInfo`][exitsafe.HandleInfo] (a read-only
 snapshot of the handle: ``raw``, ``kind``, ``name``, ``thread_id``,
 ``created_on_main_thread``, ``inherited``...) and returning one of the two
 strings; it runs on the thread doing the teardown, outside exitsafe's lock,
@@ -28,18 +28,38 @@ __all__ = ["any_leak", "leak_if_foreign_thread", "leak_in_forked_child"]
 def leak_if_foreign_thread(info: HandleInfo) -> str:
     """Leak a handle created on a thread other than the main thread; release the rest.
 
-    ONNX Runtime's Node.js binding fixed its exit crash this way: objects born on
-    worker threads may belong to per-thread runtime state that is already gone at exit.
+    ONNX Runtime's Node.js binding fixed its exit crash this way: objects born on worker
+    threads may belong to per-thread runtime state that is already gone at exit.
+
+    Args:
+        info: the handle being decided; its
+            [`created_on_main_thread`][exitsafe.HandleInfo] is what counts.
+
+    Returns:
+        `"release"` for a handle created on the main thread, `"leak"` otherwise.
+
+    Example:
+        ```python
+        from exitsafe.policies import leak_if_foreign_thread
+
+        session = exitsafe.track(ptr, lib.session_free, exit_policy=leak_if_foreign_thread)
+        ```
     """
     return "release" if info.created_on_main_thread else "leak"
 
 
 def leak_in_forked_child(info: HandleInfo) -> str:
-    """Leak every handle when the teardown runs in a process produced by ``os.fork()``.
+    """Leak every handle when the teardown runs in a process produced by `os.fork()`.
 
-    Handles *inherited* from the parent are never released in a child in
-    any case; this policy also leaks the handles the child created itself,
-    for runtimes that are not fork-safe at all.
+    Handles *inherited* from the parent are never released in a child in any case; this
+    policy also leaks the handles the child created itself, for runtimes that are not
+    fork-safe at all.
+
+    Args:
+        info: the handle being decided (not consulted: only the process matters).
+
+    Returns:
+        `"leak"` in a forked child, `"release"` in the process that imported exitsafe.
     """
     from . import _sync
 
@@ -49,8 +69,25 @@ def leak_in_forked_child(info: HandleInfo) -> str:
 def any_leak(*policies: Policy) -> Callable[[HandleInfo], str]:
     """Combine policies: leak when any of them says leak, release otherwise.
 
-    Each element may be ``"release"``, ``"leak"`` or a callable policy; they
-    are consulted in order and the first ``"leak"`` wins.
+    Args:
+        *policies: each `"release"`, `"leak"` or a callable policy.  At teardown they are
+            consulted in order, on the teardown thread, and the first `"leak"` wins (the
+            later ones are not called).
+
+    Returns:
+        A policy (a callable taking a [`HandleInfo`][exitsafe.HandleInfo]) to pass as
+        `exit_policy`; its `__name__` lists the combined policies.
+
+    Raises:
+        ValueError: an element is neither `"release"`, `"leak"` nor callable.
+
+    Example:
+        ```python
+        from exitsafe.policies import any_leak, leak_if_foreign_thread, leak_in_forked_child
+
+        registry = exitsafe.Registry(
+            "gpu", exit_policy=any_leak(leak_if_foreign_thread, leak_in_forked_child))
+        ```
     """
     for policy in policies:
         if policy not in ("release", "leak") and not callable(policy):

@@ -2,16 +2,16 @@
 
 Adds:
 
-* the fixture ``exit_run``: :func:`exitsafe.testing.run` with the test's ``tmp_path`` as
-  the working directory and the repeat count and timeout of the marker and option below
-  applied (``exit_run.command(argv)`` does the same for any command);
+* the fixture ``exit_run``: [`exitsafe.testing.run`][exitsafe.testing.run] with the test's
+  ``tmp_path`` as the working directory and the repeat count and timeout of the marker and option
+  below applied (``exit_run.command(argv)`` does the same for any command);
 * the marker ``@pytest.mark.exitsafe(repeat=20, timeout=60, audit=False, checks=())``: run
   each scenario of the test ``repeat`` times (a failure at exit is often intermittent)
   with that timeout, audited or not, with those checks after each run;
 * the option ``--exitsafe-repeat=N``, which overrides every test's repeat count (``1``
   for a quick run, ``100`` for a soak run);
-* failure reports: :func:`~exitsafe.testing.assert_clean_exit` raises
-  :class:`~exitsafe.testing.ExitNotClean`, whose first line is the decoded summary (what
+* failure reports: [`assert_clean_exit`][exitsafe.testing.assert_clean_exit] raises
+  [`ExitNotClean`][exitsafe.testing.ExitNotClean], whose first line is the decoded summary (what
   pytest's short summary shows); a test that used ``exit_run`` and failed some other
   way gets an ``exitsafe`` section with each non-clean result decoded, and the terminal
   summary lists the failure rate of repeated runs.
@@ -64,14 +64,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class ExitRunner:
-    """The ``exit_run`` fixture: call it like :func:`exitsafe.testing.run`.
+    """The ``exit_run`` fixture: call it like [`exitsafe.testing.run`][exitsafe.testing.run].
 
     Defaults come from the test: ``cwd`` is the test's ``tmp_path``; ``repeat`` is
     ``--exitsafe-repeat``, else the ``exitsafe`` marker's ``repeat``, else 1; ``timeout``
     is the marker's ``timeout``, else 30 s.  With a repeat count above 1 a call returns an
-    :class:`~exitsafe.testing.ExitResults`; pass the result to
-    :func:`~exitsafe.testing.assert_clean_exit` either way.  Every result is kept in
-    :attr:`results` for the failure report.
+    [`ExitResults`][exitsafe.testing.ExitResults]; pass the result to
+    [`assert_clean_exit`][exitsafe.testing.assert_clean_exit] either way.  Every result is kept in
+    `results` for the failure report.
     """
 
     def __init__(
@@ -104,7 +104,8 @@ class ExitRunner:
         checks: Optional[Sequence[Union[str, Sequence[str]]]] = None,
         audit: Optional[bool] = None,
     ) -> Union[ExitResult, ExitResults]:
-        """Run Python code, a script or a module; see :func:`exitsafe.testing.run`."""
+        """Run Python code, a script or a module; see
+        [`exitsafe.testing.run`][exitsafe.testing.run]."""
         from exitsafe.testing._runner import python_argv
 
         kwargs: dict[str, Any] = {"script": script, "module": module, "args": args}
@@ -126,7 +127,7 @@ class ExitRunner:
         checks: Optional[Sequence[Union[str, Sequence[str]]]] = None,
         audit: Optional[bool] = None,
     ) -> Union[ExitResult, ExitResults]:
-        """Run any command; see :func:`exitsafe.testing.run_command`."""
+        """Run any command; see [`exitsafe.testing.run_command`][exitsafe.testing.run_command]."""
         from exitsafe.testing import run_command
 
         result = run_command(
@@ -173,7 +174,7 @@ def _marker_settings(
 
 @pytest.fixture
 def exit_run(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ExitRunner]:
-    """Run a program in a fresh process and decode how it exited; see :class:`ExitRunner`."""
+    """Run a program in a fresh process and decode how it exited; see `ExitRunner`."""
     marker_repeat, marker_timeout, audit, checks = _marker_settings(request.node)
     option = request.config.getoption("exitsafe_repeat", None)
     repeat = option if option is not None else (marker_repeat or 1)

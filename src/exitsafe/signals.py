@@ -6,20 +6,19 @@ objects are reclaimed in whatever state they were.  Usually that is
 harmless, but a runtime that must flush or unregister something (a device
 queue, a lock file, a driver session) never gets the chance.
 
-:func:`teardown_on_signals` installs handlers that run the teardown:
+[`teardown_on_signals`][exitsafe.signals.teardown_on_signals] installs handlers that run the
+teardown:
 
-``mode="exit"`` (default)
-    The handler raises ``SystemExit(128 + signum)`` in the main thread, so
-    ``finally`` blocks and context managers unwind, non-daemon threads are
-    joined, and the normal exit teardown runs from ``atexit``.  The exit
-    status is the shell's convention for "killed by that signal" (143 for
-    SIGTERM).  Use it when the main thread reaches Python code regularly.
-``mode="immediate"``
-    The handler tears down every registry (newest first) right away, writes
-    the ledger if ``EXITSAFE_LEDGER`` is set, restores the signal's default
-    action and re-sends the signal, so the process dies by that signal (as a
-    supervisor expects) without running any further Python finalization.
-    Use it when the main thread may sit in a long native call.
+* ``mode="exit"`` (the default): the handler raises ``SystemExit(128 + signum)`` in the main
+  thread, so ``finally`` blocks and context managers unwind, non-daemon threads are
+  joined, and the normal exit teardown runs from ``atexit``.  The exit
+  status is the shell's convention for "killed by that signal" (143 for
+  SIGTERM).  Use it when the main thread reaches Python code regularly.
+* ``mode="immediate"``: the handler tears down every registry (newest first) right away,
+  writes the ledger if ``EXITSAFE_LEDGER`` is set, restores the signal's default
+  action and re-sends the signal, so the process dies by that signal (as a
+  supervisor expects) without running any further Python finalization.
+  Use it when the main thread may sit in a long native call.
 
 Timing rules, the same for both modes:
 
@@ -41,7 +40,7 @@ Timing rules, the same for both modes:
 SIGINT is only taken over when the program left Python's default handler
 (``KeyboardInterrupt``) in place; a program's own handler is never
 replaced.  Handlers can only be installed from the main thread, as
-:func:`signal.signal` requires.
+`signal.signal` requires.
 """
 
 from __future__ import annotations
@@ -92,17 +91,38 @@ def teardown_on_signals(
     *,
     mode: str = "exit",
 ) -> dict[int, Any]:
-    """Install teardown handlers for ``signals``; return ``{signum: previous handler}``.
+    """Install teardown handlers for `signals`, so that a termination signal runs the
+    exitsafe teardown instead of ending the process at once.
 
-    ``signals``: one signal or an iterable of signals, each a name (``"SIGTERM"``,
-    ``"TERM"``) or a number.  See the module documentation for the two modes and
-    for what happens when a signal arrives during a teardown.  A signal whose
-    current handler is the program's own (anything but the default action or, for
-    SIGINT, Python's default ``KeyboardInterrupt`` handler) is left alone and
-    missing from the result.  Raises ``ValueError`` for an unknown signal or mode
-    and for SIGKILL / SIGSTOP, ``TypeError`` for a signal that is neither a name nor
-    a number, and whatever :func:`signal.signal` raises off the main thread.
-    Every argument is checked before any handler is installed.
+    See the module documentation above for the two modes and for what happens when a
+    signal arrives during a teardown.  Every argument is checked before any handler is
+    installed.  Call it from the main thread.
+
+    Args:
+        signals: one signal or an iterable of signals, each a name (`"SIGTERM"`, `"TERM"`)
+            or a number; the default is SIGTERM and SIGINT.  A signal whose current handler
+            is the program's own (anything but the default action or, for SIGINT, Python's
+            default `KeyboardInterrupt` handler) is left alone.
+        mode: `"exit"` (the default): raise `SystemExit(128 + signum)` in the main thread
+            and let the normal exit run the teardown.  `"immediate"`: tear down every
+            registry in the handler, then die by the signal.
+
+    Returns:
+        `{signum: previous handler}` for every signal whose handler was installed (the
+        signals left alone are missing), to restore them with `signal.signal` if needed.
+
+    Raises:
+        ValueError: an unknown signal or mode, SIGKILL / SIGSTOP (which no process can
+            catch), or a call off the main thread (raised by `signal.signal`).
+        TypeError: a signal that is neither a name nor a number.
+
+    Example:
+        ```python
+        from exitsafe.signals import teardown_on_signals
+
+        teardown_on_signals()                               # SIGTERM and SIGINT, "exit" mode
+        teardown_on_signals("SIGTERM", mode="immediate")    # main thread may sit in C
+        ```
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")

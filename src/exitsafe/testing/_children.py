@@ -37,16 +37,16 @@ CHILD_DUMP_GRACE = 1.0
 class ChildProcess:
     """A process of the run other than the program itself.
 
-    :ivar pid: its process id.
-    :ivar ppid: its parent's pid (``None`` when unknown).
-    :ivar argv: its command line.
-    :ivar state: ``"crashed"`` (died by a fatal signal, its stack dumped),
-        ``"hung"`` (still running at the timeout; its stack, if it is a Python process,
-        was dumped then), ``"zombie"`` (ended, never waited for, at the timeout) or
-        ``"exited"`` (nothing wrong seen).
-    :ivar signal: the fatal signal for a crashed or zombie process (``"SIGSEGV"``).
-    :ivar forked: whether it was forked from a Python process (no ``exec``).
-    :ivar fatal_error: faulthandler's dump of it (crash, or the stacks at the timeout).
+    Attributes:
+        pid: its process id.
+        ppid: its parent's pid (``None`` when unknown).
+        argv: its command line.
+        state: ``"crashed"`` (died by a fatal signal, its stack dumped), ``"hung"`` (still running
+            at the timeout; its stack, if it is a Python process, was dumped then), ``"zombie"``
+            (ended, never waited for, at the timeout) or ``"exited"`` (nothing wrong seen).
+        signal: the fatal signal for a crashed or zombie process (``"SIGSEGV"``).
+        forked: whether it was forked from a Python process (no ``exec``).
+        fatal_error: faulthandler's dump of it (crash, or the stacks at the timeout).
     """
 
     pid: int
@@ -77,6 +77,12 @@ class ChildProcess:
         return f"pid {self.pid}{parent}: {what}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The process as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            One key per attribute (`fatal_error` as its own dict).
+        """
         fatal = self.fatal_error
         return {
             "pid": self.pid,
@@ -156,7 +162,7 @@ def _depth(seen: _Seen, by_pid: dict[int, _Seen]) -> int:
 def dump_and_list(session: int, dump: bool) -> list[_Seen]:
     """At a timeout: list the session's other processes and, with ``dump``, send each one
     still running ``SIGABRT`` (deepest first) so faulthandler writes its stacks, waiting
-    up to :data:`CHILD_DUMP_GRACE` for each to end."""
+    up to `CHILD_DUMP_GRACE` for each to end."""
     seen = session_processes(session)
     if not dump:
         return seen

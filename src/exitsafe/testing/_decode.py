@@ -1,9 +1,9 @@
 """Decoding a process's exit status: POSIX signals and Windows NTSTATUS codes.
 
 A process that dies by a POSIX signal has a negative ``returncode`` in
-:mod:`subprocess` (``-11`` for ``SIGSEGV``).  On Windows a process killed by an
+`subprocess` (``-11`` for ``SIGSEGV``).  On Windows a process killed by an
 exception exits with the exception's NTSTATUS as its exit code, which
-:mod:`subprocess` reports unsigned (``3221225477``) or, from some APIs and shells,
+`subprocess` reports unsigned (``3221225477``) or, from some APIs and shells,
 signed (``-1073741819``); both decode to ``STATUS_ACCESS_VIOLATION 0xC0000005``.
 The C runtime's ``abort()`` makes a Windows process exit with code ``3``.
 """
@@ -22,10 +22,11 @@ PLATFORM = sys.platform
 class NtStatus(NamedTuple):
     """A decoded Windows exit status.
 
-    :ivar code: the status as an unsigned 32-bit number (``0xC0000005``).
-    :ivar name: the symbolic name (``"STATUS_ACCESS_VIOLATION"``); for a code not in
-        exitsafe's table, ``"NTSTATUS"`` followed by its hex value.
-    :ivar description: what it usually means at exit, in a few words.
+    Attributes:
+        code: the status as an unsigned 32-bit number (``0xC0000005``).
+        name: the symbolic name (``"STATUS_ACCESS_VIOLATION"``); for a code not in exitsafe's table,
+            ``"NTSTATUS"`` followed by its hex value.
+        description: what it usually means at exit, in a few words.
     """
 
     code: int
@@ -72,11 +73,16 @@ _NTSTATUS: dict[int, tuple[str, str]] = {
 
 
 def decode_signal(returncode: Optional[int]) -> Optional[str]:
-    """The name of the POSIX signal that killed a process (``"SIGSEGV"``), else ``None``.
+    """The name of the POSIX signal that killed a process (`"SIGSEGV"`), else `None`.
 
-    Only a negative ``returncode`` whose magnitude is a signal number decodes: a
-    shell's ``128 + N`` convention is ambiguous with a real exit status and is
-    left alone.  A number this system has no name for gives ``"SIG<N>"``.
+    Args:
+        returncode: the exit status as `subprocess` reports it.  Only a negative value whose
+            magnitude is a signal number decodes: a shell's `128 + N` convention is ambiguous
+            with a real exit status and is left alone.
+
+    Returns:
+        The signal's name; `"SIG<N>"` for a number this system has no name for; `None`
+        when the process was not killed by a signal.
     """
     if returncode is None or returncode >= 0 or PLATFORM == "win32":
         return None
@@ -90,13 +96,18 @@ def decode_signal(returncode: Optional[int]) -> Optional[str]:
 
 
 def decode_ntstatus(returncode: Optional[int]) -> Optional[NtStatus]:
-    """The Windows status a process ended with, or ``None``.
+    """The Windows status a process ended with, or `None`.
 
-    ``returncode`` may be unsigned (``3221225477``) or signed (``-1073741819``).  Codes
-    with the NTSTATUS error severity (``0xC...``) decode on any platform, since no
-    POSIX exit status is that large; an unknown one is named ``NTSTATUS_0x...``.  The
-    warning and informational codes in exitsafe's table, and ``abort()``'s exit
-    code 3, decode only when :data:`PLATFORM` is ``"win32"``.
+    Codes with the NTSTATUS error severity (`0xC...`) decode on any platform, since no POSIX
+    exit status is that large; an unknown one is named `NTSTATUS_0x...`.  The warning and
+    informational codes in exitsafe's table, and `abort()`'s exit code 3, decode only on
+    Windows.
+
+    Args:
+        returncode: the exit status, unsigned (`3221225477`) or signed (`-1073741819`).
+
+    Returns:
+        The decoded status, or `None`.
     """
     if returncode is None or returncode == 0:
         return None
@@ -114,8 +125,15 @@ def decode_ntstatus(returncode: Optional[int]) -> Optional[NtStatus]:
 
 
 def describe_exit(returncode: Optional[int]) -> str:
-    """A few words for an exit status: ``"SIGSEGV (signal 11)"``,
-    ``"STATUS_ACCESS_VIOLATION 0xC0000005"``, ``"exit status 1"``."""
+    """A few words for an exit status: `"SIGSEGV (signal 11)"`,
+    `"STATUS_ACCESS_VIOLATION 0xC0000005"`, `"exit status 1"`.
+
+    Args:
+        returncode: the exit status as `subprocess` reports it.
+
+    Returns:
+        The description.
+    """
     if returncode is None:
         return "still running"
     name = decode_signal(returncode)

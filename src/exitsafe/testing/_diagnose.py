@@ -1,4 +1,4 @@
-"""Naming the cause of a bad exit: :class:`Diagnosis` and :func:`diagnose`.
+"""Naming the cause of a bad exit: [`Diagnosis`][exitsafe.testing.Diagnosis] and `diagnose`.
 
 The classification reads only what a run leaves behind: the exit status, faulthandler's
 dumps (of the program and, through the start-up hook, of its child processes), the
@@ -45,14 +45,15 @@ _WAIT_FUNCTIONS = {"waitpid", "wait", "_wait", "join", "poll", "_try_wait", "com
 class Diagnosis:
     """The cause of a bad exit, in words a person can act on.
 
-    :ivar kind: a stable label: ``"thread-in-native"``, ``"hang-before-teardown"``,
-        ``"hang-in-teardown"``, ``"crash-in-teardown"``, ``"crash-after-teardown"``,
-        ``"crash-at-exit"``, ``"child-process"``, ``"lost-output"``,
-        ``"unraisable-at-exit"``, ``"audit"``, or ``"other"``.
-    :ivar headline: one line naming the cause (the report's first line carries it).
-    :ivar details: further lines (which thread, which step, which process ...).
-    :ivar hint: what fixes it, naming the exitsafe feature.
-    :ivar doc: the documentation section of that feature (``"threads.md#workers"``).
+    Attributes:
+        kind: a stable label: ``"thread-in-native"``, ``"hang-before-teardown"``,
+            ``"hang-in-teardown"``, ``"crash-in-teardown"``, ``"crash-after-teardown"``,
+            ``"crash-at-exit"``, ``"child-process"``, ``"lost-output"``, ``"unraisable-at-exit"``,
+            ``"audit"``, or ``"other"``.
+        headline: one line naming the cause (the report's first line carries it).
+        details: further lines (which thread, which step, which process ...).
+        hint: what fixes it, naming the exitsafe feature.
+        doc: the documentation section of that feature (``"threads.md#workers"``).
     """
 
     kind: str
@@ -64,10 +65,16 @@ class Diagnosis:
     @property
     def specific(self) -> bool:
         """Whether the cause says more than the decoded status (the summary line then
-        starts with :attr:`headline`)."""
+        starts with `headline`)."""
         return self.kind not in ("crash-at-exit", "unraisable-at-exit", "audit", "other")
 
     def to_dict(self) -> dict[str, Any]:
+        """The diagnosis as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            One key per attribute.
+        """
         return {
             "kind": self.kind,
             "headline": self.headline,

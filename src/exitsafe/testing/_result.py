@@ -1,4 +1,5 @@
-"""The structured result of running a program: :class:`ExitResult` and :class:`ExitResults`."""
+"""The structured result of running a program: [`ExitResult`][exitsafe.testing.ExitResult] and
+[`ExitResults`][exitsafe.testing.ExitResults]."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ SHOWN_STEPS = 10
 _STDERR_TAIL = 15
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
-#: The version of the JSON that :meth:`ExitResult.to_dict` gives (see docs/testing.md).
+#: The version of the JSON that `ExitResult.to_dict` gives (see docs/testing.md).
 JSON_SCHEMA_VERSION = 2
 #: Trace events that are not part of a teardown: the threads alive at exit and the audit.
 DIAGNOSTIC_EVENTS = frozenset({"thread", "audit-begin", "audit-release"})
@@ -36,17 +37,26 @@ STDERR_BEFORE_FATAL = 5
 
 
 class ExitNotClean(AssertionError):
-    """Raised by :func:`assert_clean_exit`: the run did not exit cleanly.
+    """Raised by [`assert_clean_exit`][exitsafe.testing.assert_clean_exit]: the run did not exit
+    cleanly.
 
-    An :class:`AssertionError`, so test frameworks report it as a failed assertion.  Its
+    An `AssertionError`, so test frameworks report it as a failed assertion.  Its
     message is the result's report, whose first line is the decoded summary.
 
-    :ivar result: the :class:`ExitResult` or :class:`ExitResults` that failed.
+    Attributes:
+        result: the [`ExitResult`][exitsafe.testing.ExitResult] or
+            [`ExitResults`][exitsafe.testing.ExitResults] that failed.
     """
 
     __module__ = "exitsafe.testing"  # the name pytest prints: where users import it from
 
     def __init__(self, result: Union[ExitResult, ExitResults]) -> None:
+        """Make the error for a failed result; its message is `result.report()`.
+
+        Args:
+            result: the [`ExitResult`][exitsafe.testing.ExitResult] or
+                [`ExitResults`][exitsafe.testing.ExitResults] that is not clean.
+        """
         super().__init__(result.report())
         self.result = result
 
@@ -55,10 +65,11 @@ class ExitNotClean(AssertionError):
 class CheckResult:
     """One ``--check`` command, run after the program in the same directory.
 
-    :ivar command: the command as given (a shell string, or an argument list).
-    :ivar returncode: its exit status (negative: killed by that signal).
-    :ivar output: its stdout and stderr, interleaved.
-    :ivar timed_out: it ran past the run's timeout and was killed.
+    Attributes:
+        command: the command as given (a shell string, or an argument list).
+        returncode: its exit status (negative: killed by that signal).
+        output: its stdout and stderr, interleaved.
+        timed_out: it ran past the run's timeout and was killed.
     """
 
     command: Union[str, tuple[str, ...]]
@@ -87,6 +98,12 @@ class CheckResult:
         return describe_exit(self.returncode)
 
     def to_dict(self) -> dict[str, Any]:
+        """The check as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            `command`, `returncode`, `passed`, `timed_out` and `output`.
+        """
         return {
             "command": self.command if isinstance(self.command, str) else list(self.command),
             "returncode": self.returncode,
@@ -100,14 +117,15 @@ class CheckResult:
 class AuditFinding:
     """A native release that ran after exitsafe's exit teardown (``EXITSAFE_AUDIT=1``).
 
-    :ivar what: ``"__del__"``, ``"ffi.gc"`` or ``"weakref.finalize"``.
-    :ivar type: the object's type (``"mylib.Device"``, ``"cdata 'struct dev *'"``).
-    :ivar site: where the object was created (``"app.py:12"``), from tracemalloc.
-    :ivar stack: the frames that led there, most recent first, if more than one.
-    :ivar holds: the native pointers it held (``"_ptr (cffi pointer)"``).
-    :ivar via: the finalizer that ran (its file:line, or the destructor's name).
-    :ivar thread: the thread it ran on.
-    :ivar suggest: the exitsafe declaration that would release it in order instead.
+    Attributes:
+        what: ``"__del__"``, ``"ffi.gc"`` or ``"weakref.finalize"``.
+        type: the object's type (``"mylib.Device"``, ``"cdata 'struct dev *'"``).
+        site: where the object was created (``"app.py:12"``), from tracemalloc.
+        stack: the frames that led there, most recent first, if more than one.
+        holds: the native pointers it held (``"_ptr (cffi pointer)"``).
+        via: the finalizer that ran (its file:line, or the destructor's name).
+        thread: the thread it ran on.
+        suggest: the exitsafe declaration that would release it in order instead.
     """
 
     what: str
@@ -121,6 +139,15 @@ class AuditFinding:
 
     @classmethod
     def from_step(cls, step: TeardownStep) -> AuditFinding:
+        """Read a finding from the audit's trace line (`exitsafe: audit-release ...`).
+
+        Args:
+            step: the parsed `audit-release` trace line; missing fields read `"?"`,
+                `"unknown"` or `None`.
+
+        Returns:
+            The finding.
+        """
         get = step.get
         return cls(
             what=get("what") or "?",
@@ -138,6 +165,12 @@ class AuditFinding:
         return f"{self.what} of {self.type} created at {self.site}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding as a JSON-ready dict, as
+        `exitsafe run --json` gives (schema version 2, see the testing page).
+
+        Returns:
+            One key per attribute.
+        """
         return {
             "what": self.what,
             "type": self.type,
@@ -159,32 +192,31 @@ def _quote_argv(args: Sequence[str]) -> str:
 class ExitResult:
     """How one run of a program ended, decoded.
 
-    :ivar args: the command that ran.
-    :ivar returncode: the exit status as :mod:`subprocess` reports it (negative: killed by
-        that POSIX signal).
-    :ivar signal: the name of the POSIX signal that killed the process (``"SIGSEGV"``),
-        else ``None``.
-    :ivar ntstatus: the decoded Windows status (``STATUS_ACCESS_VIOLATION 0xC0000005``), or
-        ``None``; see :class:`NtStatus`.
-    :ivar timed_out: the run exceeded its timeout and its whole process group was killed.
-    :ivar fatal_error: the first ``Fatal Python error`` / ``Windows fatal exception`` block
-        with its thread stacks, or ``None``.
-    :ivar unraisable: every "Exception ignored ..." block (and ``Error in
-        atexit._run_exitfuncs``), in order.
-    :ivar uncaught: the uncaught exception that ended the program, if one was printed.
-    :ivar teardown: exitsafe's teardown trace lines (``EXITSAFE_TRACE=1``), parsed; empty
-        when the program does not use exitsafe.
-    :ivar children: the run's other processes (:class:`ChildProcess`), as the start-up
-        hook and the timeout saw them.
-    :ivar checks: the ``checks`` run after the program (:class:`CheckResult`).
-    :ivar audited: whether the run was audited (``audit=True``).
-    :ivar trace: every ``exitsafe:`` line, including the threads listed at exit and the
-        audit's lines.
-    :ivar stdout: everything the program wrote on stdout, decoded as UTF-8 (bad bytes
-        replaced).
-    :ivar stderr: everything it wrote on stderr, decoded the same way.
-    :ivar duration: wall-clock seconds from start to exit (or to the kill).
-    :ivar timeout: the timeout the run had, in seconds (``None``: none).
+    Attributes:
+        args: the command that ran.
+        returncode: the exit status as `subprocess` reports it (negative: killed by that POSIX
+            signal).
+        signal: the name of the POSIX signal that killed the process (``"SIGSEGV"``), else ``None``.
+        ntstatus: the decoded Windows status (``STATUS_ACCESS_VIOLATION 0xC0000005``), or ``None``;
+            see [`NtStatus`][exitsafe.testing.NtStatus].
+        timed_out: the run exceeded its timeout and its whole process group was killed.
+        fatal_error: the first ``Fatal Python error`` / ``Windows fatal exception`` block with its
+            thread stacks, or ``None``.
+        unraisable: every "Exception ignored ..." block (and ``Error in atexit._run_exitfuncs``), in
+            order.
+        uncaught: the uncaught exception that ended the program, if one was printed.
+        teardown: exitsafe's teardown trace lines (``EXITSAFE_TRACE=1``), parsed; empty when the
+            program does not use exitsafe.
+        children: the run's other processes ([`ChildProcess`][exitsafe.testing.ChildProcess]), as
+            the start-up hook and the timeout saw them.
+        checks: the ``checks`` run after the program
+            ([`CheckResult`][exitsafe.testing.CheckResult]).
+        audited: whether the run was audited (``audit=True``).
+        trace: every ``exitsafe:`` line, including the threads listed at exit and the audit's lines.
+        stdout: everything the program wrote on stdout, decoded as UTF-8 (bad bytes replaced).
+        stderr: everything it wrote on stderr, decoded the same way.
+        duration: wall-clock seconds from start to exit (or to the kill).
+        timeout: the timeout the run had, in seconds (``None``: none).
     """
 
     args: tuple[str, ...]
@@ -220,7 +252,35 @@ class ExitResult:
         checks: Sequence[CheckResult] = (),
         audited: bool = False,
     ) -> ExitResult:
-        """Decode a finished process: its exit status and everything on its stderr."""
+        """Decode a finished process: its exit status and everything on its stderr.
+
+        What [`run_command`][exitsafe.testing.run_command] does with each run; use it to decode
+        a process you ran yourself.
+
+        Args:
+            args: the command that ran.
+            returncode: its exit status as `subprocess` reports it (negative: killed by that
+                POSIX signal).
+            stdout: its stdout, decoded.
+            stderr: its stderr, decoded: the fatal errors, unraisable exceptions, uncaught
+                exception and exitsafe trace lines are parsed from it.
+            duration: wall-clock seconds it took.
+            timed_out: whether it was killed for running past its timeout.
+            timeout: the timeout it had, in seconds (`None`: none).
+            children: its other processes, if known.
+            checks: the results of the checks run after it.
+            audited: whether it ran with exitsafe's audit.
+
+        Returns:
+            The decoded result.
+
+        Example:
+            ```python
+            proc = subprocess.run([sys.executable, "app.py"], capture_output=True, text=True)
+            result = ExitResult.from_output(proc.args, proc.returncode, proc.stdout, proc.stderr)
+            print(result.summary())
+            ```
+        """
         fatal = parse_fatal_errors(stderr)
         trace = parse_trace(stderr)
         return cls(
@@ -272,7 +332,8 @@ class ExitResult:
 
     @property
     def diagnosis(self) -> Optional[Diagnosis]:
-        """The cause of a bad exit (:class:`Diagnosis`), or ``None`` when the run was
+        """The cause of a bad exit ([`Diagnosis`][exitsafe.testing.Diagnosis]), or ``None`` when the
+        run was
         clean or no rule recognised the cause."""
         return diagnose(self)
 
@@ -292,7 +353,8 @@ class ExitResult:
         """A short label of what went wrong, stable from run to run (no addresses, no
         timings), or ``None`` when clean: ``"SIGSEGV"``, ``"timeout"``, ``"exit status 1:
         ValueError"``, ``"unraisable ZeroDivisionError in <function A.__del__>"``, or
-        several of them joined by ``"; "``.  :class:`ExitResults` groups runs by it."""
+        several of them joined by ``"; "``. [`ExitResults`][exitsafe.testing.ExitResults] groups
+        runs by it."""
         if self.clean:
             return None
         parts: list[str] = []
@@ -324,9 +386,9 @@ class ExitResult:
 
     def summary(self) -> str:
         """One line: ``CLEAN: exit status 0 in 0.05 s`` or ``NOT CLEAN:`` followed by the
-        cause when it is recognised (:attr:`diagnosis`), then the decoded status:
-        ``NOT CLEAN: crash at exit (SIGSEGV); SIGSEGV (signal 11); Fatal Python error:
-        Segmentation fault``."""
+        cause when it is recognised ([`diagnosis`][exitsafe.testing.ExitResult.diagnosis]), then the
+        decoded status: ``NOT CLEAN: crash at exit (SIGSEGV); SIGSEGV (signal 11); Fatal Python
+        error: Segmentation fault``."""
         if self.clean:
             return f"CLEAN: exit status 0 in {self.duration:.2f} s"
         parts: list[str] = []
@@ -545,7 +607,7 @@ class ExitResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the decoded result, numbers as numbers; the schema
-        (version :data:`JSON_SCHEMA_VERSION`) is documented in the testing docs."""
+        (version `JSON_SCHEMA_VERSION`) is documented in the testing docs."""
         fatal = self.fatal_error
         diagnosis = self.diagnosis
         return {
@@ -660,12 +722,20 @@ def _fatal_lines(fatal: FatalError, title: Optional[str] = None) -> list[str]:
 class ExitResults(Sequence[ExitResult]):
     """The results of running the same program several times, in order.
 
-    A sequence of :class:`ExitResult`, with the aggregate view a flaky exit needs:
-    :attr:`failures`, :attr:`failure_rate`, :attr:`kinds` (the distinct failure kinds and
-    how often each happened) and :attr:`clean` (every run clean).
+    A sequence of [`ExitResult`][exitsafe.testing.ExitResult], with the aggregate view a flaky exit
+    needs: [`failures`][exitsafe.testing.ExitResults.failures],
+    [`failure_rate`][exitsafe.testing.ExitResults.failure_rate],
+    [`kinds`][exitsafe.testing.ExitResults.kinds] (the distinct failure kinds and how often each
+    happened) and [`clean`][exitsafe.testing.ExitResults.clean] (every run clean).
     """
 
     def __init__(self, results: Sequence[ExitResult]) -> None:
+        """Collect the results of several runs.
+
+        Args:
+            results: one [`ExitResult`][exitsafe.testing.ExitResult] per run, in order (at least
+                one).
+        """
         if not results:
             raise ValueError("ExitResults needs at least one result")
         self._results = tuple(results)
@@ -697,7 +767,8 @@ class ExitResults(Sequence[ExitResult]):
 
     @property
     def kinds(self) -> dict[str, int]:
-        """Each distinct :attr:`ExitResult.failure_kind` and how many runs ended that way,
+        """Each distinct [`ExitResult.failure_kind`][exitsafe.testing.ExitResult.failure_kind] and
+        how many runs ended that way,
         in order of first appearance."""
         counts: dict[str, int] = {}
         for result in self.failures:
@@ -727,7 +798,7 @@ class ExitResults(Sequence[ExitResult]):
 
     def report(self) -> str:
         """The summary, the failure kinds with the runs they happened in, and the full
-        :meth:`ExitResult.report` of the first run of each kind."""
+        [`ExitResult.report`][exitsafe.testing.ExitResult.report] of the first run of each kind."""
         lines = [self.summary()]
         if self.clean:
             return "\n".join(lines)
@@ -750,7 +821,8 @@ class ExitResults(Sequence[ExitResult]):
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: the aggregate and every run's :meth:`ExitResult.to_dict`."""
+        """A JSON-ready dict: the aggregate and every run's
+        [`ExitResult.to_dict`][exitsafe.testing.ExitResult.to_dict]."""
         return {
             "clean": self.clean,
             "summary": self.summary(),
@@ -766,13 +838,26 @@ class ExitResults(Sequence[ExitResult]):
 
 
 def assert_clean_exit(result: Union[ExitResult, ExitResults]) -> None:
-    """Raise :class:`ExitNotClean` (an :class:`AssertionError`) unless ``result`` (one
-    run, or every run of several) is clean.
+    """Raise [`ExitNotClean`][exitsafe.testing.ExitNotClean] (an `AssertionError`) unless
+    `result` is clean.
 
-    The message is :meth:`ExitResult.report` (or :meth:`ExitResults.report`): what went
-    wrong, the decoded signal or status, the fatal error's top frames, the unraisable
-    exceptions, the last teardown steps before a crash; for several runs also the
-    failure rate and the distinct failure kinds.
+    The message is [`ExitResult.report`][exitsafe.testing.ExitResult.report] (or
+    [`ExitResults.report`][exitsafe.testing.ExitResults.report]): what went wrong, the
+    decoded signal or status, the fatal error's top frames, the unraisable exceptions, the
+    last teardown steps before a crash; for several runs also the failure rate and the
+    distinct failure kinds.  Under pytest the failure points at the caller's line.
+
+    Args:
+        result: one run, or several runs (then every run must be clean).
+
+    Raises:
+        ExitNotClean: the run (or a run) did not exit cleanly.
+        TypeError: `result` is neither an `ExitResult` nor an `ExitResults`.
+
+    Example:
+        ```python
+        assert_clean_exit(run(script="app.py", repeat=20))
+        ```
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's body
     if not isinstance(result, (ExitResult, ExitResults)):

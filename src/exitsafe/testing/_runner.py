@@ -40,7 +40,7 @@ Check = Union[str, Sequence[str]]
 
 
 def child_env(env: Optional[Mapping[str, Optional[str]]] = None) -> dict[str, str]:
-    """The environment of a run: ``os.environ``, then :data:`DEFAULT_ENV`, then ``env``
+    """The environment of a run: ``os.environ``, then `DEFAULT_ENV`, then ``env``
     (where a value of ``None`` removes the variable)."""
     out = dict(os.environ)
     out.update(DEFAULT_ENV)
@@ -351,36 +351,54 @@ def run_command(
     audit: bool = False,
     inject: bool = True,
 ) -> Union[ExitResult, ExitResults]:
-    """Run any command, ``repeat`` times, and decode how each run ended.
+    """Run any command, `repeat` times, and decode how each run ended.
 
-    Each run is a fresh process in a new session (POSIX; a new process group on
-    Windows), with stdin from ``/dev/null``, stdout and stderr captured in full, and
-    the environment of :func:`child_env` (``PYTHONFAULTHANDLER=1`` and
-    ``EXITSAFE_TRACE=1`` added to ``os.environ``, then ``env``).  A run still going
-    after ``timeout`` seconds (``None``: no limit) is sent ``SIGABRT`` so that
-    faulthandler prints every thread's stack (``dump_on_timeout``; POSIX only), given
-    :data:`DUMP_GRACE` seconds, and then its whole process group is killed, so
-    processes it started die with it; its result has ``timed_out`` set.
+    Each run is a fresh process in a new session (POSIX; a new process group on Windows),
+    with stdin from `/dev/null` and stdout and stderr captured in full.  The runs are
+    sequential, in the calling thread.
 
-    ``checks``: commands run after each run, in the same ``cwd``, each a shell string or
-    an argument list; one that exits non-zero makes the run not clean, with its output
-    in the report (data the program should have written at exit is caught this way).
+    Args:
+        argv: the command and its arguments (a sequence, not a string).
+        env: variables to set on top of `os.environ` plus `PYTHONFAULTHANDLER=1` and
+            `EXITSAFE_TRACE=1` (always added); a value `None` removes the variable.
+        cwd: the working directory of the runs and the checks; `None`: the current one.
+        timeout: seconds a run may take (`None`: no limit, default 30).  A run still going
+            then is sent `SIGABRT` so that faulthandler prints every thread's stack (see
+            `dump_on_timeout`), given 2 seconds, and then its whole process group is killed,
+            so processes it started die with it; its result has `timed_out` set.
+        repeat: how many times to run it (at least 1); an exit crash is often flaky.
+        dump_on_timeout: send `SIGABRT` before the kill on timeout, so the stacks of a hung
+            run are in the report (POSIX only).
+        checks: commands run after each run, in the same `cwd`, each a shell string or an
+            argument list; one that exits non-zero makes the run not clean, with its output
+            in the report (data the program should have written at exit is caught this way).
+        audit: run with exitsafe's audit (`EXITSAFE_AUDIT=1`, `tracemalloc` from start-up):
+            every native release that runs after exitsafe's exit teardown is a finding, with
+            where its object was created
+            ([`ExitResult.audit`][exitsafe.testing.ExitResult.audit]); a finding makes the run
+            not clean.
+        inject: put exitsafe's start-up hook on `PYTHONPATH` (the default), so every Python
+            process of the run records its pid and command line, child processes write
+            faulthandler's dumps to a file of their own (a crashed or hung child is reported
+            with its pid and stack), and the threads alive at exit are listed.  The
+            program's own `sitecustomize` still runs after it.  `False` runs the command
+            with only the environment variables above.
 
-    ``audit``: run with exitsafe's audit (``EXITSAFE_AUDIT=1``, ``tracemalloc`` from
-    start-up): every native release that runs after exitsafe's exit teardown is a
-    finding, with where its object was created (:attr:`ExitResult.audit`); a finding
-    makes the run not clean.
+    Returns:
+        An [`ExitResult`][exitsafe.testing.ExitResult] when `repeat` is 1, else an
+        [`ExitResults`][exitsafe.testing.ExitResults] with one result per run.
 
-    ``inject`` (default on): put exitsafe's start-up hook on ``PYTHONPATH`` so every
-    Python process of the run records its pid and command line, child processes write
-    faulthandler's dumps to a file of their own (so a crashed or hung child is reported
-    with its pid and stack), and the threads alive at exit are listed.  The program's
-    own ``sitecustomize`` still runs after it.  ``inject=False`` runs the command with
-    only the environment variables above.
+    Raises:
+        OSError: the command could not be started (`FileNotFoundError` for a missing
+            executable).
+        TypeError: `argv` or `checks` is a string.
+        ValueError: `argv` is empty, `repeat` is below 1, or `timeout` is not positive.
 
-    :returns: an :class:`ExitResult` when ``repeat`` is 1, else an :class:`ExitResults`.
-    :raises OSError: the command could not be started (``FileNotFoundError`` for a
-        missing executable).
+    Example:
+        ```python
+        results = run_command([".venv/bin/python", "crash.py"], repeat=10)
+        assert results.failures == [], results.report()
+        ```
     """
     if isinstance(argv, (str, bytes)):
         raise TypeError("argv must be a sequence of arguments, not a string")
@@ -449,15 +467,46 @@ def run(
     checks: Sequence[Check] = (),
     audit: bool = False,
 ) -> Union[ExitResult, ExitResults]:
-    """Run Python ``code`` (``-c``), a ``script`` or a ``module`` (``-m``), exactly one
-    of them, in a fresh ``python -X faulthandler`` and decode how it exited.
+    """Run Python `code` (`-c`), a `script` or a `module` (`-m`), exactly one of them, in a
+    fresh `python -X faulthandler`, and decode how it exited.
 
-    ``args`` follow on the command line.  Everything else is as in :func:`run_command`:
-    new session, full capture, ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` plus
-    ``env`` (``None`` removes a variable), the whole process group killed on timeout,
-    ``checks`` run afterwards, ``audit`` for exitsafe's audit mode.
+    Everything else is as in [`run_command`][exitsafe.testing.run_command]: new session,
+    full capture, `PYTHONFAULTHANDLER=1` and `EXITSAFE_TRACE=1` plus `env`, the whole
+    process group killed on timeout, `checks` run afterwards, `audit` for exitsafe's audit
+    mode.
 
-    :returns: an :class:`ExitResult`; for ``repeat > 1`` an :class:`ExitResults`.
+    Args:
+        code: Python source to run with `-c`.
+        script: the path of a script to run.
+        module: a module name to run with `-m`.
+        args: arguments that follow on the command line (`sys.argv[1:]` of the program).
+        env: variables to set on top of `os.environ`; a value `None` removes the variable.
+        cwd: the working directory; `None`: the current one.
+        timeout: seconds a run may take (`None`: no limit, default 30); see
+            [`run_command`][exitsafe.testing.run_command].
+        python: the interpreter to run; default: the one running this call.
+        repeat: how many times to run it (at least 1).
+        checks: commands run after each run; one that fails makes the run not clean.
+        audit: run with exitsafe's audit: a native release after exitsafe's exit teardown
+            makes the run not clean.
+
+    Returns:
+        An [`ExitResult`][exitsafe.testing.ExitResult]; for `repeat > 1` an
+        [`ExitResults`][exitsafe.testing.ExitResults].
+
+    Raises:
+        TypeError: not exactly one of `code`, `script` and `module` was given, or `args` is
+            a string.
+        ValueError: `repeat` is below 1 or `timeout` is not positive.
+        OSError: `python` could not be started.
+
+    Example:
+        ```python
+        from exitsafe.testing import run, assert_clean_exit
+
+        result = run(script="examples/fixed.py", repeat=20)
+        assert_clean_exit(result)
+        ```
     """
     argv = python_argv(code, script=script, module=module, args=args, python=python)
     return run_command(

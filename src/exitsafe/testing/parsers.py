@@ -1,14 +1,18 @@
 """Parsers for what CPython prints on stderr when a process ends badly.
 
-:class:`~exitsafe.testing.ExitResult` applies them for you; use them directly on a
-stderr you captured some other way::
+[`ExitResult`][exitsafe.testing.ExitResult] applies them for you; use them directly on a
+stderr you captured some other way:
 
-    from exitsafe.testing.parsers import parse_fatal_errors, parse_unraisable
+```python
+from exitsafe.testing.parsers import parse_fatal_errors, parse_unraisable
+```
 
-and the exit-status decoders (:func:`decode_signal`, :func:`decode_ntstatus`,
-:func:`describe_exit`).  The teardown trace's parser is :mod:`exitsafe.testing.trace`.
+and the exit-status decoders ([`decode_signal`][exitsafe.testing.parsers.decode_signal],
+[`decode_ntstatus`][exitsafe.testing.parsers.decode_ntstatus],
+[`describe_exit`][exitsafe.testing.parsers.describe_exit]). The teardown trace's parser is
+[`exitsafe.testing.trace`][exitsafe.testing.trace].
 
-* ``Fatal Python error: ...`` blocks, written by :mod:`faulthandler` when a fatal
+* ``Fatal Python error: ...`` blocks, written by `faulthandler` when a fatal
   signal arrives (``Fatal Python error: Segmentation fault``) and by
   ``Py_FatalError`` (``Fatal Python error: _enter_buffered_busy: ...``), and
   ``Windows fatal exception: access violation`` blocks, with the thread stacks that
@@ -46,8 +50,13 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 @dataclass(frozen=True)
 class Frame:
-    """One Python frame of a thread dump: ``file``, ``line`` (``None`` when the dump
-    printed ``???``) and ``function``."""
+    """One Python frame of a thread dump.
+
+    Attributes:
+        file: the file name as printed.
+        line: the line number, or `None` when the dump printed `???`.
+        function: the function name.
+    """
 
     file: str
     line: Optional[int]
@@ -62,12 +71,14 @@ class Frame:
 class ThreadStack:
     """One thread of a fatal error's dump, frames most recent first.
 
-    :ivar thread_id: the thread identifier as printed (``"0x00007f2159b856c0"``), or
-        ``None`` for a ``Stack (most recent call first):`` dump without threads.
-    :ivar current: whether this is the thread that hit the error.
-    :ivar name: the thread's name when the interpreter prints it (3.14+), else ``None``.
-    :ivar notes: non-frame lines of the dump (``<no Python frame>``, ``...`` for a
-        truncated stack, ``Garbage-collecting``).
+    Attributes:
+        frames: the thread's [`Frame`][exitsafe.testing.parsers.Frame]s, most recent first.
+        thread_id: the thread identifier as printed (``"0x00007f2159b856c0"``), or ``None`` for a
+            ``Stack (most recent call first):`` dump without threads.
+        current: whether this is the thread that hit the error.
+        name: the thread's name when the interpreter prints it (3.14+), else ``None``.
+        notes: non-frame lines of the dump (``<no Python frame>``, ``...`` for a truncated stack,
+            ``Garbage-collecting``).
     """
 
     thread_id: Optional[str]
@@ -81,14 +92,15 @@ class ThreadStack:
 class FatalError:
     """A ``Fatal Python error`` (or ``Windows fatal exception``) block.
 
-    :ivar message: the text after the colon (``"Segmentation fault"``,
-        ``"_enter_buffered_busy: could not acquire lock ..."``, ``"access violation"``).
-    :ivar windows: whether the header was ``Windows fatal exception``.
-    :ivar runtime_state: the ``Python runtime state:`` line's value
-        (``"finalizing (tstate=0x...)"``) when printed.
-    :ivar threads: the thread stacks, in the printed order.
-    :ivar extension_modules: the ``Extension modules:`` list (3.12+).
-    :ivar text: the whole block as printed.
+    Attributes:
+        message: the text after the colon (``"Segmentation fault"``, ``"_enter_buffered_busy: could
+            not acquire lock ..."``, ``"access violation"``).
+        windows: whether the header was ``Windows fatal exception``.
+        runtime_state: the ``Python runtime state:`` line's value (``"finalizing (tstate=0x...)"``)
+            when printed.
+        threads: the thread stacks, in the printed order.
+        extension_modules: the ``Extension modules:`` list (3.12+).
+        text: the whole block as printed.
     """
 
     message: str
@@ -144,16 +156,17 @@ class FatalError:
 class ExceptionReport:
     """An exception as the interpreter printed it.
 
-    :ivar context: for an unraisable exception, where it was ignored as printed
-        (``"in: <function Foo.__del__ at 0x7f...>"``, ``"in atexit callback <fn>:"``,
-        ``"atexit._run_exitfuncs"``); for an uncaught one, ``"uncaught"``.
-    :ivar object: the repr of the object whose finalizer or callback raised
-        (``"<function Foo.__del__ at 0x7f...>"``), when printed.
-    :ivar exc_type: the exception's type name (``"ZeroDivisionError"``); ``None`` when no
-        exception line was found.
-    :ivar message: the exception's message (``"division by zero"``), ``""`` if none.
-    :ivar traceback: the ``Traceback ...`` lines, ``""`` if none was printed.
-    :ivar text: the whole block as printed.
+    Attributes:
+        context: for an unraisable exception, where it was ignored as printed (``"in: <function
+            Foo.__del__ at 0x7f...>"``, ``"in atexit callback <fn>:"``,
+            ``"atexit._run_exitfuncs"``); for an uncaught one, ``"uncaught"``.
+        object: the repr of the object whose finalizer or callback raised (``"<function Foo.__del__
+            at 0x7f...>"``), when printed.
+        exc_type: the exception's type name (``"ZeroDivisionError"``); ``None`` when no exception
+            line was found.
+        message: the exception's message (``"division by zero"``), ``""`` if none.
+        traceback: the ``Traceback ...`` lines, ``""`` if none was printed.
+        text: the whole block as printed.
     """
 
     context: str
@@ -179,8 +192,9 @@ class ExceptionReport:
         return f"{exc} in {self.where}"
 
 
-#: An "Exception ignored ..." block (an exception Python could not raise to a caller).
 Unraisable = ExceptionReport
+"""Another name of [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport], for an
+"Exception ignored ..." block (an exception Python could not raise to a caller)."""
 
 
 class _ThreadBuilder:
@@ -255,7 +269,15 @@ def _parse_fatal(lines: Sequence[str], start: int) -> tuple[FatalError, int]:
 
 
 def parse_fatal_errors(text: str) -> list[FatalError]:
-    """Every fatal error block in ``text``, in order (usually one)."""
+    """Every fatal error block in `text`, in order (usually one).
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        One [`FatalError`][exitsafe.testing.parsers.FatalError] per `Fatal Python error` /
+        `Windows fatal exception` block, with the thread stacks that follow it.
+    """
     lines = text.splitlines()
     out = []
     index = 0
@@ -316,8 +338,16 @@ def _parse_exception(
 
 
 def parse_unraisable(text: str) -> list[ExceptionReport]:
-    """Every "Exception ignored ..." block (and 3.9-3.12's ``Error in
-    atexit._run_exitfuncs:``) in ``text``, in order."""
+    """Every "Exception ignored ..." block in `text`, in order.
+
+    3.9 to 3.12's `Error in atexit._run_exitfuncs:` blocks count too.
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        One [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport] per block.
+    """
     lines = text.splitlines()
     out = []
     index = 0
@@ -337,8 +367,17 @@ def parse_unraisable(text: str) -> list[ExceptionReport]:
 
 
 def parse_uncaught(text: str) -> Optional[ExceptionReport]:
-    """The last top-level uncaught exception traceback in ``text``, if any: one not
-    introduced by an "Exception ignored" or ``Error in atexit`` line."""
+    """The last top-level uncaught exception traceback in `text`, if any.
+
+    A traceback introduced by an "Exception ignored" or `Error in atexit` line does not
+    count.
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        The exception, or `None` when the program printed none.
+    """
     lines = text.splitlines()
     found: Optional[ExceptionReport] = None
     for index, line in enumerate(lines):

@@ -1,17 +1,19 @@
 """Parsing exitsafe's teardown trace (``EXITSAFE_TRACE=1``) back into data.
 
 Every trace line starts with ``exitsafe: ``, then an event word, then ``key=value``
-pairs, where a value is a bare token without spaces or a JSON string::
+pairs, where a value is a bare token without spaces or a JSON string:
 
-    exitsafe: teardown-begin registry="default" reason="atexit" live=5 hooks=1
-    exitsafe: plan registry="default" steps=6
-    exitsafe: step registry="default" index=3 of=6 action=release kind="device" name="dev0" outcome=released_at_exit ms=0.012
-    exitsafe: teardown-end registry="default" released=3 leaked=2 failed=0 ms=1.234
-    exitsafe: late-release registry="default" kind="device" name="dev0"
+```text
+exitsafe: teardown-begin registry="default" reason="atexit" live=5 hooks=1
+exitsafe: plan registry="default" steps=6
+exitsafe: step registry="default" index=3 of=6 action=release kind="device" name="dev0" outcome=released_at_exit ms=0.012
+exitsafe: teardown-end registry="default" released=3 leaked=2 failed=0 ms=1.234
+exitsafe: late-release registry="default" kind="device" name="dev0"
+```
 
 The parser never raises on its input: an unknown event or key is kept as it is in
-:attr:`TeardownStep.fields`, and a line that starts with ``exitsafe: `` but is not in
-the ``key=value`` grammar (exitsafe's :mod:`logging` messages when logging goes to
+[`TeardownStep.fields`][exitsafe.testing.trace.TeardownStep], and a line that starts with
+``exitsafe: `` but is not in the ``key=value`` grammar (exitsafe's `logging` messages when logging goes to
 stderr) becomes an event named ``"message"`` whose ``text`` field is the rest of the line.
 """  # noqa: E501
 
@@ -41,12 +43,12 @@ BOOL_KEYS = frozenset({"daemon"})
 class TeardownStep:
     """One trace line.
 
-    :ivar event: ``"teardown-begin"``, ``"plan"``, ``"step"``, ``"teardown-end"``,
-        ``"late-release"``, any other word a newer exitsafe prints, or ``"message"``
-        for a line outside the grammar.
-    :ivar fields: every ``key=value`` pair, values decoded to ``str`` (JSON strings
-        unquoted, bare tokens as written).
-    :ivar line: the line as printed, without the newline.
+    Attributes:
+        event: ``"teardown-begin"``, ``"plan"``, ``"step"``, ``"teardown-end"``, ``"late-release"``,
+            any other word a newer exitsafe prints, or ``"message"`` for a line outside the grammar.
+        fields: every ``key=value`` pair, values decoded to ``str`` (JSON strings unquoted, bare
+            tokens as written).
+        line: the line as printed, without the newline.
     """
 
     event: str
@@ -58,7 +60,14 @@ class TeardownStep:
         return hash((self.event, self.line))
 
     def get(self, key: str) -> Optional[str]:
-        """The value of ``key``, or ``None``."""
+        """The value of a field, or `None`.
+
+        Args:
+            key: the field's name (`"outcome"`, `"kind"`...).
+
+        Returns:
+            The value as a string, or `None` when the line has no such field.
+        """
         return self.fields.get(key)
 
     def _int(self, key: str) -> Optional[int]:
@@ -160,11 +169,17 @@ class TeardownStep:
 
 
 def parse_line(line: str) -> Optional[TeardownStep]:
-    """Parse one line; ``None`` when it does not start with ``exitsafe: ``.
+    """Parse one line; `None` when it does not start with `exitsafe: `.
 
-    The grammar is exitsafe's own (:func:`exitsafe._ledger.parse_trace_line`, the same
-    definitions the core writes with); a line that starts with ``exitsafe: `` but is
-    outside it (a logging message) becomes a ``"message"`` step.
+    The grammar is exitsafe's own (the same definitions the core writes with); a line that
+    starts with `exitsafe: ` but is outside it (a logging message) becomes a `"message"`
+    step.
+
+    Args:
+        line: one line of stderr, with or without its newline.
+
+    Returns:
+        The parsed line, or `None`.
     """
     line = line.rstrip("\r\n")
     if not line.startswith(PREFIX):
@@ -177,7 +192,14 @@ def parse_line(line: str) -> Optional[TeardownStep]:
 
 
 def parse_trace(text: str) -> list[TeardownStep]:
-    """All exitsafe lines of ``text`` (a process's stderr), in order."""
+    """All exitsafe lines of `text`, in order.
+
+    Args:
+        text: a process's stderr, decoded.
+
+    Returns:
+        One [`TeardownStep`][exitsafe.testing.trace.TeardownStep] per `exitsafe: ` line.
+    """
     steps = []
     for line in text.splitlines():
         step = parse_line(line)
@@ -190,19 +212,20 @@ def parse_trace(text: str) -> list[TeardownStep]:
 class RegistryTeardown:
     """The teardown of one registry, as the trace tells it.
 
-    :ivar registry: the registry's name.
-    :ivar reason: why the teardown ran (``"atexit"``, ``"signal"``, ...), if traced.
-    :ivar live: live handles when it began.
-    :ivar hooks: teardown hooks when it began.
-    :ivar planned: steps in the plan.
-    :ivar steps: the ``step`` events, in order.
-    :ivar finished: whether ``teardown-end`` was printed: a teardown that began and did
-        not finish was cut short, by a crash during the step after the last one listed.
-    :ivar released: handles released at exit, from ``teardown-end``.
-    :ivar leaked: handles leaked at exit, from ``teardown-end``.
-    :ivar failed: failed steps, from ``teardown-end``.
-    :ivar ms: the teardown's duration in milliseconds, from ``teardown-end``.
-    :ivar late_releases: release requests that came after the registry closed (no-ops).
+    Attributes:
+        registry: the registry's name.
+        reason: why the teardown ran (``"atexit"``, ``"signal"``, ...), if traced.
+        live: live handles when it began.
+        hooks: teardown hooks when it began.
+        planned: steps in the plan.
+        steps: the ``step`` events, in order.
+        finished: whether ``teardown-end`` was printed: a teardown that began and did not finish was
+            cut short, by a crash during the step after the last one listed.
+        released: handles released at exit, from ``teardown-end``.
+        leaked: handles leaked at exit, from ``teardown-end``.
+        failed: failed steps, from ``teardown-end``.
+        ms: the teardown's duration in milliseconds, from ``teardown-end``.
+        late_releases: release requests that came after the registry closed (no-ops).
     """
 
     registry: str
@@ -286,8 +309,16 @@ class _Builder:
 def summarize(steps: Sequence[TeardownStep]) -> list[RegistryTeardown]:
     """Group trace events by registry, in order of first appearance.
 
-    A registry whose teardown begins twice on the same stderr (a forked child's and
-    its parent's) is reported once per ``teardown-begin``.
+    A registry whose teardown begins twice on the same stderr (a forked child's and its
+    parent's) is reported once per `teardown-begin`.
+
+    Args:
+        steps: parsed trace lines, as [`parse_trace`][exitsafe.testing.trace.parse_trace]
+            gives them.
+
+    Returns:
+        One [`RegistryTeardown`][exitsafe.testing.trace.RegistryTeardown] per registry
+        teardown.
     """
     done: list[_Builder] = []
     open_: dict[str, _Builder] = {}

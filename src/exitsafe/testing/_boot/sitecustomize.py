@@ -1,4 +1,5 @@
-"""Start-up hook of ``exitsafe run`` / :func:`exitsafe.testing.run_command`.
+"""Start-up hook of ``exitsafe run`` /
+[`exitsafe.testing.run_command`][exitsafe.testing.run_command].
 
 The runner puts this directory first on ``PYTHONPATH`` and sets ``EXITSAFE_RUN_DIR``, so
 every Python process of the run (the program and the Python processes it starts or forks)
