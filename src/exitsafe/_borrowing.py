@@ -1,4 +1,4 @@
-"""Borrowing, a part of :class:`~exitsafe.Registry`: a thread's use of a handle's raw
+"""Borrowing, a part of [`Registry`][exitsafe.Registry]: a thread's use of a handle's raw
 object inside native code (``with handle.borrow() as raw``).
 
 A borrow counts on the handle: while it is held the handle is not released (its release
@@ -6,8 +6,8 @@ becomes due when the last borrow ends), and the teardown leaks it (``leaked_in_u
 rather than release it under the call.  Once a teardown began, the *borrow gate* is
 closed to every thread but the teardown's own and its workers: a daemon thread is
 parked (it never returns into native code), any other thread gets
-:class:`~exitsafe.HandleClosedError`.  A borrow from a finalizer that interrupted one of
-this thread's sections is counted without the lock (see :mod:`exitsafe._sync`).
+[`HandleClosedError`][exitsafe.HandleClosedError]. A borrow from a finalizer that interrupted one of
+this thread's sections is counted without the lock (see `exitsafe._sync`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ _local = _threads._local
 
 
 class Borrowing:
-    """The borrow half of :class:`~exitsafe.Registry` (a mixin)."""
+    """The borrow half of [`Registry`][exitsafe.Registry] (a mixin)."""
 
     if TYPE_CHECKING:
         name: str
@@ -101,7 +101,7 @@ class Borrowing:
     def _refuse_borrow(self, node: _Node) -> None:
         """A borrow after the teardown began, on a thread that is not the teardown's.
 
-        A handle that already ended raises :class:`~exitsafe.HandleClosedError`; else a
+        A handle that already ended raises [`HandleClosedError`][exitsafe.HandleClosedError]; else a
         daemon thread is parked (it never returns into native code), and a non-daemon
         thread, which the interpreter would wait for, gets the error.
         """

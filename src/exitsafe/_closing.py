@@ -1,8 +1,8 @@
-"""Closing, a part of :class:`~exitsafe.Registry`: beginning a teardown, recording what
+"""Closing, a part of [`Registry`][exitsafe.Registry]: beginning a teardown, recording what
 it decided, closing the registry, and what a forked child does with a teardown that
 another thread of its parent was running.
 
-The teardown itself (order, policies, timeouts, the trace) is :mod:`exitsafe._teardown`;
+The teardown itself (order, policies, timeouts, the trace) is `exitsafe._teardown`;
 this mixin owns the phase changes around it (``OPEN`` -> ``TEARING`` -> ``CLOSED``) and the
 rule "all or recorded": every node the teardown claimed ends with exactly one outcome.
 """
@@ -34,7 +34,7 @@ _run_deferred = _sync.run_deferred
 
 
 class Closing:
-    """The teardown half of :class:`~exitsafe.Registry` (a mixin)."""
+    """The teardown half of [`Registry`][exitsafe.Registry] (a mixin)."""
 
     if TYPE_CHECKING:
         name: str
@@ -66,31 +66,31 @@ class Closing:
     def teardown(self, reason: str = "explicit") -> None:
         """Release or leak every live handle in dependency order, run the hooks, then close.
 
-        Order: a step runs only after every handle depending on it is done; among
-        ready steps hooks go first, libraries last, newest first otherwise.  Each
-        handle is released or leaked by its exit policy, the registry's default, or
-        ``EXITSAFE_AT_EXIT``; a borrowed handle is leaked (``leaked_in_use``), and
-        whatever a leaked handle depends on is leaked too.  A release that raises is
-        logged and recorded and teardown goes on.
+        Order: a step runs only after every handle depending on it is done; among ready steps
+        hooks go first, libraries last, newest first otherwise.  Each handle is released or
+        leaked by its exit policy, the registry's default, or `EXITSAFE_AT_EXIT`; a borrowed
+        handle is leaked (`leaked_in_use`), and whatever a leaked handle depends on is leaked
+        too.  A release that raises is logged and recorded and teardown goes on.
 
-        All or recorded: whatever interrupts the teardown (an exception escaping a
-        step, KeyboardInterrupt), every handle it claimed ends with exactly one
-        outcome (``leaked_interrupted`` for those it did not reach), and the registry
-        is closed.  On the main thread, SIGINT and exitsafe's own signal handlers are
-        held back while it runs and delivered right after (see
-        :mod:`exitsafe.signals`).
+        All or recorded: whatever interrupts the teardown (an exception escaping a step,
+        KeyboardInterrupt), every handle it claimed ends with exactly one outcome
+        (`leaked_interrupted` for those it did not reach), and the registry is closed.  On the
+        main thread, SIGINT and exitsafe's own signal handlers are held back while it runs and
+        delivered right after (see [`exitsafe.signals`][exitsafe.signals]).
 
-        A release already running on another thread when the teardown reaches it is
-        waited for, bounded by the step timeout (``EXITSAFE_STEP_TIMEOUT``) or, without
-        one, :data:`exitsafe._teardown.IN_FLIGHT_WAIT` seconds, then recorded
-        ``leaked_in_use``; one running on the teardown's own thread (a teardown started
+        A release already running on another thread when the teardown reaches it is waited for,
+        bounded by the step timeout (`EXITSAFE_STEP_TIMEOUT`) or, without one, 5 seconds, then
+        recorded `leaked_in_use`; one running on the teardown's own thread (a teardown started
         from a release function or a signal handler) is never waited for.
 
-        Idempotent: a second call returns at once; a call from another thread while a
-        teardown runs waits for it to finish (bounded by ``teardown_timeout``, or
-        ``IN_FLIGHT_WAIT`` seconds without one).  Called from a finalizer or signal
-        handler that interrupted exitsafe on the same thread, it runs right after the
-        interrupted step.  Runs automatically at process exit.
+        Idempotent: a second call returns at once; a call from another thread while a teardown
+        runs waits for it to finish (bounded by `teardown_timeout`, or 5 seconds without one).
+        Called from a finalizer or signal handler that interrupted exitsafe on the same thread,
+        it runs right after the interrupted step.  Runs automatically at process exit.
+
+        Args:
+            reason: a label recorded in the trace (`reason=...`); the exit teardown uses
+                `"atexit"`.
         """
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")

@@ -1,11 +1,11 @@
-"""Hook registration, a part of :class:`~exitsafe.Registry`: teardown hooks, early-exit
+"""Hook registration, a part of [`Registry`][exitsafe.Registry]: teardown hooks, early-exit
 hooks and declared worker threads, and the early phase that runs them.
 
 A hook is a node of the registry's graph (role ``HOOK``) that the registry owns until it
 runs or is cancelled: teardown hooks run in the teardown's dependency order, early hooks
-before the interpreter joins threads (see :mod:`exitsafe._early`).  This mixin changes
+before the interpreter joins threads (see `exitsafe._early`).  This mixin changes
 the registry's state only through the registry's own bookkeeping (``_register``,
-``_finish``) and under :data:`exitsafe._sync.LOCK`.
+``_finish``) and under `exitsafe._sync.LOCK`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class _Call:
 
 
 class HookRegistration:
-    """The hook half of :class:`~exitsafe.Registry` (a mixin)."""
+    """The hook half of [`Registry`][exitsafe.Registry] (a mixin)."""
 
     if TYPE_CHECKING:
         name: str
@@ -80,28 +80,32 @@ class HookRegistration:
         timeout: Optional[float] = None,
         in_child: str = "skip",
     ) -> Handle:
-        """Register ``fn()`` to run once during this registry's teardown.
+        """Register `fn()` to run once during this registry's teardown.
 
-        The hook is a node of the same graph: it runs before every handle in
-        ``before`` is released (e.g. "flush the queue" before the buffers go) and
-        after every handle in ``after`` is released or leaked.  Hooks with no such
-        constraint run first.  An exception is logged and recorded (``hook_failed``);
-        a hook overrunning ``timeout`` is abandoned (``hook_timeout``) and the
-        handles in ``before`` are then leaked.  ``release()`` on the returned handle
-        cancels the hook; dropping the handle does not.
+        The hook is a node of the same graph.  Hooks with no `before` / `after` constraint run
+        first.  Until it runs or is cancelled, the hook refers to the handles in `before`:
+        dropping your last reference to one of them does not release it before the hook
+        (garbage collection cannot reach it), while an explicit `release()` on it still
+        releases it at once (the edge orders the teardown; it does not defer releases).  The
+        hook runs on the teardown thread (or a worker when a timeout applies), outside
+        exitsafe's lock; an exception is logged and recorded (`hook_failed`).
 
-        Until it runs or is cancelled, the hook refers to the handles in ``before``:
-        dropping your last reference to one of them does not release it before the
-        hook (garbage collection cannot reach it), while an explicit ``release()`` on
-        it still releases it at once (the edge orders the teardown; it does not
-        defer releases).  The hook runs on the teardown thread (or a worker when a
-        timeout applies), outside exitsafe's lock.
+        Args:
+            fn: the hook, called with no arguments.
+            before: handles released only after the hook ran (e.g. "flush the queue" before
+                the buffers go).
+            after: handles released (or leaked) before the hook runs.
+            name: its display name in the ledger and the trace.
+            timeout: seconds the hook may run before it is abandoned (`hook_timeout`); the
+                handles in `before` are then leaked.
+            in_child: what a process forked after this call does with the hook it inherited:
+                `"skip"` (the default: it belongs to the parent's objects, and ends
+                `leaked_inherited` in the child) or `"run"` (it is pure Python that the child's
+                own exit needs too, like the neutralization of
+                [`neutralize_at_exit`][exitsafe.neutralize_at_exit]).
 
-        ``in_child``: what a process forked after this call does with the hook it
-        inherited: ``"skip"`` (the default: it belongs to the parent's objects, and
-        ends ``leaked_inherited`` in the child) or ``"run"`` (it is pure Python that
-        the child's own exit needs too, like the neutralization of
-        :func:`exitsafe.neutralize_at_exit`).
+        Returns:
+            The hook's handle: `release()` on it cancels the hook; dropping it does not.
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -133,18 +137,24 @@ class HookRegistration:
         name: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> Handle:
-        """Register ``fn()`` for the *early phase* of the exit: before the interpreter
-        joins non-daemon threads and ``concurrent.futures`` joins its workers.
+        """Register `fn()` for the *early phase* of the exit: before the interpreter joins
+        non-daemon threads and `concurrent.futures` joins its workers.
 
-        The place to stop servers, executors and pools that would otherwise keep the
-        exit waiting (``server.stop(None)``, ``executor.shutdown(wait=False,
-        cancel_futures=True)``...).  Early hooks run once, newest first, on the main
-        thread at exit (see :mod:`exitsafe._early` for how, per CPython version), or
-        at the beginning of an explicit :meth:`teardown`; then the declared workers
-        are asked to stop.  Everything may still be used there; on CPython 3.12.0 to
-        3.12.2 no new thread can be started.  An exception is logged and recorded
-        (``hook_failed``), a hook overrunning ``timeout`` is abandoned
-        (``hook_timeout``).  ``release()`` on the returned handle cancels it.
+        The place to stop servers, executors and pools that would otherwise keep the exit
+        waiting (`server.stop(None)`, `executor.shutdown(wait=False, cancel_futures=True)`...).
+        Early hooks run once, newest first, on the main thread at exit, or at the beginning of
+        an explicit [`teardown`][exitsafe.Registry.teardown]; then the declared workers are asked
+        to stop.  Everything may still be used there; on CPython 3.12.0 to 3.12.2 no new thread
+        can be started.
+
+        Args:
+            fn: the hook, called with no arguments; an exception is logged and recorded
+                (`hook_failed`).
+            name: its display name in the ledger and the trace.
+            timeout: seconds the hook may run before it is abandoned (`hook_timeout`).
+
+        Returns:
+            The hook's handle; `release()` on it cancels the hook.
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -190,20 +200,24 @@ class HookRegistration:
     ) -> Handle:
         """Declare a thread that uses handles, and how to stop it.
 
-        ``thread``: a :class:`threading.Thread`.  ``stop``: a
-        :class:`threading.Event` (set to ask the thread to stop) or a callable (called
-        once to ask it).  ``uses``: the handles the thread uses.  ``timeout``: how long
-        to wait for the thread to end once asked (default
-        :data:`exitsafe._teardown.IN_FLIGHT_WAIT` seconds).
+        The worker is a teardown hook that runs before any handle in `uses` is released: it
+        asks the thread to stop and joins it.  A thread still running after `timeout` is
+        abandoned (`hook_timeout`), the handles it uses are leaked (`leaked_dependent`, never
+        released under it), and the thread is parked at its next
+        [`Handle.borrow`][exitsafe.Handle.borrow].  The stop request is also made in the early
+        phase of the exit (before the interpreter joins non-daemon threads), so a non-daemon
+        worker does not keep the exit waiting either.
 
-        The worker is a teardown hook that runs before any handle in ``uses`` is
-        released: it asks the thread to stop and joins it.  A thread still running
-        after ``timeout`` is abandoned (``hook_timeout``), the handles it uses are
-        leaked (``leaked_dependent``, never released under it), and the thread is
-        parked at its next :meth:`Handle.borrow`.  The stop request is also made in
-        the early phase of the exit (before the interpreter joins non-daemon
-        threads), so a non-daemon worker does not keep the exit waiting either.
-        Returns the hook's handle; ``release()`` on it forgets the worker.
+        Args:
+            thread: the `threading.Thread`.
+            stop: a `threading.Event` (set to ask the thread to stop) or a callable (called
+                once to ask it).
+            uses: the handles the thread uses.
+            timeout: how long to wait for the thread to end once asked; `None`: 5 seconds.
+            name: its display name in the ledger and the trace.
+
+        Returns:
+            The hook's handle; `release()` on it forgets the worker.
         """
         import threading
 

@@ -1,5 +1,5 @@
-"""Inspection, a part of :class:`~exitsafe.Registry`: the ledger, the counts and the live
-handles, read consistently from any thread (under :data:`exitsafe._sync.LOCK`, or
+"""Inspection, a part of [`Registry`][exitsafe.Registry]: the ledger, the counts and the live
+handles, read consistently from any thread (under `exitsafe._sync.LOCK`, or
 without it from a finalizer that interrupted a section of the same thread)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ _reentered = _sync.reentered
 
 
 class Inspection:
-    """The read-only half of :class:`~exitsafe.Registry` (a mixin)."""
+    """The read-only half of [`Registry`][exitsafe.Registry] (a mixin)."""
 
     if TYPE_CHECKING:
         name: str
@@ -32,12 +32,21 @@ class Inspection:
         def _nodes(self) -> list[_Node]: ...
 
     def ledger(self) -> list[LedgerEntry]:
-        """The recorded outcomes, oldest first (at most ``ledger_limit`` of the newest)."""
+        """The recorded outcomes, oldest first.
+
+        Returns:
+            One [`LedgerEntry`][exitsafe.LedgerEntry] per ended handle or hook (at most
+            `ledger_limit` of the newest).
+        """
         entries: list[LedgerEntry] = self._read(self._ledger.entries, self.name)
         return entries
 
     def ledger_counts(self) -> dict[str, int]:
-        """How many handles ended in each outcome (exact, never truncated)."""
+        """How many handles ended in each outcome.
+
+        Returns:
+            `{outcome: count}`, exact, never truncated by `ledger_limit`.
+        """
         counts: dict[str, int] = self._read(self._ledger.counts)
         return counts
 
@@ -62,7 +71,11 @@ class Inspection:
         return self._ledger.late_requests
 
     def live_handles(self) -> list[HandleInfo]:
-        """A snapshot of every handle and hook not yet ended, oldest first."""
+        """A snapshot of every handle and hook not yet ended, oldest first.
+
+        Returns:
+            One [`HandleInfo`][exitsafe.HandleInfo] per handle.
+        """
         import threading
 
         main = threading.main_thread().ident

@@ -1,18 +1,18 @@
 """The handle record: one native object's bookkeeping, the data the core's layers share.
 
-:class:`Node` is the base class of :class:`exitsafe.Handle`: the record's fields live
+`Node` is the base class of [`exitsafe.Handle`][exitsafe.Handle]: the record's fields live
 in the handle object itself (one object per native handle).  Its fields, all named
 with a leading underscore, are the private record of the core: the graph
-(:mod:`exitsafe._graph`), the teardown executor (:mod:`exitsafe._teardown`) and the
-registry (:mod:`exitsafe._registry`) read and write them; nothing outside those layers
-does, and the public API of :class:`exitsafe.Handle` reads them through properties.
+(`exitsafe._graph`), the teardown executor (`exitsafe._teardown`) and the
+registry (`exitsafe._registry`) read and write them; nothing outside those layers
+does, and the public API of [`exitsafe.Handle`][exitsafe.Handle] reads them through properties.
 
 A registry refers to its nodes *weakly* (so that the garbage collection of a handle,
 even in a reference cycle through its own raw object, means "its owner let go"),
 except teardown hooks, which it owns.  A node refers to the nodes it depends on
 strongly, so a parent lives at least as long as its dependents.
 
-Fields are written only under :data:`exitsafe._sync.LOCK`, except by a thread that
+Fields are written only under `exitsafe._sync.LOCK`, except by a thread that
 has *claimed* the node (state ``RELEASING``) and is the only one touching it.  States
 move one way: ``LIVE -> RELEASING -> RELEASED | LEAKED`` (or ``LIVE -> LEAKED |
 DETACHED`` directly when no release function runs).

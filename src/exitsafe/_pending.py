@@ -1,8 +1,8 @@
 """Thread-affine releases waiting for their owning thread (``track(..., affinity=...)``).
 
 A release that became due on a thread other than the handle's owner is queued by
-:mod:`exitsafe._threads`; the owning thread runs its queue here: at its next exitsafe
-call (quietly: errors logged) or at an explicit :func:`exitsafe.run_pending`.
+`exitsafe._threads`; the owning thread runs its queue here: at its next exitsafe
+call (quietly: errors logged) or at an explicit [`exitsafe.run_pending`][exitsafe.run_pending].
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _run_mine() -> Optional[BaseException]:
 
 
 def _run_mine_quietly() -> None:
-    """:func:`_run_mine` from an unrelated exitsafe call: errors are logged, not raised."""
+    """`_run_mine` from an unrelated exitsafe call: errors are logged, not raised."""
     import threading
 
     if threading.current_thread() not in _affine:

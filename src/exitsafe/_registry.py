@@ -1,6 +1,6 @@
 """The registry: the coordinator of one graph of handles, its owners, ledger and teardown.
 
-A :class:`Registry` owns a graph of native handles.  Each handle has a release
+A [`Registry`][exitsafe.Registry] owns a graph of native handles.  Each handle has a release
 function, a kind, an owner count, and the handles it *depends on* (which must outlive
 it).  The native release of a handle runs exactly once, when its owner count is zero
 **and** no handle depending on it is still alive, or never when the handle is leaked.
@@ -12,10 +12,10 @@ release request, from any thread and from finalizers running during interpreter
 shutdown, is a recorded no-op that never calls native code.
 
 Layers: the registry refers to its handles (each its own
-:class:`~exitsafe._node.Node` record) weakly, hooks strongly, changes them only under
-:data:`exitsafe._sync.LOCK` following the lock discipline written there, asks
-:mod:`exitsafe._graph` about edges, records outcomes in its
-:class:`~exitsafe._ledger.Ledger`, and hands the teardown to :mod:`exitsafe._teardown`.
+`Node` record) weakly, hooks strongly, changes them only under
+`exitsafe._sync.LOCK` following the lock discipline written there, asks
+`exitsafe._graph` about edges, records outcomes in its
+`Ledger`, and hands the teardown to `exitsafe._teardown`.
 """
 
 from __future__ import annotations
@@ -96,28 +96,43 @@ def _emit_late_release(
 class Registry(HookRegistration, Borrowing, Closing, Inspection):
     """An independent graph of handles with its own teardown.
 
-    ``name`` labels the registry in the ledger and the trace.  ``strict`` (a bool)
-    turns misuse that is otherwise absorbed into exceptions:
-    :class:`~exitsafe.LiveDependentsError` for releasing a handle with live
-    dependents, :class:`~exitsafe.RegistryClosedError` for registering after
-    teardown.  ``exit_policy`` is the default for handles that name none
-    (``"release"``, ``"leak"`` or a callable ``(HandleInfo) -> "release" | "leak"``).
-    ``step_timeout`` / ``teardown_timeout`` bound one teardown step / the whole
-    teardown in seconds (``EXITSAFE_STEP_TIMEOUT`` and ``EXITSAFE_TEARDOWN_TIMEOUT``
-    apply where these are ``None``).  ``ledger_limit`` caps how many ledger entries
-    are kept (oldest dropped first; :meth:`ledger_counts` stays exact); ``None``
-    keeps all.
+    Every registry is torn down at process exit, newest registry first, each in its own
+    dependency order.  A registry created once the exit teardown has begun is torn down by
+    it too, or, once it has finished, is closed at once.  A registry with teardown hooks is
+    kept alive by exitsafe until its teardown.  Most programs use the process-wide
+    [`default_registry()`][exitsafe.default_registry] through the module-level functions; a
+    registry of your own tears down on its own and can be torn down early.
 
-    Every registry is torn down at process exit, newest registry first, each in its
-    own dependency order.  A registry created once the exit teardown has begun is
-    torn down by it too, or, once it has finished, is closed at once.  A registry
-    with teardown hooks is kept alive by exitsafe until its teardown.
+    Thread rules: every method may be called from any thread.  Release functions, hooks and
+    policies run on the thread that caused them (the thread dropping the last owner, or the
+    thread running the teardown; with a timeout, a teardown worker thread), never while
+    exitsafe holds its lock, and may call back into exitsafe.
 
-    Thread rules: every method may be called from any thread.  Release functions,
-    hooks and policies run on the thread that caused them (the thread dropping the
-    last owner, or the thread running the teardown; with a timeout, a teardown
-    worker thread), never while exitsafe holds its lock, and may call back into
-    exitsafe.
+    Args:
+        name: labels the registry in the ledger and the trace.
+        strict: turn misuse that is otherwise absorbed into exceptions:
+            [`LiveDependentsError`][exitsafe.LiveDependentsError] for releasing a handle with
+            live dependents, [`RegistryClosedError`][exitsafe.RegistryClosedError] for
+            registering after teardown.
+        exit_policy: the default for handles that name none: `"release"`, `"leak"` or a
+            callable taking a [`HandleInfo`][exitsafe.HandleInfo] and returning one of them
+            (see [`exitsafe.policies`][exitsafe.policies]).
+        step_timeout: seconds one teardown step may take before it is abandoned and leaked;
+            `None`: `EXITSAFE_STEP_TIMEOUT`, else no bound.
+        teardown_timeout: seconds the whole teardown may take; steps after that are leaked.
+            `None`: `EXITSAFE_TEARDOWN_TIMEOUT`, else no bound.
+        ledger_limit: how many ledger entries are kept (oldest dropped first;
+            [`ledger_counts`][exitsafe.Registry.ledger_counts] stays exact); `None` keeps all.
+
+    Attributes:
+        name: the registry's name.
+        strict: whether misuse raises.
+
+    Example:
+        ```python
+        gpu = exitsafe.Registry("gpu", exit_policy="leak", step_timeout=2.0)
+        dev = gpu.track(lib.device_create(), lib.device_free, kind="device")
+        ```
     """
 
     def __init__(
@@ -211,26 +226,43 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
         timeout: Optional[float] = None,
         affinity: Optional[str] = None,
     ) -> Handle:
-        """Start owning ``raw``; ``release(raw)`` is called exactly once, or never if leaked.
+        """Start owning `raw`: `release(raw)` is called exactly once, or never if leaked.
 
-        ``kind``: a label (``"device"``, ``"buffer"``...) shown in the ledger and the
-        trace, and passed to exit policies; ``kind="library"`` also makes the handle
-        go last at teardown, after everything else.  ``depends_on``: handles (or
-        pins) of this registry that must outlive this one.  ``exit_policy``
-        overrides the registry's default for this handle at teardown.  ``name``:
-        its display name (default ``"<kind>#<n>"``).  ``timeout``: seconds its
-        release step may take at teardown before it is abandoned and leaked.
+        After teardown began, the new handle is leaked at once (`leaked_after_close`).  For
+        cffi and ctypes pointers prefer [`exitsafe.cffi.track`][exitsafe.cffi.track] /
+        [`exitsafe.ctypes.track`][exitsafe.ctypes.track], which check the pointer and find the
+        library's pin.
 
-        ``affinity``: ``"creator"`` or ``"main"`` makes the release run only on that
-        thread (GL contexts, some GPU and GUI objects): a release that becomes due on
-        another thread (garbage collection, an owner dropped elsewhere) is queued and
-        run by the owning thread at its next exitsafe call or
-        :func:`exitsafe.run_pending`; see ``docs/threads.md`` for the teardown's rules.
+        Args:
+            raw: the native object (a pointer, an integer handle, any object); kept referenced
+                by the handle and passed to `release`.
+            release: the native release function, called as `release(raw)` when the last owner
+                lets go and no dependent is alive, or at teardown in dependency order.  It runs
+                on the thread that drops the last owner or on the teardown thread, never while
+                exitsafe holds its lock.
+            kind: a label (`"device"`, `"buffer"`...) shown in the ledger and the trace, and
+                passed to exit policies; `"library"` also makes the handle go last at teardown,
+                after everything else.
+            depends_on: handles (or pins) of this registry that must outlive this one.
+            exit_policy: overrides the registry's default for this handle at teardown; `None`:
+                the registry's [`exit_policy`][exitsafe.Registry.exit_policy].
+            name: its display name; default `"<kind>#<n>"`.
+            timeout: seconds its release step may take at teardown before it is abandoned and
+                leaked; `None`: the registry's [`step_timeout`][exitsafe.Registry.step_timeout].
+            affinity: `"creator"` or `"main"` makes the release run only on that thread (GL
+                contexts, some GPU and GUI objects): a release that becomes due on another
+                thread (garbage collection, an owner dropped elsewhere) is queued and run by the
+                owning thread at its next exitsafe call or
+                [`run_pending()`][exitsafe.run_pending]; see the threads page for the teardown's
+                rules.  `None`: any thread.
 
-        After teardown began, the new handle is leaked at once
-        (``leaked_after_close``; strict mode raises
-        :class:`~exitsafe.RegistryClosedError`).  ``release`` runs on the thread that
-        drops the last owner, or on the teardown thread.
+        Returns:
+            The new handle, holding one owner.
+
+        Raises:
+            RegistryClosedError: strict mode only, when teardown has begun.
+            HandleClosedError: a handle in `depends_on` is no longer usable.
+            ForeignHandleError: a handle in `depends_on` belongs to another registry.
         """
         if not callable(release):
             raise TypeError(f"release must be callable, got {type(release).__name__}")
@@ -292,13 +324,21 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
     ) -> Handle:
         """Hold a loaded library so it is not unloaded while anything depending on it lives.
 
-        Returns a handle of kind ``"library"``: pass it in ``depends_on`` of every
-        handle whose release runs the library's code.  At teardown libraries go
-        last.  ``close(library)`` (for example ``ffi.dlclose``) runs when the pin is
-        released; without ``close`` the library object stays referenced for the rest
-        of the process, so it is never unloaded by exitsafe's doing.  For cffi and
-        ctypes libraries prefer :func:`exitsafe.cffi.pin` / :func:`exitsafe.ctypes.pin`,
+        At teardown libraries go last.  For cffi and ctypes libraries prefer
+        [`exitsafe.cffi.pin`][exitsafe.cffi.pin] / [`exitsafe.ctypes.pin`][exitsafe.ctypes.pin],
         which also keep the library file mapped against other closers.
+
+        Args:
+            library: the loaded library object; kept referenced until the pin is released.
+            close: called as `close(library)` (for example `ffi.dlclose`) when the pin is
+                released, after its last dependent; `None`: the library object stays referenced
+                for the rest of the process, so it is never unloaded by exitsafe's doing.
+            name: its display name; default `"library#<n>"`.
+            timeout: seconds `close` may take at teardown before it is abandoned.
+
+        Returns:
+            A handle of kind `"library"`: pass it in `depends_on` of every handle whose release
+            runs the library's code.
         """
         if library is None:
             raise TypeError("pin() needs a loaded library object, got None")
@@ -562,7 +602,7 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
             _run_mine_quietly()
 
     def _release_leaf(self, node: _Node) -> Optional[BaseException]:
-        """:meth:`_release_chain` for the common case: a claimed node with no parents, no
+        """`_release_chain` for the common case: a claimed node with no parents, no
         taint, not inherited.  The same steps, without the chain's bookkeeping."""
         try:
             node._fn(node._raw)  # type: ignore[misc]
@@ -611,7 +651,7 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
     def _late_request(self, node: _Node) -> None:
         """Count (and trace) a release request that arrived after close.
 
-        Uses only attributes (see :meth:`_drop_owner`) and takes no lock: late in
+        Uses only attributes (see `_drop_owner`) and takes no lock: late in
         interpreter shutdown a thread frozen inside exitsafe may hold it for ever
         (waiting would hang; on 3.15 taking it raises ``PythonFinalizationError``).
         """

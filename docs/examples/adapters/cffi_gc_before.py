@@ -1,6 +1,7 @@
 """cffi, before: each wrapper owns an ffi.gc pointer, and the device keeps only its
-instance's pointer. At exit the app object is freed and drops its attributes in the order
-they were set: the instance goes first, then the device's release finds its parent gone."""
+instance's pointer. At exit the app object is freed and drops its attributes in the
+order they were set: the instance goes first, then the device's release finds its
+parent gone."""
 
 import cffi
 

@@ -1,6 +1,6 @@
 """Build the lab's two shared libraries with the system C compiler, once, into a cache.
 
-:func:`build` compiles ``native/runtime.c`` and ``native/compiler.c`` (shipped
+`build` compiles ``native/runtime.c`` and ``native/compiler.c`` (shipped
 as package data) into ``libexitsafe_lab_runtime.so`` and
 ``libexitsafe_lab_compiler.so`` on first use and returns their paths.
 
@@ -10,7 +10,7 @@ hex digits of a sha256 over the sources, the compiler command and its
 ``--version`` banner, the flags and the platform.  Changing any of them builds
 into a new directory; an existing directory is reused as is.
 
-Concurrency: several processes may call :func:`build` at the same time on a
+Concurrency: several processes may call `build` at the same time on a
 cold cache.  Each compiles under an exclusive ``fcntl`` lock on the key
 directory's ``.lock`` file into a temporary file, then ``os.replace``\\ s it to
 its final name; a library path therefore either does not exist or holds a
@@ -18,7 +18,7 @@ complete library, and the fast path (both libraries present) takes no lock.
 
 Compiler: ``$CC`` (which may carry arguments, e.g. ``"gcc -m64"``) when set,
 else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``.  No compiler is a
-:class:`LabBuildError` saying what to install.  POSIX only (the lab uses
+`LabBuildError` saying what to install.  POSIX only (the lab uses
 ``dlopen``, pthreads, ``fork`` and ``MAP_SHARED``).
 """
 
@@ -104,7 +104,7 @@ def cache_root() -> Path:
 def find_compiler(cc: Optional[str] = None) -> List[str]:
     """The compiler command: ``cc`` (a command line string) or ``$CC``, else cc/gcc/clang.
 
-    Raises :class:`LabBuildError` naming what to install when none is found.
+    Raises `LabBuildError` naming what to install when none is found.
     """
     spec = cc if cc is not None else os.environ.get("CC", "")
     if spec.strip():
@@ -181,9 +181,9 @@ def build(
 ) -> LabLibraries:
     """Build (or find in the cache) both lab libraries and return their paths.
 
-    ``cache_dir`` overrides :func:`cache_root`; ``cc`` overrides ``$CC``;
+    ``cache_dir`` overrides `cache_root`; ``cc`` overrides ``$CC``;
     ``force`` rebuilds even when the cached libraries exist.  Safe to call from
-    several processes and threads at once.  Raises :class:`LabBuildError`.
+    several processes and threads at once.  Raises `LabBuildError`.
     """
     if os.name != "posix":
         raise LabBuildError("the exitsafe lab needs a POSIX system (dlopen, pthreads, fork)")

@@ -1,15 +1,15 @@
 """The scenario catalogue S1-S11: what each scenario is, and what each of its two programs must do.
 
-Every scenario has two standalone programs in :mod:`exitsafe.lab.scenarios`:
+Every scenario has two standalone programs in `exitsafe.lab.scenarios`:
 ``sN_unprotected.py`` (the binding written the usual way) must fail as
-:attr:`Scenario.failure` says, every time; ``sN_protected.py`` (the same
+`Scenario.failure` says, every time; ``sN_protected.py`` (the same
 binding using exitsafe) must exit 0 with no ``FATAL`` line, no "Exception
 ignored", no faulthandler dump, and exactly the leaks
-:attr:`Scenario.leaks` lists in the runtime's leak report (zero for most;
+`Scenario.leaks` lists in the runtime's leak report (zero for most;
 what the exit policy leaks on purpose otherwise), and the leaks
-:attr:`Scenario.leaks_when_releasing` lists under ``EXITSAFE_AT_EXIT=release``.
+`Scenario.leaks_when_releasing` lists under ``EXITSAFE_AT_EXIT=release``.
 
-:mod:`exitsafe.lab.runner` runs and judges them; ``exitsafe demo`` shows the table.
+`exitsafe.lab.runner` runs and judges them; ``exitsafe demo`` shows the table.
 This module imports nothing beyond the standard library.
 """
 
@@ -49,7 +49,7 @@ class Failure:
                   every ``evidence`` field (it proves the undefined behaviour ran);
     ``"fatal"``   killed by SIGABRT after exactly one runtime line
                   ``FATAL: ...`` containing ``fatal``;
-    ``"hang"``    still running after :attr:`Scenario.hang_timeout` seconds (then
+    ``"hang"``    still running after `Scenario.hang_timeout` seconds (then
                   its process group is killed);
     ``"leaks"``   exit status ``exit_code`` with exactly ``leaks`` in the runtime's
                   leak report (a leak checker failing the run).
@@ -74,7 +74,7 @@ class Scenario:
     :ivar failure: what the unprotected program must do.
     :ivar protected_by: the exitsafe feature the protected program relies on.
     :ivar leaks: leaks (kind -> count, only non-zero kinds) the main process of the
-        protected program must report under :attr:`env`.
+        protected program must report under `env`.
     :ivar leaks_when_releasing: the same under ``EXITSAFE_AT_EXIT=release``.
     :ivar leaks_when_leaking: the same under ``EXITSAFE_AT_EXIT=leak`` (what is still alive
         at exit), for scenarios whose own ``env`` does not set ``EXITSAFE_AT_EXIT``.

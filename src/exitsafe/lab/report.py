@@ -20,7 +20,7 @@ integers are decimal.  Keys (stable; new keys may be appended):
                unload, else ``unload``.
 ``logger``     1 when a logger callback was still registered at unload.
 
-:func:`parse_leak_reports` extracts every report from a text (stderr, or the
+`parse_leak_reports` extracts every report from a text (stderr, or the
 report file, which collects one line per process that loaded the runtime).
 """
 

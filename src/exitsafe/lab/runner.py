@@ -1,11 +1,11 @@
 """Run a scenario program in a fresh process and judge it against the catalogue.
 
-:func:`run_scenario` runs ``sN_unprotected.py`` or ``sN_protected.py`` with
-:func:`exitsafe.testing.run` (``python -X faulthandler``, exitsafe's trace on,
+`run_scenario` runs ``sN_unprotected.py`` or ``sN_protected.py`` with
+[`exitsafe.testing.run`][exitsafe.testing.run] (``python -X faulthandler``, exitsafe's trace on,
 its own process group killed on timeout), collects the runtime's leak
 reports through a private ``EXITSAFE_LAB_LEAK_REPORT`` file, and returns a
-:class:`ScenarioRun` saying whether the program did what
-:mod:`exitsafe.lab.catalog` says it must, and if not, every way it did not.
+`ScenarioRun` saying whether the program did what
+`exitsafe.lab.catalog` says it must, and if not, every way it did not.
 
 Both the test suite and ``exitsafe demo`` use it.
 """
@@ -188,7 +188,7 @@ def run_scenario(
 
     ``env`` is added on top of the scenario's own environment (e.g.
     ``{"EXITSAFE_AT_EXIT": "release"}``; the expected leaks then follow
-    :attr:`Scenario.leaks_when_releasing`).  ``timeout`` defaults to the
+    `Scenario.leaks_when_releasing`).  ``timeout`` defaults to the
     scenario's ``hang_timeout`` for an unprotected program expected to hang,
     else to its ``timeout``.  The lab libraries must be buildable (the caller
     usually builds them first, so parallel runs find them in the cache).
@@ -252,7 +252,7 @@ def survived_with_evidence(
 ) -> bool:
     """The unprotected run did not die by a signal (it exited, or it hung and was killed
     at the time limit), but the runtime's leak report proves the undefined behaviour of
-    a ``"signal"`` scenario ran (:attr:`Failure.evidence`): it happened not to crash
+    a ``"signal"`` scenario ran (`Failure.evidence`): it happened not to crash
     this time.  (S4 on CPython 3.9 can hang instead: its native thread's late callback
     waits forever for the finalized interpreter.)"""
     evidence = scenario.failure.evidence

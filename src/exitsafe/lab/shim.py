@@ -1,8 +1,8 @@
 """The cffi ABI-mode shim over the lab libraries.
 
-``ffi`` carries the declarations of both libraries (:data:`CDEF`, kept in
-sync with ``native/exitsafe_lab.h``).  :func:`load_runtime` and
-:func:`load_compiler` build the libraries if needed (:mod:`exitsafe.lab.build`)
+``ffi`` carries the declarations of both libraries (`CDEF`, kept in
+sync with ``native/exitsafe_lab.h``).  `load_runtime` and
+`load_compiler` build the libraries if needed (`exitsafe.lab.build`)
 and ``ffi.dlopen`` them, so the caller holds the library objects and decides
 when ``ffi.dlclose`` runs: that is what the scenarios play with.
 

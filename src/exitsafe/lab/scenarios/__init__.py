@@ -3,6 +3,6 @@
 (``sN_protected.py``).
 
 Each file is a standalone program: run it with ``python path/to/sN_x.py`` or
-``python -m exitsafe.lab.scenarios.sN_x``.  :mod:`exitsafe.lab.catalog`
-describes what each must do; :mod:`exitsafe.lab.runner` runs and judges them.
+``python -m exitsafe.lab.scenarios.sN_x``.  `exitsafe.lab.catalog`
+describes what each must do; `exitsafe.lab.runner` runs and judges them.
 """

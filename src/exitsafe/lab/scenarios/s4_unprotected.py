@@ -1,6 +1,6 @@
 """S4 unprotected: a native thread calls a Python logger callback during and after finalization.
 
-The binding routes the runtime's log messages to :mod:`logging` through an
+The binding routes the runtime's log messages to `logging` through an
 ``ffi.callback`` that the runtime's logger thread calls every millisecond,
 and never unregisters it (nothing tells it the interpreter is going away).
 At exit the interpreter finalizes with the native thread still calling in,
