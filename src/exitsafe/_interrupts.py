@@ -164,6 +164,27 @@ def _deliver(signum: int, at_exit: bool) -> None:
         _end_by = _EndBySignal(signum)
 
 
+def end_by_uncaught_keyboard_interrupt() -> None:
+    """At exit, after a ``KeyboardInterrupt`` nobody caught: make sure the process ends by
+    SIGINT, as CPython promises (bpo-1054041: a shell must see the user's ^C).
+
+    CPython decides that from a flag which, on 3.9, 3.10 and 3.12, any module imported
+    during the exit resets, so an ``atexit`` callback that imports (exitsafe's teardown
+    may, a user's callback may) turned the death by SIGINT into ``exit 1``.  The end is
+    armed the way a held signal's is (see `_EndBySignal`): the rest of the exit still
+    runs.  Not in an interactive session, where every error sets ``sys.last_type``.
+    """
+    import sys
+
+    if sys.flags.interactive or hasattr(sys, "ps1"):
+        return
+    last = getattr(sys, "last_type", None)
+    if isinstance(last, type) and issubclass(last, KeyboardInterrupt):
+        import signal
+
+        _deliver(int(signal.SIGINT), True)
+
+
 def end_signal() -> Optional[int]:
     """The signal the process is to end by once its exit is done, if any."""
     return None if _end_by is None else _end_by.signum

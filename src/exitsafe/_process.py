@@ -121,7 +121,7 @@ def teardown_all(reason: str) -> None:
 def at_exit() -> None:
     """The `atexit` callback: the exit teardown (then, in a forked child set to
     leave quietly, the end: see `exitsafe._children`)."""
-    from ._interrupts import held
+    from ._interrupts import end_by_uncaught_keyboard_interrupt, held
 
     _exit_phase[0] = "exiting"
     try:
@@ -129,6 +129,7 @@ def at_exit() -> None:
             teardown_all("atexit")
     finally:
         _exit_phase[0] = "exited"
+        end_by_uncaught_keyboard_interrupt()
     lsan = sys.modules.get("exitsafe._lsan")  # EXITSAFE_LSAN (see below)
     if lsan is not None:
         # Everything exitsafe keeps for ever was leaked on purpose (its handle ended

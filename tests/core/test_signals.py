@@ -95,3 +95,42 @@ def test_bad_arguments():
         teardown_on_signals(mode="later")
     with pytest.raises(TypeError):
         teardown_on_signals([1.5])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        # the handle's teardown runs at exit, then the process must still die by SIGINT
+        "import exitsafe, signal\n"
+        "h = exitsafe.track('h', lambda raw: None)\n"
+        "signal.raise_signal(signal.SIGINT)\n",
+        # an atexit callback that imports a module: on CPython 3.9, 3.10 and 3.12 that
+        # alone made the uncaught KeyboardInterrupt end with exit 1
+        "import atexit, exitsafe\n"
+        "atexit.register(lambda: __import__('json'))\n"
+        "raise KeyboardInterrupt\n",
+    ],
+    ids=["raised-signal", "atexit-import"],
+)
+def test_uncaught_keyboard_interrupt_still_ends_the_process_by_sigint(
+    tmp_path, program: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGINT, proc.stderr
+    assert "KeyboardInterrupt" in proc.stderr  # CPython's own report is still printed
+
+
+def test_a_caught_keyboard_interrupt_keeps_the_program_s_exit_status(tmp_path) -> None:
+    program = (
+        "import exitsafe, sys\n"
+        "try:\n"
+        "    raise KeyboardInterrupt\n"
+        "except KeyboardInterrupt:\n"
+        "    pass\n"
+        "sys.exit(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 3
