@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from ..support import run_program
 from .fuzz.check import check
@@ -24,6 +24,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the programs fo
 
 EXAMPLES = int(os.environ.get("EXITSAFE_FUZZ_EXAMPLES", "25"))
 SEED = os.environ.get("EXITSAFE_FUZZ_SEED")
+#: Shrinking reruns programs for minutes; ask for it when minimizing a failure.
+SHRINK = os.environ.get("EXITSAFE_FUZZ_SHRINK") == "1"
 
 #: A hang is killed after this; a healthy program takes well under a second.
 HARD_TIMEOUT = 60.0
@@ -50,6 +52,7 @@ _settings = settings(
     database=None,
     derandomize=SEED is None,
     print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if SHRINK else []),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 

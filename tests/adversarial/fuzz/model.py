@@ -166,7 +166,13 @@ def _child(s: Scenario, sim: _Sim) -> Process:
         if i not in sim.dropped and i not in sim.ended and sim.owners[i] > 0
     }
     for name, parents in c.own:
-        p.outcomes[name] = {"released" if c.release_own else "released_at_exit"}
-        p.released.add(name)
+        if c.release_own:
+            p.outcomes[name] = {"released"}
+        elif s.default_policy == LEAK:
+            p.outcomes[name] = {"leaked_policy"}
+        else:
+            p.outcomes[name] = {"released_at_exit"}
+        if p.outcomes[name] & _RAN:
+            p.released.add(name)
         p.parents[name] = tuple(s.handles[i].name for i in parents if s.handles[i].name in usable)
     return p

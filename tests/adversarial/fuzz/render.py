@@ -65,6 +65,8 @@ def render(s: Scenario) -> str:
         w(f'REG = exitsafe.Registry("fz", exit_policy="{s.default_policy}")\n')
     else:
         w(f'REG = exitsafe.default_registry()\nREG.exit_policy = "{s.default_policy}"\n')
+    if s.step_timeout is not None:
+        w(f"REG.step_timeout = {s.step_timeout!r}\n")
     if s.exit in ("sigterm-exit", "sigterm-immediate"):
         mode = "exit" if s.exit == "sigterm-exit" else "immediate"
         w(f'exitsafe.signals.teardown_on_signals("SIGTERM", mode="{mode}")\n')

@@ -74,6 +74,9 @@ class Scenario:
     child: Optional[ChildSpec]
     exit: str
     code: int
+    #: The registry's step_timeout: a borrow held until the process ends is waited for
+    #: this long at teardown (5 s without one), so such scenarios always set one.
+    step_timeout: Optional[float] = None
 
     @property
     def registry_name(self) -> str:
@@ -163,6 +166,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     if draw(st.booleans()):
         child = draw(child_specs(handles))
         ops.insert(draw(st.integers(0, len(ops))), ("fork",))
+    step_timeout = draw(st.sampled_from((None, 5.0)))
+    if any(b.forever for b in borrows):
+        step_timeout = 0.25
     exit_mode = draw(st.sampled_from(EXITS))
     code = draw(st.integers(0, 3)) if exit_mode in ("sys.exit", "exitsafe.exit") else 0
     return Scenario(
@@ -175,6 +181,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         child,
         exit_mode,
         code,
+        step_timeout,
     )
 
 
