@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, event, given, seed, settings
 
 from ..support import run_program
 from .fuzz.check import check
@@ -43,7 +43,9 @@ def run_scenario(s: Scenario, tmp: Path) -> None:
     try:
         check(s, expect(s), run, tmp)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- scenario\n{s}\n--- program\n{text}\n{run.describe()}") from None
+        raise AssertionError(
+            f"{exc}\n--- scenario\n{s}\n--- program\n{text}\n{run.describe()}"
+        ) from None
 
 
 _settings = settings(
@@ -60,6 +62,11 @@ _settings = settings(
 @_settings
 @given(scenarios())
 def _generated(s: Scenario) -> None:
+    # What was drawn (pytest --hypothesis-show-statistics).
+    event(f"exit={s.exit}")
+    event(f"fork={s.child.exit if s.child else None}")
+    event(f"borrows={sorted('forever' if b.forever else 'transient' for b in s.borrows)}")
+    event(f"hooks={len(s.hooks)} handles={len(s.handles)}")
     with tempfile.TemporaryDirectory(prefix="exitsafe-fuzz-") as tmp:
         run_scenario(s, Path(tmp))
 

@@ -27,8 +27,10 @@ The test (``tests/adversarial/test_generated_programs.py``) is derandomized: CI 
 same ``EXITSAFE_FUZZ_EXAMPLES`` programs (default 25) every time and hypothesis writes no
 database.  For a longer local run, draw more programs::
 
-    EXITSAFE_FUZZ_EXAMPLES=500 .venv/bin/python -m pytest tests/adversarial/test_generated_programs.py
+    EXITSAFE_FUZZ_EXAMPLES=500 .venv/bin/python -m pytest \
+        tests/adversarial/test_generated_programs.py
 
 ``EXITSAFE_FUZZ_SEED=<int>`` draws a different fixed series (the default series is
-``derandomize=True``'s).  A failure prints the scenario and the rendered program.
+``derandomize=True``'s), and ``EXITSAFE_FUZZ_SHRINK=1`` lets hypothesis minimize a failure
+(slow: every step reruns programs).  A failure prints the scenario and the rendered program.
 """

@@ -47,7 +47,9 @@ def check(s: Scenario, exp: Expected, run: Run, tmp: Path) -> None:
     _check_stderr(s, run)
     log = Log(run.order)
     assert "signal not acted on" not in run.order, "SIGTERM was not acted on"
-    assert run.returncode == exp.main.status, f"exit status {run.returncode}, expected {exp.main.status}"
+    assert run.returncode == exp.main.status, (
+        f"exit status {run.returncode}, expected {exp.main.status}"
+    )
     _check_process(exp.main, log.events(log.main_pid), _ledger(tmp, log.main_pid, s), "main")
     if s.child is None:
         assert log.child_pid is None
@@ -95,7 +97,9 @@ def _check_process(
     # Only names this process may release (a child: only what it created itself).
     extra = set(released) - exp.released - exp.may_release
     assert not extra, f"{who}: released what it must not: {sorted(extra)}"
-    assert set(hooks) <= exp.hooks_run, f"{who}: ran hooks it must not: {set(hooks) - exp.hooks_run}"
+    assert set(hooks) <= exp.hooks_run, (
+        f"{who}: ran hooks it must not: {set(hooks) - exp.hooks_run}"
+    )
     # Never a parent before (or without) the handles that depend on it.
     pos = {name: n for n, (kind, name) in enumerate(events) if kind == "R"}
     for child, parents in exp.parents.items():

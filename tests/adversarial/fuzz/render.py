@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .scenario import Scenario
 
-_HEAD = '''\
+_HEAD = """\
 import signal, time
 import exitsafe.signals
 
@@ -42,7 +42,7 @@ def holder(name, inside, go):
     del h
 
 H = {}
-'''
+"""
 
 _POLICY = {
     None: "",
@@ -121,7 +121,9 @@ def _fork(s: Scenario) -> list[str]:
         lines.append(f"    sys.exit({c.code})\n")
     else:
         lines.append(f"    exitsafe.exit({c.code})\n")
-    lines.append('_, status = os.waitpid(pid, 0)\nrecord(f"S {os.waitstatus_to_exitcode(status)}")\n')
+    lines.append(
+        '_, status = os.waitpid(pid, 0)\nrecord(f"S {os.waitstatus_to_exitcode(status)}")\n'
+    )
     return lines
 
 

@@ -51,7 +51,9 @@ class BorrowSpec:
 
 @dataclass(frozen=True)
 class ChildSpec:
-    own: tuple[tuple[str, tuple[int, ...]], ...]  # handles the child tracks: name, inherited parents
+    own: tuple[
+        tuple[str, tuple[int, ...]], ...
+    ]  # handles the child tracks: name, inherited parents
     releases: tuple[int, ...]  # inherited handles the child calls release() on
     release_own: bool  # the child releases its own handles before it leaves
     exit: str  # one of CHILD_EXITS
