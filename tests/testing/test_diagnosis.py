@@ -151,7 +151,7 @@ def test_non_daemon_thread_that_never_ends_hangs_before_teardown() -> None:
                 time.sleep(0.05)
 
         threading.Thread(target=serve_forever, name="grpc-server").start()
-        print("main done")
+        print("main done", flush=True)  # (the process is killed: a buffer is lost)
         """
     )
     result = _one(run(code, timeout=3))

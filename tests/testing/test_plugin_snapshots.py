@@ -53,6 +53,8 @@ def test_plain_assert(exit_run):
 
 _RULES = [
     (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x?"),
+    # faulthandler names the thread from CPython 3.14.x on ("thread 0x... [python]")
+    (re.compile(r"(thread 0x\?) \[[^\]]*\]"), r"\1"),
     (re.compile(r"\d+\.\d+ s\b"), "?.?? s"),
     (re.compile(r"\d+\.\d+s\b"), "?.??s"),
     (re.compile(r'File "[^"]*/lib/python3\.\d+/([^"]*)", line \d+'), r'File "<stdlib>/\1", line ?'),
