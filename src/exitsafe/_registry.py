@@ -459,7 +459,7 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
         # Bounded: this may run from a finalizer late in shutdown, when a thread frozen
         # inside exitsafe may hold the lock for ever; then the record is made without it
         # (an append to the ledger is atomic; the creation number may repeat).
-        locked = _sync.acquire(True, 1.0) if not _reentered() else False
+        locked = _sync.enter_if_possible() if not _reentered() else False
         try:
             self._seq += 1
             node._seq = self._seq
@@ -666,7 +666,11 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
 
     def _collected_now(self, node: _Node) -> None:
         trash: list[object] = []
-        _sync.enter()
+        if not self._phase:
+            _sync.enter()
+            locked = True
+        else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
+            locked = _sync.enter_if_possible()
         try:
             target = None
             if node._state == LIVE and node._refs:
@@ -686,7 +690,8 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
                         node._releaser = _get_ident()
                         target = node
         finally:
-            _release()
+            if locked:
+                _release()
         trash.clear()
         if target is not None:
             error = self._release_chain(target)

@@ -79,6 +79,21 @@ def enter() -> None:
         wait()
 
 
+def enter_if_possible(timeout: float = 1.0) -> bool:
+    """Take `LOCK` within ``timeout`` seconds if it can be had; whether it was taken.
+
+    For the paths that may run from a finalizer late in interpreter shutdown, after the
+    exit teardown: a daemon thread frozen inside a section then holds the lock for ever
+    (waiting would hang the exit; from CPython 3.15 taking a lock that late raises
+    ``PythonFinalizationError``, a ``RuntimeError``).  Without the lock the caller makes
+    its record anyway: no other thread runs Python code any more.
+    """
+    try:
+        return bool(acquire(True, timeout))
+    except RuntimeError:
+        return False
+
+
 def leave() -> None:
     """Release `LOCK`, then run the work queued meanwhile (see `defer`)."""
     release()
