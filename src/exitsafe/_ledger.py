@@ -10,6 +10,8 @@ The teardown trace (``EXITSAFE_TRACE=1``) is written with `trace_line` and read 
 
 from __future__ import annotations
 
+import sys
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -182,13 +184,15 @@ class Ledger:
     records the limit dropped, so that `add` (on every release) only appends.
     """
 
-    __slots__ = ("_cap", "_dropped", "_dropped_counts", "_late", "_records", "limit")
+    __slots__ = ("_dropped", "_dropped_counts", "_late", "cap", "limit", "records")
 
     def __init__(self, limit: Optional[int]) -> None:
         self.limit = limit
-        #: Records kept until there are this many, then trimmed to ``limit``.
-        self._cap = -1 if limit is None else 2 * limit
-        self._records: list[Record] = []
+        #: Records kept until there are more than this many, then trimmed to ``limit``.
+        self.cap = sys.maxsize if limit is None else 2 * limit
+        #: The records, oldest first.  The registry's release hot path appends to it
+        #: directly (under the lock), then calls :meth:`trim` when it exceeds ``cap``.
+        self.records: list[Record] = []
         self._dropped_counts: dict[str, int] = {}
         self._dropped = 0
         # One entry per release request that arrived after close: appended without any
@@ -210,13 +214,14 @@ class Ledger:
         at_exit: bool,
     ) -> None:
         """Record one outcome (the caller holds the lock)."""
-        records = self._records
+        records = self.records
         records.append((seq, kind, name, outcome, detail, at_exit))
-        if len(records) > self._cap >= 0:
-            self._trim()
+        if len(records) > self.cap:
+            self.trim()
 
-    def _trim(self) -> None:
-        records = self._records
+    def trim(self) -> None:
+        """Keep the newest ``limit`` records, counting the dropped ones (under the lock)."""
+        records = self.records
         limit = self.limit
         assert limit is not None
         drop = len(records) - limit
@@ -229,7 +234,7 @@ class Ledger:
 
     def entries(self, registry: str) -> list[LedgerEntry]:
         """The kept records, oldest first (at most ``limit``), as entries."""
-        records = list(self._records)
+        records = list(self.records)
         limit = self.limit
         if limit is not None and len(records) > limit:
             records = records[len(records) - limit :]
@@ -244,7 +249,7 @@ class Ledger:
     def counts(self) -> dict[str, int]:
         """How many handles ended in each outcome (exact, never truncated)."""
         counts = dict(self._dropped_counts)
-        for record in self._records:
+        for record in self.records:
             outcome = record[3]
             counts[outcome] = counts.get(outcome, 0) + 1
         return counts

@@ -162,7 +162,7 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
         self._step_timeout = check_timeout(step_timeout, "step_timeout")
         self._teardown_timeout = check_timeout(teardown_timeout, "teardown_timeout")
         self._ledger = Ledger(ledger_limit)
-        self._record = self._ledger.add
+        self._records = self._ledger.records  # appended to by the release hot path
         self._phase = OPEN
         self._seq = 0
         # seq -> a weak reference to every handle not yet ended (dropping the last
@@ -277,20 +277,35 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
         owner = _threads.affinity_owner(affinity) if affinity is not None else None
         if _reentered():
             raise _refused("track()")
-        role = LIBRARY if kind == "library" else HANDLE
         parents = self._parent_handles(depends_on, "depends_on") if depends_on else ()
+        # Node._init, inlined (no frame): every field of the record, once.
         node = _new_handle(Handle)
-        _init(
-            node, self, raw, release, kind, name, parents, exit_policy, timeout, role,
-            _sync.generation, _get_ident(),
-        )
-        if owner is not None:
-            node._affinity = owner
-        if self._phase == CLOSED:  # no lock after close: see _registered_after_close
-            self._registered_after_close(node)
-            return node
-        if parents:
-            self._register(node, ())
+        node._registry = self
+        node._raw = raw
+        node._fn = release
+        node._kind = kind
+        node._name = name
+        node._parents = parents
+        node._policy = exit_policy
+        node._timeout = timeout
+        node._role = LIBRARY if kind == "library" else HANDLE
+        node._refs = 1
+        node._children = 0
+        node._borrows = 0
+        node._state = LIVE
+        node._releaser = 0
+        node._taint = None
+        node._gen = _sync.generation
+        node._thread_id = _get_ident()
+        node._affinity = owner
+        node._in_child = False
+        if parents or self._phase == CLOSED:
+            node._seq = 0
+            node._rank = 0.0
+            if self._phase == CLOSED:  # no lock after close: see _registered_after_close
+                self._registered_after_close(node)
+            else:
+                self._register(node, ())
             return node
         # Fast path (no dependencies): nothing to validate under the lock.
         if not _acquire(False):
@@ -307,6 +322,8 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
         finally:
             _release()
         if not is_open:
+            node._seq = 0
+            node._rank = 0.0
             self._registered_after_close(node)
         elif _deferred:
             _run_deferred()
@@ -591,7 +608,33 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
             ):
                 error = self._release_chain(target)
             else:
-                error = self._release_leaf(target)
+                # _release_chain for the common case, inlined: a claimed node with no
+                # parents, no taint, no affinity, not inherited.  The same steps,
+                # without the chain's bookkeeping.
+                try:
+                    target._fn(target._raw)  # type: ignore[misc]
+                except BaseException as exc:  # recorded, then re-raised to the caller
+                    error = self._leaf_failed(target, exc)
+                else:
+                    error = None
+                    if not _acquire(False):
+                        _wait()
+                    try:
+                        if target._state == RELEASING:  # else a teardown gave up on it
+                            target._state = RELEASED
+                            target._releaser = 0
+                            seq = target._seq
+                            del self._live[seq]
+                            records = self._records
+                            records.append(
+                                (seq, target._kind, target._name, _RELEASED, None, False)
+                            )
+                            if len(records) > self._ledger.cap:
+                                self._ledger.trim()
+                    finally:
+                        _release()
+                    # Outside the lock: dropping these may run the object's __del__.
+                    target._raw = target._fn = None
             if _deferred:
                 _run_deferred()
             if error is not None:
@@ -601,31 +644,15 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
         if _affine:
             _run_mine_quietly()
 
-    def _release_leaf(self, node: _Node) -> Optional[BaseException]:
-        """`_release_chain` for the common case: a claimed node with no parents, no
-        taint, not inherited.  The same steps, without the chain's bookkeeping."""
+    def _leaf_failed(self, node: _Node, exc: BaseException) -> BaseException:
+        """Record that a leaf's release function raised ``exc``; return it to re-raise."""
+        trash: list[object] = []
+        _sync.enter()
         try:
-            node._fn(node._raw)  # type: ignore[misc]
-        except BaseException as exc:  # recorded, then re-raised to the caller
-            trash: list[object] = []
-            _sync.enter()
-            try:
-                self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
-            finally:
-                _release()
-            return exc
-        if not _acquire(False):
-            _wait()
-        try:
-            if node._state == RELEASING:  # else a teardown gave up on it and recorded it
-                node._state = RELEASED
-                node._releaser = 0
-                del self._live[node._seq]
-                self._record(node._seq, node._kind, node._name, _RELEASED, None, False)
+            self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
         finally:
             _release()
-        node._raw = node._fn = None  # outside the lock: this may run the object's __del__
-        return None
+        return exc
 
     def _queue_for_owner(self, node: _Node) -> None:
         """A release due on a thread that does not own ``node``: queue it for the owner."""
