@@ -607,10 +607,7 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
                 or target._gen != _sync.generation
             ):
                 error = self._release_chain(target)
-            else:
-                # _release_chain for the common case, inlined: a claimed node with no
-                # parents, no taint, no affinity, not inherited.  The same steps,
-                # without the chain's bookkeeping.
+            else:  # _release_leaf, inlined (the hot path)
                 try:
                     target._fn(target._raw)  # type: ignore[misc]
                 except BaseException as exc:  # recorded, then re-raised to the caller
@@ -643,6 +640,31 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
             _run_deferred()
         if _affine:
             _run_mine_quietly()
+
+    def _release_leaf(self, node: _Node) -> Optional[BaseException]:
+        """:meth:`_release_chain` for the common case: a claimed node with no parents, no
+        taint, no affinity, not inherited.  The same steps without the chain's bookkeeping
+        (:meth:`_drop_owner` runs a copy of it inline)."""
+        try:
+            node._fn(node._raw)  # type: ignore[misc]
+        except BaseException as exc:  # recorded, then returned to the caller
+            return self._leaf_failed(node, exc)
+        if not _acquire(False):
+            _wait()
+        try:
+            if node._state == RELEASING:  # else a teardown gave up on it and recorded it
+                node._state = RELEASED
+                node._releaser = 0
+                seq = node._seq
+                del self._live[seq]
+                records = self._records
+                records.append((seq, node._kind, node._name, _RELEASED, None, False))
+                if len(records) > self._ledger.cap:
+                    self._ledger.trim()
+        finally:
+            _release()
+        node._raw = node._fn = None  # outside the lock: this may run the object's __del__
+        return None
 
     def _leaf_failed(self, node: _Node, exc: BaseException) -> BaseException:
         """Record that a leaf's release function raised ``exc``; return it to re-raise."""
@@ -721,7 +743,15 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
                 _release()
         trash.clear()
         if target is not None:
-            error = self._release_chain(target)
+            if (
+                target._parents
+                or target._taint is not None
+                or target._affinity is not None
+                or target._gen != _sync.generation
+            ):
+                error = self._release_chain(target)
+            else:
+                error = self._release_leaf(target)
             if error is not None:
                 # Log the repr, not the exception: a handler that keeps records (pytest's
                 # caplog, a MemoryHandler) would otherwise keep its traceback, and through
