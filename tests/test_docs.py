@@ -95,15 +95,23 @@ def extract_blocks(path: Path) -> list[Block]:
         block = Block(path, i + 1, lang, "\n".join(body) + "\n", previous)
         snippets = [_SNIPPET.match(line) for line in body if line.strip()]
         if snippets and all(snippets):
-            block.includes = [m.group(1) for m in snippets if m]
-            block.code = "".join(
-                (EXAMPLES / name).read_text(encoding="utf-8")
-                for name in block.includes
-                if (EXAMPLES / name).exists()
-            )
+            # "file.py" or "file.py:START:END" (an excerpt: lines START to END of the file)
+            parts = [m.group(1).split(":") for m in snippets if m]
+            block.includes = [part[0] for part in parts]
+            block.code = "".join(_included(*part) for part in parts)
         blocks.append(block)
         i = j + 1
     return blocks
+
+
+def _included(name: str, start: str = "", end: str = "") -> str:
+    path = EXAMPLES / name
+    if not path.exists():
+        return ""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if start:
+        lines = lines[int(start) - 1 : int(end) if end else None]
+    return "".join(lines)
 
 
 def doc_files() -> list[Path]:
@@ -229,8 +237,15 @@ EXPECTED: Dict[str, Union[Exits, Pytest]] = {
     "testing/crash.py": Exits(SIGSEGV, stdout="work done\n"),
     "testing/fixed.py": Exits(0, stdout="work done\n"),
     "testing/test_exit_crash.py": Pytest(passed=4),
-    # quickstart.md
-    "quickstart/app.py": Exits(0, stdout=""),
+    # quickstart.md (and index.md): the recommended binding recipe, cffi and ctypes
+    "binding/cffi_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "binding/cffi_after.py": Exits(
+        0, stdout="work done\n", stderr_has=(NO_LEAKS + " teardown=unload logger=0",)
+    ),
+    "binding/ctypes_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "binding/ctypes_after.py": Exits(
+        0, stdout="work done\n", stderr_has=(NO_LEAKS + " teardown=unload logger=0",)
+    ),
     # adapters.md: the lab runtime aborts with a FATAL line naming the broken rule; its leak
     # report (at unload) must show nothing leaked, or only what the program leaks on purpose
     "adapters/cffi_gc_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
@@ -404,15 +419,22 @@ def test_commands_use_the_checkout_environment() -> None:
 
 
 def _normalize(line: str) -> str:
+    # an absolute path depends on the machine and the checkout: keep its file name
+    line = re.sub(r"(?<![\w.~])/(?:[^/\s\"':()]+/)+", ".../", line)
     line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
     return re.sub(r"\d+(\.\d+)?", "#", line).rstrip()
+
+
+#: An output line standing for lines the page leaves out (the lines before it are compared).
+ELIDED = "..."
 
 
 @pytest.mark.parametrize("page", COMMAND_PAGES)
 def test_commands_of_the_page(page: str) -> None:
     """Each command runs from the checkout's root, as a reader would run it after the README's
-    set-up; its first line of output (numbers and addresses aside) is what the page shows, and
-    an ``echo $?`` shown after it gives the status shown."""
+    set-up, stdout and stderr merged as on a terminal; its output (numbers and addresses aside)
+    is what the page shows, line for line (up to a ``...`` line, when the page shortens it),
+    and an ``echo $?`` shown after it gives the status shown."""
     bindir = str(Path(sys.executable).parent)
     shown = commands(DOCS / page)
     assert shown, f"no commands on {page}"
@@ -427,15 +449,22 @@ def test_commands_of_the_page(page: str) -> None:
             )
             continue
         real = command.replace(".venv/bin/", bindir + "/")
-        proc = subprocess.run(["bash", "-c", real], cwd=ROOT, env=_clean_env(),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        env = _clean_env(PYTHONUNBUFFERED="1")
+        del env["PYTHONFAULTHANDLER"]  # the reader's environment has no faulthandler
+        proc = subprocess.run(["bash", "-c", real], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=TIMEOUT)
         status = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        first = (proc.stdout + proc.stderr).splitlines()
-        if output:
-            assert first, f"{page}:{line}: `{command}` printed nothing"
-            assert _normalize(first[0]) == _normalize(output[0]), (
-                f"{page}:{line}: `{command}`\n  page: {output[0]}\n  real: {first[0]}"
-            )
+        got = [_normalize(x.replace(bindir + "/", ".venv/bin/"))
+               for x in proc.stdout.splitlines() if x.strip()]
+        want = [_normalize(x) for x in output if x.strip()]
+        if ELIDED in want:
+            want = want[: want.index(ELIDED)]
+            got = got[: len(want)]
+        assert got == want, (
+            f"{page}:{line}: `{command}`\n--- page\n" + "\n".join(want)
+            + "\n--- real\n" + "\n".join(got)
+        )
 
 
 # ----------------------------------------------------------------------------- line width
