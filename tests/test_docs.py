@@ -213,6 +213,7 @@ class Exits:
     stdout: Optional[str] = None  # the whole of stdout, when given
     stderr_has: Tuple[str, ...] = ()  # lines (or parts of lines) stderr must contain
     env: Dict[str, str] = field(default_factory=dict)
+    hangs: float = 0  # > 0: the program must still be running after that many seconds
 
 
 @dataclass
@@ -277,6 +278,27 @@ EXPECTED: Dict[str, Union[Exits, Pytest]] = {
     "adapters/wrapper_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
     "adapters/wrapper_after.py": Exits(0, stdout="closed\nwork done\n",
                                        stderr_has=(NO_LEAKS,)),
+    # cookbook.md: one pair per pattern, against the lab runtime
+    "cookbook/inference_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(
+        "FATAL: device #2 released while rt_device_run is running on it",)),
+    "cookbook/inference_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    "cookbook/server_before.py": Exits(stdout="work done\n", hangs=3.0,
+                                       env={"PYTHONUNBUFFERED": "1"}),
+    "cookbook/server_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    "cookbook/fork_before.py": Exits(SIGABRT, stdout="child sees 0 devices\n", stderr_has=(
+        "FATAL: instance #1 was destroyed by another process",)),
+    "cookbook/fork_after.py": Exits(
+        0, stdout="child sees 0 devices\nparent done\n",
+        stderr_has=("forked=1 instances=0 devices=0 buffers=0 catalogs=0 inherited=1",
+                    "forked=0 " + NO_LEAKS)),
+    "cookbook/render_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(
+        "FATAL: device #2 released while rt_device_run is running on it",)),
+    "cookbook/render_after.py": Exits(
+        0, stdout="work done\nrender thread: device released\n", stderr_has=(NO_LEAKS,)),
+    "cookbook/thirdparty_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(
+        "FATAL: runtime used after it was torn down (rt_instance_release called after",)),
+    "cookbook/thirdparty_after.py": Exits(0, stdout="work done\n", stderr_has=(
+        "instances=1 devices=0 buffers=0 catalogs=0 inherited=0 teardown=shutdown",)),
     "testing/test_crash_report.py": Pytest(
         failed=1,
         output_has=(
@@ -328,6 +350,19 @@ def test_example_file(name: str, tmp_path: Path) -> None:
         env = _clean_env()
     else:
         argv, cwd, env = [sys.executable, str(path)], tmp_path, _clean_env(**expected.env)
+    if isinstance(expected, Exits) and expected.hangs:
+        # a "before" that hangs: still running after that long (then it is killed)
+        try:
+            proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True,
+                                  timeout=expected.hangs)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or b""
+            text = out.decode("utf-8", "replace") if isinstance(out, bytes) else out
+            if expected.stdout is not None:
+                assert text == expected.stdout, f"docs/examples/{name}: stdout {text!r}"
+            return
+        pytest.fail(f"docs/examples/{name} ended (status {proc.returncode}) within "
+                    f"{expected.hangs} s; its page says it hangs\n{proc.stderr!r}")
     try:
         proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                               encoding="utf-8", errors="replace", timeout=TIMEOUT)
@@ -365,7 +400,7 @@ def test_example_file(name: str, tmp_path: Path) -> None:
 #: them as .venv/bin/<tool> (or says to activate the environment first).
 VENV_TOOLS = {"python", "pip", "pip3", "exitsafe", "pytest", "mkdocs", "nox", "ruff", "mypy"}
 #: Pages whose commands are run by test_commands_of_the_page, in order.
-COMMAND_PAGES = ("testing.md", "quickstart.md", "adapters.md")
+COMMAND_PAGES = ("testing.md", "quickstart.md", "adapters.md", "cookbook.md")
 
 
 def commands(path: Path) -> List[Tuple[int, str, Optional[List[str]]]]:
