@@ -1,7 +1,7 @@
 """Forked child, before: a pre-fork worker. The parent opens an instance, forks a child
-that uses it and exits normally. The child's interpreter shutdown runs the ffi.gc destructor:
-the child releases the instance it inherited, and the driver state it shares with the
-parent goes with it. The parent's next call aborts."""
+that uses it and exits normally. The child's interpreter shutdown runs the ffi.gc
+destructor: the child releases the instance it inherited, and the driver state it shares
+with the parent goes with it. The parent's next call aborts."""
 
 import os
 import sys
