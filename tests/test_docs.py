@@ -502,6 +502,62 @@ def test_commands_of_the_page(page: str) -> None:
         )
 
 
+#: Commands shown without their output, on pages not in COMMAND_PAGES, that the tests run
+#: (exit status 0 expected). The others (an install, the full benchmark run, the whole test
+#: suite, a sanitizer run) are checked by test_commands_name_what_exists only.
+RUN_WITHOUT_OUTPUT = (
+    ".venv/bin/exitsafe demo --only S3",
+    ".venv/bin/exitsafe demo --only S3 --json",
+)
+
+
+def _words(command: str) -> List[str]:
+    return [w for part in re.split(r"&&|\|\||;|\|", command) for w in shlex.split(part)]
+
+
+def test_commands_name_what_exists() -> None:
+    """Every command of every page (and the README) names tools of the checkout's environment
+    that exist, files of the repository that exist, and modules that can be run."""
+    bindir = Path(sys.executable).parent
+    missing = []
+    for path in [*doc_files(), ROOT / "README.md"]:
+        for line, command, _ in commands(path):
+            words = _words(command)
+            where = f"{path.relative_to(ROOT)}:{line}: {command}"
+            for i, word in enumerate(words):
+                word = word.split("=", 1)[-1]
+                if word.startswith(".venv/bin/"):
+                    tool = word[len(".venv/bin/"):]
+                    if not (bindir / tool).exists() and tool != "pip":
+                        missing.append(f"{where}: no tool {tool!r} in the environment")
+                elif re.match(r"^(docs|src|tests|benchmarks)/[\w./-]+$", word):
+                    if not (ROOT / word).exists():
+                        missing.append(f"{where}: no file {word}")
+                elif word == "-m" and i + 1 < len(words):
+                    module = words[i + 1]
+                    top = ROOT / module.replace(".", "/")
+                    if not (top.is_dir() or top.with_suffix(".py").exists()):
+                        try:
+                            import importlib.util
+                            found = importlib.util.find_spec(module) is not None
+                        except ImportError:
+                            found = False
+                        if not found:
+                            missing.append(f"{where}: no module {module}")
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("command", RUN_WITHOUT_OUTPUT)
+def test_commands_shown_without_output_run(command: str) -> None:
+    pages = [p for p in doc_files() for _, c, _ in commands(p) if c == command]
+    assert pages, f"no page shows `{command}` any more: update RUN_WITHOUT_OUTPUT"
+    bindir = str(Path(sys.executable).parent)
+    proc = subprocess.run(["bash", "-c", command.replace(".venv/bin/", bindir + "/")],
+                          cwd=ROOT, env=_clean_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, f"`{command}` exited {proc.returncode}\n{proc.stderr}"
+
+
 # ----------------------------------------------------------------------------- line width
 
 #: The longest code line that fits the text column of the site at 1280 pixels with both
