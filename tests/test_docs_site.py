@@ -62,6 +62,32 @@ def test_diagrams_are_what_the_generator_draws() -> None:
     )
 
 
+def test_benchmark_charts_are_drawn_from_the_reference_run() -> None:
+    """docs/img/teardown.svg and hot-path.svg are what benchmarks/svgplot.py draws from the
+    committed reference run, whose tables the performance page shows."""
+    import json
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import svgplot
+    finally:
+        sys.path.remove(str(ROOT))
+    results = json.loads((ROOT / "benchmarks/results/reference.json").read_text("utf-8"))
+    note = results["meta"].get("summary", "")
+    drawn = {
+        "teardown.svg": svgplot.teardown_chart(results["sections"]["teardown"], note=note),
+        "hot-path.svg": svgplot.hot_path_chart(results["sections"]["hot_path"], note=note),
+    }
+    page = (DOCS / "performance.md").read_text(encoding="utf-8")
+    for name, content in drawn.items():
+        assert (DOCS / "img" / name).read_text(encoding="utf-8") == content, (
+            f"docs/img/{name} is not what benchmarks/svgplot.py draws from "
+            "benchmarks/results/reference.json: redraw it with `.venv/bin/python -m "
+            "benchmarks.svgplot [--hot-path] benchmarks/results/reference.json docs/img/...`"
+        )
+        assert f"](img/{name})" in page, f"docs/performance.md does not show img/{name}"
+
+
 def test_every_generated_diagram_is_used_or_announced() -> None:
     pages = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
