@@ -246,15 +246,15 @@ HOT_PATH_BARS = (
 HOT_PATH_COLORS = {"baseline": "#888888", "reference": "#2ca02c", "exitsafe": "#1f77b4"}
 
 
-def hot_path_chart(hot_path: Dict[str, Any], note: str = "", width: int = 980) -> str:
+def hot_path_chart(hot_path: Dict[str, Any], note: str = "", width: int = 780) -> str:
     """Horizontal bars: nanoseconds per create + release, median with the p25-p75 range,
     from the ``hot_path`` section of a results JSON."""
     per_op = hot_path["per_op_s"]
     rows = [(label, group, per_op[key]) for key, label, group in HOT_PATH_BARS if key in per_op]
-    top, bar, gap, left, right = 56.0, 18.0, 8.0, 250.0, 90.0
+    top, bar, gap, left, right = 56.0, 18.0, 8.0, 230.0, 80.0
     height = int(top + len(rows) * (bar + gap) + 40 + (16 if note else 0))
     hi = max(r[2]["p75"] for r in rows) * 1e9
-    step = _nice_step(hi / 5)
+    step = _nice_step(hi * 5 / 7)  # about seven ticks
     xmax = step * math.ceil(hi / step)
     pw = width - left - right
 
