@@ -348,3 +348,30 @@ def bare(x):
         "m.Widget.grow: parameter 'times' is not in the Args: section",
         "m.bare: no docstring",
     ]
+
+
+def test_program_output_wraps_inside_the_column(site: Path) -> None:
+    """Console and text blocks (program output: FATAL lines, leak reports, traces) carry a
+    language class, and the site's stylesheet wraps them, so no line hides behind a
+    scrollbar; code lines are kept short by tests/test_docs.py instead."""
+    page = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
+    assert 'class="language-console highlight"' in page, (
+        "console blocks have no language class: pymdownx.highlight needs pygments_lang_class"
+    )
+    css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    rule = re.search(r"\.language-console pre > code[^{]*\{([^}]*)\}", css)
+    assert rule and "pre-wrap" in rule.group(1), "extra.css does not wrap console output"
+
+
+def test_the_recommended_path_is_on_the_home_page_and_the_quick_start(site: Path) -> None:
+    """The home page names the recommended calls and shows an excerpt of the complete
+    binding; the quick start shows the complete binding, before and after, cffi and ctypes."""
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "The recommended path for binding authors" in home
+    for call in ("exitsafe.cffi.pin", "exitsafe.cffi.track", "exitsafe.cffi.callback",
+                 "exitsafe.on_teardown"):
+        assert call in home, f"the home page does not name {call}"
+    assert "docs/examples/binding/cffi_after.py" in home
+    quick = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
+    for name in ("cffi_before", "cffi_after", "ctypes_before", "ctypes_after"):
+        assert f"docs/examples/binding/{name}.py" in quick, f"the quick start lacks {name}"
