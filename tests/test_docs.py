@@ -457,6 +457,7 @@ def _normalize(line: str) -> str:
     # an absolute path depends on the machine and the checkout: keep its file name
     line = re.sub(r"(?<![\w.~])/(?:[^/\s\"':()]+/)+", ".../", line)
     line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
+    line = re.sub(r"(0x\?) \[[^\]]*\]", r"\1", line)  # a thread's name (faulthandler, 3.14+)
     return re.sub(r"\d+(\.\d+)?", "#", line).rstrip()
 
 

@@ -26,7 +26,7 @@ def render_loop():
     started.set()
     try:
         while not stop.is_set():
-            es.call(lib.rt_device_run, device, 500)  # one frame of native work
+            es.call(lib.rt_device_run, device, 1000)  # one frame of native work (1 s)
     finally:
         device.release()  # on this thread, after the last frame
         print("render thread: device released")

@@ -28,7 +28,7 @@ def render_loop():
     device = lib.rt_device_create(instance)  # owned by this thread
     devices.append(device)
     while True:
-        lib.rt_device_run(device, 500)  # one frame of native work
+        lib.rt_device_run(device, 1000)  # one frame of native work (1 s)
 
 
 threading.Thread(target=render_loop, name="render", daemon=True).start()
