@@ -359,7 +359,7 @@ def test_program_output_wraps_inside_the_column(site: Path) -> None:
         "console blocks have no language class: pymdownx.highlight needs pygments_lang_class"
     )
     css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
-    rule = re.search(r"\.language-console pre > code[^{]*\{([^}]*)\}", css)
+    rule = re.search(r"\.language-console[^{]* pre > code[^{]*\{([^}]*)\}", css)
     assert rule and "pre-wrap" in rule.group(1), "extra.css does not wrap console output"
 
 
