@@ -1,7 +1,8 @@
-"""A tiny dependency-free SVG line plotter (enough for the teardown scaling chart).
+"""A tiny dependency-free SVG plotter (the teardown scaling chart, the hot-path bar chart).
 
-``python -m benchmarks.svgplot results.json out.svg`` redraws the chart from a saved
-run; :func:`teardown_chart` is what ``python -m benchmarks --plot`` calls.
+``python -m benchmarks.svgplot results.json out.svg`` redraws the teardown chart from a
+saved run, ``python -m benchmarks.svgplot --hot-path results.json out.svg`` the hot-path
+chart; :func:`teardown_chart` is what ``python -m benchmarks --plot`` calls.
 """
 
 from __future__ import annotations
@@ -227,14 +228,102 @@ def teardown_chart(teardown: Dict[str, Any], note: str = "") -> str:
     )
 
 
+#: hot-path rows drawn, in the order of the table: (key, label, group)
+HOT_PATH_BARS = (
+    ("cffi_gc_release", "cffi: ffi.gc + ffi.release", "baseline"),
+    ("cffi_gc_drop", "cffi: ffi.gc, drop last reference", "baseline"),
+    ("finalize_create_call", "weakref.finalize create + call", "baseline"),
+    ("finalize_object_dies", "weakref.finalize, object dies", "baseline"),
+    ("floor_minimal", "minimal tracker, no lock", "reference"),
+    ("floor_locked", "minimal tracker, 2 locks", "reference"),
+    ("exitsafe_track_release", "Registry.track + Handle.release", "exitsafe"),
+    ("exitsafe_module_track_release", "exitsafe.track + release", "exitsafe"),
+    ("exitsafe_with_block", "with Registry.track(...): pass", "exitsafe"),
+    ("exitsafe_track_drop", "track, drop last reference", "exitsafe"),
+    ("exitsafe_track_dep_release", "track(depends_on=...) + release", "exitsafe"),
+    ("exitsafe_track_dep_drop", "track(depends_on=...), drop", "exitsafe"),
+)
+HOT_PATH_COLORS = {"baseline": "#888888", "reference": "#2ca02c", "exitsafe": "#1f77b4"}
+
+
+def hot_path_chart(hot_path: Dict[str, Any], note: str = "", width: int = 780) -> str:
+    """Horizontal bars: nanoseconds per create + release, median with the p25-p75 range,
+    from the ``hot_path`` section of a results JSON."""
+    per_op = hot_path["per_op_s"]
+    rows = [(label, group, per_op[key]) for key, label, group in HOT_PATH_BARS if key in per_op]
+    top, bar, gap, left, right = 56.0, 18.0, 8.0, 230.0, 80.0
+    height = int(top + len(rows) * (bar + gap) + 40 + (16 if note else 0))
+    hi = max(r[2]["p75"] for r in rows) * 1e9
+    step = _nice_step(hi * 5 / 7)  # about seven ticks
+    xmax = step * math.ceil(hi / step)
+    pw = width - left - right
+
+    def fx(ns: float) -> float:
+        return left + pw * ns / xmax
+
+    out = [
+        f'<text x="{width / 2:.1f}" y="20" text-anchor="middle" font-size="14"'
+        ' font-weight="bold">Hot path: create + release one handle (ns per operation,'
+        " median; whiskers p25-p75)</text>"
+    ]
+    for i, (name, color) in enumerate(
+        (("cffi / weakref.finalize", "baseline"), ("pure-Python floor", "reference"),
+         ("exitsafe", "exitsafe"))
+    ):
+        lx = left + i * 200
+        out.append(f'<rect x="{lx:.1f}" y="30" width="14" height="12"'
+                   f' fill="{HOT_PATH_COLORS[color]}"/>')
+        out.append(f'<text x="{lx + 20:.1f}" y="40" font-size="11">{escape(name)}</text>')
+    bottom = top + len(rows) * (bar + gap)
+    tick = 0.0
+    while tick <= xmax + 1e-9:
+        x = fx(tick)
+        out.append(f'<line x1="{x:.1f}" y1="{top - 4:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"'
+                   ' stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle"'
+                   f' font-size="11">{tick:,.0f}</text>')
+        tick += step
+    out.append(f'<text x="{left + pw / 2:.1f}" y="{bottom + 32:.1f}" text-anchor="middle"'
+               ' font-size="12">nanoseconds per operation</text>')
+    for i, (label, group, stats) in enumerate(rows):
+        y = top + i * (bar + gap)
+        median, p25, p75 = (stats[k] * 1e9 for k in ("median", "p25", "p75"))
+        out.append(f'<text x="{left - 8:.1f}" y="{y + bar - 5:.1f}" text-anchor="end"'
+                   f' font-size="12">{escape(label)}</text>')
+        out.append(f'<rect x="{left:.1f}" y="{y:.1f}" width="{fx(median) - left:.1f}"'
+                   f' height="{bar:.1f}" fill="{HOT_PATH_COLORS[group]}"/>')
+        cy = y + bar / 2
+        out.append(f'<line x1="{fx(p25):.1f}" y1="{cy:.1f}" x2="{fx(p75):.1f}" y2="{cy:.1f}"'
+                   ' stroke="#222" stroke-width="1.5"/>')
+        out.append(f'<text x="{fx(max(median, p75)) + 6:.1f}" y="{y + bar - 5:.1f}"'
+                   f' font-size="11">{median:,.0f} ns</text>')
+    if note:
+        out.append(f'<text x="{width / 2:.1f}" y="{height - 4:.1f}" text-anchor="middle"'
+                   f' font-size="10" fill="#555">{escape(note)}</text>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" font-family="sans-serif">\n'
+        f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(out)
+        + "\n</svg>\n"
+    )
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    hot = bool(args) and args[0] == "--hot-path"
+    if hot:
+        args = args[1:]
     if len(args) != 2:
-        print("usage: python -m benchmarks.svgplot RESULTS.json OUT.svg", file=sys.stderr)
+        print("usage: python -m benchmarks.svgplot [--hot-path] RESULTS.json OUT.svg",
+              file=sys.stderr)
         return 2
     with open(args[0], encoding="utf-8") as fh:
         results = json.load(fh)
-    svg = teardown_chart(results["sections"]["teardown"], note=results["meta"].get("summary", ""))
+    note = results["meta"].get("summary", "")
+    if hot:
+        svg = hot_path_chart(results["sections"]["hot_path"], note=note)
+    else:
+        svg = teardown_chart(results["sections"]["teardown"], note=note)
     with open(args[1], "w", encoding="utf-8") as fh:
         fh.write(svg)
     return 0

@@ -95,15 +95,23 @@ def extract_blocks(path: Path) -> list[Block]:
         block = Block(path, i + 1, lang, "\n".join(body) + "\n", previous)
         snippets = [_SNIPPET.match(line) for line in body if line.strip()]
         if snippets and all(snippets):
-            block.includes = [m.group(1) for m in snippets if m]
-            block.code = "".join(
-                (EXAMPLES / name).read_text(encoding="utf-8")
-                for name in block.includes
-                if (EXAMPLES / name).exists()
-            )
+            # "file.py" or "file.py:START:END" (an excerpt: lines START to END of the file)
+            parts = [m.group(1).split(":") for m in snippets if m]
+            block.includes = [part[0] for part in parts]
+            block.code = "".join(_included(*part) for part in parts)
         blocks.append(block)
         i = j + 1
     return blocks
+
+
+def _included(name: str, start: str = "", end: str = "") -> str:
+    path = EXAMPLES / name
+    if not path.exists():
+        return ""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if start:
+        lines = lines[int(start) - 1 : int(end) if end else None]
+    return "".join(lines)
 
 
 def doc_files() -> list[Path]:
@@ -205,6 +213,7 @@ class Exits:
     stdout: Optional[str] = None  # the whole of stdout, when given
     stderr_has: Tuple[str, ...] = ()  # lines (or parts of lines) stderr must contain
     env: Dict[str, str] = field(default_factory=dict)
+    hangs: float = 0  # > 0: the program must still be running after that many seconds
 
 
 @dataclass
@@ -229,8 +238,15 @@ EXPECTED: Dict[str, Union[Exits, Pytest]] = {
     "testing/crash.py": Exits(SIGSEGV, stdout="work done\n"),
     "testing/fixed.py": Exits(0, stdout="work done\n"),
     "testing/test_exit_crash.py": Pytest(passed=4),
-    # quickstart.md
-    "quickstart/app.py": Exits(0, stdout=""),
+    # quickstart.md (and index.md): the recommended binding recipe, cffi and ctypes
+    "binding/cffi_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "binding/cffi_after.py": Exits(
+        0, stdout="work done\n", stderr_has=(NO_LEAKS + " teardown=unload logger=0",)
+    ),
+    "binding/ctypes_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
+    "binding/ctypes_after.py": Exits(
+        0, stdout="work done\n", stderr_has=(NO_LEAKS + " teardown=unload logger=0",)
+    ),
     # adapters.md: the lab runtime aborts with a FATAL line naming the broken rule; its leak
     # report (at unload) must show nothing leaked, or only what the program leaks on purpose
     "adapters/cffi_gc_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
@@ -262,6 +278,27 @@ EXPECTED: Dict[str, Union[Exits, Pytest]] = {
     "adapters/wrapper_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(CHILD,)),
     "adapters/wrapper_after.py": Exits(0, stdout="closed\nwork done\n",
                                        stderr_has=(NO_LEAKS,)),
+    # cookbook.md: one pair per pattern, against the lab runtime
+    "cookbook/inference_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(
+        "FATAL: device #2 released while rt_device_run is running on it",)),
+    "cookbook/inference_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    "cookbook/server_before.py": Exits(stdout="work done\n", hangs=3.0,
+                                       env={"PYTHONUNBUFFERED": "1"}),
+    "cookbook/server_after.py": Exits(0, stdout="work done\n", stderr_has=(NO_LEAKS,)),
+    "cookbook/fork_before.py": Exits(SIGABRT, stdout="child sees 0 devices\n", stderr_has=(
+        "FATAL: instance #1 was destroyed by another process",)),
+    "cookbook/fork_after.py": Exits(
+        0, stdout="child sees 0 devices\nparent done\n",
+        stderr_has=("forked=1 instances=0 devices=0 buffers=0 catalogs=0 inherited=1",
+                    "forked=0 " + NO_LEAKS)),
+    "cookbook/render_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(
+        "FATAL: device #2 released while rt_device_run is running on it",)),
+    "cookbook/render_after.py": Exits(
+        0, stdout="work done\nrender thread: device released\n", stderr_has=(NO_LEAKS,)),
+    "cookbook/thirdparty_before.py": Exits(SIGABRT, stdout="work done\n", stderr_has=(
+        "FATAL: runtime used after it was torn down (rt_instance_release called after",)),
+    "cookbook/thirdparty_after.py": Exits(0, stdout="work done\n", stderr_has=(
+        "instances=1 devices=0 buffers=0 catalogs=0 inherited=0 teardown=shutdown",)),
     "testing/test_crash_report.py": Pytest(
         failed=1,
         output_has=(
@@ -313,6 +350,19 @@ def test_example_file(name: str, tmp_path: Path) -> None:
         env = _clean_env()
     else:
         argv, cwd, env = [sys.executable, str(path)], tmp_path, _clean_env(**expected.env)
+    if isinstance(expected, Exits) and expected.hangs:
+        # a "before" that hangs: still running after that long (then it is killed)
+        try:
+            proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True,
+                                  timeout=expected.hangs)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or b""
+            text = out.decode("utf-8", "replace") if isinstance(out, bytes) else out
+            if expected.stdout is not None:
+                assert text == expected.stdout, f"docs/examples/{name}: stdout {text!r}"
+            return
+        pytest.fail(f"docs/examples/{name} ended (status {proc.returncode}) within "
+                    f"{expected.hangs} s; its page says it hangs\n{proc.stderr!r}")
     try:
         proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                               encoding="utf-8", errors="replace", timeout=TIMEOUT)
@@ -350,7 +400,7 @@ def test_example_file(name: str, tmp_path: Path) -> None:
 #: them as .venv/bin/<tool> (or says to activate the environment first).
 VENV_TOOLS = {"python", "pip", "pip3", "exitsafe", "pytest", "mkdocs", "nox", "ruff", "mypy"}
 #: Pages whose commands are run by test_commands_of_the_page, in order.
-COMMAND_PAGES = ("testing.md", "quickstart.md", "adapters.md")
+COMMAND_PAGES = ("testing.md", "quickstart.md", "adapters.md", "cookbook.md")
 
 
 def commands(path: Path) -> List[Tuple[int, str, Optional[List[str]]]]:
@@ -404,15 +454,23 @@ def test_commands_use_the_checkout_environment() -> None:
 
 
 def _normalize(line: str) -> str:
+    # an absolute path depends on the machine and the checkout: keep its file name
+    line = re.sub(r"(?<![\w.~])/(?:[^/\s\"':()]+/)+", ".../", line)
     line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
+    line = re.sub(r"(0x\?) \[[^\]]*\]", r"\1", line)  # a thread's name (faulthandler, 3.14+)
     return re.sub(r"\d+(\.\d+)?", "#", line).rstrip()
+
+
+#: An output line standing for lines the page leaves out (the lines before it are compared).
+ELIDED = "..."
 
 
 @pytest.mark.parametrize("page", COMMAND_PAGES)
 def test_commands_of_the_page(page: str) -> None:
     """Each command runs from the checkout's root, as a reader would run it after the README's
-    set-up; its first line of output (numbers and addresses aside) is what the page shows, and
-    an ``echo $?`` shown after it gives the status shown."""
+    set-up, stdout and stderr merged as on a terminal; its output (numbers and addresses aside)
+    is what the page shows, line for line (up to a ``...`` line, when the page shortens it),
+    and an ``echo $?`` shown after it gives the status shown."""
     bindir = str(Path(sys.executable).parent)
     shown = commands(DOCS / page)
     assert shown, f"no commands on {page}"
@@ -427,15 +485,78 @@ def test_commands_of_the_page(page: str) -> None:
             )
             continue
         real = command.replace(".venv/bin/", bindir + "/")
-        proc = subprocess.run(["bash", "-c", real], cwd=ROOT, env=_clean_env(),
-                              capture_output=True, text=True, timeout=TIMEOUT)
+        env = _clean_env(PYTHONUNBUFFERED="1")
+        del env["PYTHONFAULTHANDLER"]  # the reader's environment has no faulthandler
+        proc = subprocess.run(["bash", "-c", real], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=TIMEOUT)
         status = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        first = (proc.stdout + proc.stderr).splitlines()
-        if output:
-            assert first, f"{page}:{line}: `{command}` printed nothing"
-            assert _normalize(first[0]) == _normalize(output[0]), (
-                f"{page}:{line}: `{command}`\n  page: {output[0]}\n  real: {first[0]}"
-            )
+        got = [_normalize(x.replace(bindir + "/", ".venv/bin/"))
+               for x in proc.stdout.splitlines() if x.strip()]
+        want = [_normalize(x) for x in output if x.strip()]
+        if ELIDED in want:
+            want = want[: want.index(ELIDED)]
+            got = got[: len(want)]
+        assert got == want, (
+            f"{page}:{line}: `{command}`\n--- page\n" + "\n".join(want)
+            + "\n--- real\n" + "\n".join(got)
+        )
+
+
+#: Commands shown without their output, on pages not in COMMAND_PAGES, that the tests run
+#: (exit status 0 expected). The others (an install, the full benchmark run, the whole test
+#: suite, a sanitizer run) are checked by test_commands_name_what_exists only.
+RUN_WITHOUT_OUTPUT = (
+    ".venv/bin/exitsafe demo --only S3",
+    ".venv/bin/exitsafe demo --only S3 --json",
+)
+
+
+def _words(command: str) -> List[str]:
+    return [w for part in re.split(r"&&|\|\||;|\|", command) for w in shlex.split(part)]
+
+
+def test_commands_name_what_exists() -> None:
+    """Every command of every page (and the README) names tools of the checkout's environment
+    that exist, files of the repository that exist, and modules that can be run."""
+    bindir = Path(sys.executable).parent
+    missing = []
+    for path in [*doc_files(), ROOT / "README.md"]:
+        for line, command, _ in commands(path):
+            words = _words(command)
+            where = f"{path.relative_to(ROOT)}:{line}: {command}"
+            for i, word in enumerate(words):
+                word = word.split("=", 1)[-1]
+                if word.startswith(".venv/bin/"):
+                    tool = word[len(".venv/bin/"):]
+                    if not (bindir / tool).exists() and tool != "pip":
+                        missing.append(f"{where}: no tool {tool!r} in the environment")
+                elif re.match(r"^(docs|src|tests|benchmarks)/[\w./-]+$", word):
+                    if not (ROOT / word).exists():
+                        missing.append(f"{where}: no file {word}")
+                elif word == "-m" and i + 1 < len(words):
+                    module = words[i + 1]
+                    top = ROOT / module.replace(".", "/")
+                    if not (top.is_dir() or top.with_suffix(".py").exists()):
+                        try:
+                            import importlib.util
+                            found = importlib.util.find_spec(module) is not None
+                        except ImportError:
+                            found = False
+                        if not found:
+                            missing.append(f"{where}: no module {module}")
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("command", RUN_WITHOUT_OUTPUT)
+def test_commands_shown_without_output_run(command: str) -> None:
+    pages = [p for p in doc_files() for _, c, _ in commands(p) if c == command]
+    assert pages, f"no page shows `{command}` any more: update RUN_WITHOUT_OUTPUT"
+    bindir = str(Path(sys.executable).parent)
+    proc = subprocess.run(["bash", "-c", command.replace(".venv/bin/", bindir + "/")],
+                          cwd=ROOT, env=_clean_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, f"`{command}` exited {proc.returncode}\n{proc.stderr}"
 
 
 # ----------------------------------------------------------------------------- line width

@@ -62,6 +62,32 @@ def test_diagrams_are_what_the_generator_draws() -> None:
     )
 
 
+def test_benchmark_charts_are_drawn_from_the_reference_run() -> None:
+    """docs/img/teardown.svg and hot-path.svg are what benchmarks/svgplot.py draws from the
+    committed reference run, whose tables the performance page shows."""
+    import json
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import svgplot
+    finally:
+        sys.path.remove(str(ROOT))
+    results = json.loads((ROOT / "benchmarks/results/reference.json").read_text("utf-8"))
+    note = results["meta"].get("summary", "")
+    drawn = {
+        "teardown.svg": svgplot.teardown_chart(results["sections"]["teardown"], note=note),
+        "hot-path.svg": svgplot.hot_path_chart(results["sections"]["hot_path"], note=note),
+    }
+    page = (DOCS / "performance.md").read_text(encoding="utf-8")
+    for name, content in drawn.items():
+        assert (DOCS / "img" / name).read_text(encoding="utf-8") == content, (
+            f"docs/img/{name} is not what benchmarks/svgplot.py draws from "
+            "benchmarks/results/reference.json: redraw it with `.venv/bin/python -m "
+            "benchmarks.svgplot [--hot-path] benchmarks/results/reference.json docs/img/...`"
+        )
+        assert f"](img/{name})" in page, f"docs/performance.md does not show img/{name}"
+
+
 def test_every_generated_diagram_is_used_or_announced() -> None:
     pages = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
@@ -382,3 +408,30 @@ def test_api_examples_are_python_that_fits_the_column() -> None:
     assert not problems, "docstring examples that do not compile or do not fit:\n" + "\n".join(
         problems
     )
+
+
+def test_program_output_wraps_inside_the_column(site: Path) -> None:
+    """Console and text blocks (program output: FATAL lines, leak reports, traces) carry a
+    language class, and the site's stylesheet wraps them, so no line hides behind a
+    scrollbar; code lines are kept short by tests/test_docs.py instead."""
+    page = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
+    assert 'class="language-console highlight"' in page, (
+        "console blocks have no language class: pymdownx.highlight needs pygments_lang_class"
+    )
+    css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    rule = re.search(r"\.language-console[^{]* pre > code[^{]*\{([^}]*)\}", css)
+    assert rule and "pre-wrap" in rule.group(1), "extra.css does not wrap console output"
+
+
+def test_the_recommended_path_is_on_the_home_page_and_the_quick_start(site: Path) -> None:
+    """The home page names the recommended calls and shows an excerpt of the complete
+    binding; the quick start shows the complete binding, before and after, cffi and ctypes."""
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "The recommended path for binding authors" in home
+    for call in ("exitsafe.cffi.pin", "exitsafe.cffi.track", "exitsafe.cffi.callback",
+                 "exitsafe.on_teardown"):
+        assert call in home, f"the home page does not name {call}"
+    assert "docs/examples/binding/cffi_after.py" in home
+    quick = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
+    for name in ("cffi_before", "cffi_after", "ctypes_before", "ctypes_after"):
+        assert f"docs/examples/binding/{name}.py" in quick, f"the quick start lacks {name}"
