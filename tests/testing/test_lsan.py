@@ -79,22 +79,16 @@ def asan_lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
     # program with every handle released (Debian's statically linked python3.14.10 does
     # not: its own allocations carry no symbol the suppressions can name, and naming the
     # executable would hide the runtime's leaks too).
-    supp = cache / "python.supp"
-    supp.write_text(PYTHON_SUPPRESSIONS)
-    baseline = subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(libs.runtime), str(libs.compiler)],
-        capture_output=True, text=True, check=False, cwd=cache,
-        env={**os.environ, "LD_PRELOAD": runtime, "ASAN_OPTIONS": "detect_leaks=1",
-             "LSAN_OPTIONS": f"suppressions={supp}", "EXITSAFE_AT_EXIT": "release"},
-    )
-    if "LeakSanitizer" in baseline.stderr and "libexitsafe_lab" not in baseline.stderr:
-        summary = [line for line in baseline.stderr.splitlines() if "SUMMARY" in line]
+    lab = (runtime, str(libs.runtime), str(libs.compiler))
+    baseline = _run(lab, cache, EXITSAFE_AT_EXIT="release")
+    report = baseline.stderr
+    if "SUMMARY: AddressSanitizer" in report and "libexitsafe_lab" not in report:
+        summary = [line for line in report.splitlines() if "SUMMARY" in line]
         pytest.skip(
             f"this CPython ({sys.version.split()[0]}) leaks at exit by itself under "
-            f"LeakSanitizer (no lab runtime frame in the report): "
-            f"{(summary or ['?'])[0].strip()}"
+            f"LeakSanitizer (no lab runtime frame in the report): {summary[0].strip()}"
         )
-    return runtime, str(libs.runtime), str(libs.compiler)
+    return lab
 
 
 def _run(asan_lab: tuple[str, str, str], tmp_path: Path, **env: str) -> ExitResult:
