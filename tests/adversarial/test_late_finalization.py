@@ -18,9 +18,13 @@ take, taken = threading.Event(), threading.Event()
 
 
 def freeze_inside_exitsafe():
+    take.wait()
+    # Imported only now, when the program has long imported exitsafe: importing it at the
+    # thread's start raced the program's own atexit.register, and when it won, exitsafe's
+    # exit callback was registered first and so ran *after* after_exitsafe, finding the
+    # lock already frozen (the test's own race, about 1 run in 8 under load).
     import exitsafe._sync as probe
 
-    take.wait()
     probe.LOCK.acquire()  # never released: this thread stands for one frozen mid-step
     taken.set()
     threading.Event().wait()
