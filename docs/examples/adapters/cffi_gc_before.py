@@ -1,7 +1,7 @@
 """cffi, before: each wrapper owns an ffi.gc pointer, and the device keeps only its
-instance's pointer. At exit the app object is freed and drops its attributes in the
-order they were set: the instance goes first, then the device's release finds its
-parent gone."""
+instance's pointer: the instance object, not needed once the device exists, is dropped
+and its ffi.gc destructor releases the instance under the live device; at exit the
+device's release finds its parent gone."""
 
 import cffi
 
@@ -23,11 +23,5 @@ class Device:
         self._ptr = ffi.gc(ptr, lib.rt_device_release)
 
 
-class App:
-    def __init__(self):
-        self.instance = Instance()
-        self.device = Device(self.instance)
-
-
-app = App()
+device = Device(Instance())  # the instance object is not needed any more
 print("work done")

@@ -41,13 +41,9 @@ class Device:
         self.close()
 
 
-class App:
-    def __init__(self):
-        self.instance = Instance()
-        with Device(self.instance):
-            pass
-        self.device = Device(self.instance)   # left to the end of the program
-
-
-app = App()
+instance = Instance()
+with Device(instance) as scratch:
+    pass
+device = Device(instance)   # left to the end of the program
+del instance                # the device has what it needs (or so it seems)
 print("work done")
