@@ -96,10 +96,14 @@ def test_daemon_thread_unwound_in_native_code(tmp_path: Path) -> None:
     )
     result = _one(run(THREAD_IN_NATIVE, args=[str(library)], timeout=20))
     assert result.stdout == "inference done\n"
-    if sys.version_info >= (3, 14):  # the thread hangs instead of being unwound
-        assert result.timed_out
-    else:
-        assert result.signal == "SIGABRT"
+    if sys.version_info >= (3, 14):
+        # 3.14+ never unwinds the thread (gh-87135): its callback blocks for ever, and on
+        # 3.14.10 / 3.15.2 the process then ends with exit 0, nothing to diagnose (a hang
+        # of the whole exit is recognised from faulthandler's dump: see the next test).
+        assert result.signal is None
+        assert "terminate called" not in result.stderr
+        return
+    assert result.signal == "SIGABRT"
     diagnosis = result.diagnosis
     assert diagnosis is not None and diagnosis.kind == "thread-in-native"
     assert "'inference-pool'" in diagnosis.headline
