@@ -482,7 +482,6 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
             node._seq = self._seq
             node._state = LEAKED
             node._refs = 0
-            node._parents = ()
             keep, node._parents = node._parents, ()
             self._ledger.add(
                 node._seq, node._kind, node._name, Outcome.LEAKED_AFTER_CLOSE,
