@@ -9,6 +9,7 @@ lock: each reads one field, which is atomic.
 
 from __future__ import annotations
 
+from ._core import speedups
 from ._errors import HandleClosedError
 from ._node import DETACHED, LEAKED, LIVE, RELEASED, RELEASING, STATE_NAMES, Node
 
@@ -242,14 +243,16 @@ class Handle(Node):
     ) -> None:
         self.release()
 
-    def __del__(self) -> None:
-        # No module globals here: during interpreter finalization they may be None.
-        try:
-            refs = self._refs
-        except AttributeError:  # never initialized (a failed direct construction)
-            return
-        if refs:
-            self._registry._collected(self)
+    if speedups is None:  # the compiled record has the same finalizer in C (tp_finalize)
+
+        def __del__(self) -> None:
+            # No module globals here: during interpreter finalization they may be None.
+            try:
+                refs = self._refs
+            except AttributeError:  # never initialized (a failed direct construction)
+                return
+            if refs:
+                self._registry._collected(self)
 
     def __repr__(self) -> str:
         return (
@@ -271,6 +274,12 @@ class HookHandle(Handle):
         # The registry keeps hooks until teardown; dropping the handle changes nothing.
         pass
 
+
+if speedups is not None:
+    # The compiled core's common cases; each hands every other case to the methods above
+    # (through the registry's _drop_owner and _retain), so both cores keep one semantics.
+    Handle.release = speedups.Node.release  # type: ignore[method-assign]
+    Handle.retain = speedups.Node.retain  # type: ignore[method-assign]
 
 _new = object.__new__
 _init = Node._init

@@ -20,6 +20,7 @@ DETACHED`` directly when no release function runs).
 
 from __future__ import annotations
 
+from ._core import speedups
 from ._ledger import Outcome
 
 TYPE_CHECKING = False
@@ -54,33 +55,42 @@ TAINTING = frozenset(
 )
 
 
-class Node:
+if TYPE_CHECKING:
+    _RecordBase = object
+else:
+    # The compiled core's record keeps the same fields in C (see exitsafe._core).
+    _RecordBase = speedups.Node if speedups is not None else object
+
+_FIELDS = (
+    "__weakref__",
+    "_affinity",
+    "_borrows",
+    "_children",
+    "_fn",
+    "_gen",
+    "_in_child",
+    "_kind",
+    "_name",
+    "_parents",
+    "_policy",
+    "_rank",
+    "_raw",
+    "_refs",
+    "_registry",
+    "_releaser",
+    "_role",
+    "_seq",
+    "_state",
+    "_taint",
+    "_thread_id",
+    "_timeout",
+)
+
+
+class Node(_RecordBase):
     """One handle's record (see the module documentation)."""
 
-    __slots__ = (
-        "__weakref__",
-        "_affinity",
-        "_borrows",
-        "_children",
-        "_fn",
-        "_gen",
-        "_in_child",
-        "_kind",
-        "_name",
-        "_parents",
-        "_policy",
-        "_rank",
-        "_raw",
-        "_refs",
-        "_registry",
-        "_releaser",
-        "_role",
-        "_seq",
-        "_state",
-        "_taint",
-        "_thread_id",
-        "_timeout",
-    )
+    __slots__ = _FIELDS if _RecordBase is object else ()
 
     _registry: Registry
     #: The raw object and its release function; both ``None`` once the node ended.

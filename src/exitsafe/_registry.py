@@ -28,6 +28,7 @@ from . import _graph, _sync, _threads
 from ._borrowing import Borrowing
 from ._checks import check_name, check_policy, check_timeout
 from ._closing import Closing
+from ._core import speedups
 from ._errors import (
     DependencyCycleError,
     ForeignHandleError,
@@ -93,7 +94,14 @@ def _emit_late_release(
         pass
 
 
-class Registry(HookRegistration, Borrowing, Closing, Inspection):
+if TYPE_CHECKING:
+    _RegistryBase = object
+else:
+    # The compiled core keeps the hot path's fields (_phase, _seq, _live...) in C.
+    _RegistryBase = speedups.RegistryCore if speedups is not None else object
+
+
+class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
     """An independent graph of handles with its own teardown.
 
     Every registry is torn down at process exit, newest registry first, each in its own
@@ -163,6 +171,7 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
         self._teardown_timeout = check_timeout(teardown_timeout, "teardown_timeout")
         self._ledger = Ledger(ledger_limit)
         self._records = self._ledger.records  # appended to by the release hot path
+        self._cap = self._ledger.cap  # ... which trims it beyond this many
         self._phase = OPEN
         self._seq = 0
         # seq -> a weak reference to every handle not yet ended (dropping the last
@@ -742,27 +751,35 @@ class Registry(HookRegistration, Borrowing, Closing, Inspection):
                 _release()
         trash.clear()
         if target is not None:
-            if (
-                target._parents
-                or target._taint is not None
-                or target._affinity is not None
-                or target._gen != _sync.generation
-            ):
-                error = self._release_chain(target)
-            else:
-                error = self._release_leaf(target)
-            if error is not None:
-                # Log the repr, not the exception: a handler that keeps records (pytest's
-                # caplog, a MemoryHandler) would otherwise keep its traceback, and through
-                # its frames every handle they refer to.
-                log().error(
-                    "release of %s %r failed after its last reference was dropped: %s",
-                    node._kind,
-                    node._display_name(),
-                    repr(error),
-                )
+            self._release_collected(target)
         if _deferred:
             _run_deferred()
+
+    def _release_collected(self, node: _Node) -> None:
+        """Release ``node``, claimed after its last reference was dropped; log a failure
+        (nobody can receive it)."""
+        if (
+            node._parents
+            or node._taint is not None
+            or node._affinity is not None
+            or node._gen != _sync.generation
+        ):
+            error = self._release_chain(node)
+        else:
+            error = self._release_leaf(node)
+        if error is not None:
+            self._log_collected_failure(node, error)
+
+    def _log_collected_failure(self, node: _Node, error: BaseException) -> None:
+        # Log the repr, not the exception: a handler that keeps records (pytest's caplog,
+        # a MemoryHandler) would otherwise keep its traceback, and through its frames
+        # every handle they refer to.
+        log().error(
+            "release of %s %r failed after its last reference was dropped: %s",
+            node._kind,
+            node._display_name(),
+            repr(error),
+        )
 
     def _settle(self, node: _Node) -> None:
         """Release ``node`` if nothing holds it any more (queued after a re-entrant borrow)."""
@@ -947,3 +964,29 @@ def _disown(node: _Node) -> None:
     node._fn = None
     node._parents = ()
 
+
+if speedups is not None:
+    # The compiled core's track: its common case in C, every other case handed to the
+    # pure-Python Registry.track above (kept as _track_py), so both cores keep one
+    # semantics.  Handle.release / retain are set the same way in exitsafe._handle.
+    Registry._track_py = Registry.track  # type: ignore[attr-defined]
+    Registry.track = speedups.RegistryCore.track  # type: ignore[assignment,method-assign]
+    speedups.setup(
+        lock=_sync.LOCK,
+        handle_type=Handle,
+        track=Registry._track_py,  # type: ignore[attr-defined]
+        drop_owner=Registry._drop_owner,
+        retain=Registry._retain,
+        collected=Registry._collected,
+        release_chain=Registry._release_chain,
+        leaf_failed=Registry._leaf_failed,
+        collected_failed=Registry._log_collected_failure,
+        release_collected=Registry._release_collected,
+        registered_after_close=Registry._registered_after_close,
+        wait=_sync.wait,
+        deferred=_sync._deferred,
+        run_deferred=_sync.run_deferred,
+        affine=_threads.pending,
+        run_mine=_run_mine_quietly,
+        released=Outcome.RELEASED,
+    )

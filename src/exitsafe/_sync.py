@@ -37,12 +37,16 @@ from __future__ import annotations
 import _thread
 import time
 
+from ._core import speedups
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-#: The one lock of exitsafe (see the module documentation for its rules).
-LOCK = _thread.RLock()
+#: The one lock of exitsafe (see the module documentation for its rules): the compiled
+#: core's lock when it is in use (its hot paths take it without a Python call), else a
+#: ``threading.RLock``.  Both know their owner and are re-entrant.
+LOCK: Any = speedups.Lock() if speedups is not None else _thread.RLock()
 
 #: ``reentered()``: whether the calling thread is inside a section (holds `LOCK`).
 reentered = LOCK._is_owned  # type: ignore[attr-defined]
@@ -185,6 +189,8 @@ def after_fork_in_parent() -> None:
 def after_fork_in_child() -> None:
     global generation
     generation += 1
+    if speedups is not None:
+        speedups.set_generation(generation)
     _held_for_fork.clear()
     LOCK._at_fork_reinit()  # type: ignore[attr-defined]
     _deferred.clear()

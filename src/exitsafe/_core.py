@@ -1,0 +1,32 @@
+"""Which core runs exitsafe's hot path: the compiled one or the pure-Python one.
+
+`speedups` is the compiled extension module ``exitsafe._speedups`` when it was built
+(``pip install`` builds it with the system's C compiler; the package installs without
+it when it cannot be built) and ``EXITSAFE_PURE_PYTHON`` is unset, empty or ``0``;
+otherwise ``None``, and exitsafe runs in pure Python.  Both cores keep the same
+semantics: the compiled one handles the common cases of ``Registry.track``,
+``Handle.release``, ``Handle.retain`` and the garbage collection of a handle, and hands
+every other case to the pure-Python code.  Decided once, at import.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Optional
+
+speedups: Optional[ModuleType]
+
+if os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0"):
+    speedups = None
+else:
+    try:
+        from . import _speedups as speedups  # type: ignore[attr-defined,no-redef]
+    except ImportError:  # not built (no compiler at install time): the pure-Python core
+        speedups = None
+
+#: ``"compiled"`` or ``"python"``: the core in use (exported as ``exitsafe.CORE``).
+CORE = "compiled" if speedups is not None else "python"

@@ -1,0 +1,1083 @@
+/* exitsafe._speedups: the optional compiled core of exitsafe's hot path.
+ *
+ * What lives here (and nothing else):
+ *   - Lock: the one lock of exitsafe (exitsafe._sync.LOCK), an owner-aware lock whose
+ *     state the hot paths below read and take without a Python call.
+ *   - Node: the handle record (the base of exitsafe.Handle); its fields are the same
+ *     private attributes the pure-Python record has (``node._refs`` ...), so the rest of
+ *     the core (graph, teardown, hooks, borrowing) reads and writes them unchanged.
+ *   - RegistryCore: the base of exitsafe.Registry holding the fields the hot path needs.
+ *   - The common cases of Registry.track, Handle.release, Handle.retain and the garbage
+ *     collection of a handle (tp_finalize).  Every other case (dependencies, policies,
+ *     names, a teardown begun, re-entry from a finalizer, a contended lock, affinity,
+ *     inherited handles, strict mode...) is handed to the pure-Python implementation,
+ *     which checks everything again from scratch: the fast paths change nothing before
+ *     they hand over.
+ *
+ * The lock discipline is exitsafe._sync's: a section is bookkeeping only and never
+ * waits; re-entry (the lock already held by this thread) goes to the Python path, which
+ * queues the request.  Release functions run outside the lock.
+ *
+ * Free-threaded builds: every field of a node and of a registry is written under the
+ * lock (or by the one thread that claimed the node); the fields the fast paths read
+ * before taking the lock (a registry's phase, the lock's owner) are read and written
+ * with relaxed atomics, and each is read again under the lock before it decides
+ * anything.  Dict and list operations lock their own objects.  Hence Py_MOD_GIL_NOT_USED.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <pythread.h>
+#include <time.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define LOAD(p) __atomic_load_n(&(p), __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n(&(p), (v), __ATOMIC_RELAXED)
+#else
+#define LOAD(p) (p)
+#define STORE(p, v) ((p) = (v))
+#endif
+
+/* States and roles: the same numbers as exitsafe._node. */
+#define LIVE 0
+#define RELEASING 1
+#define RELEASED 2
+#define HANDLE_ROLE 1
+#define LIBRARY_ROLE 2
+#define PHASE_OPEN 0
+
+/* ------------------------------------------------------------------ Lock */
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock mutex;
+    unsigned long owner; /* thread ident of the holder, 0 if none (atomic) */
+    long count;          /* re-entry depth of the holder */
+} LockObject;
+
+static PyTypeObject LockType;
+
+static inline int
+lock_try(LockObject *lock, unsigned long me)
+{
+    if (PyThread_acquire_lock(lock->mutex, NOWAIT_LOCK)) {
+        STORE(lock->owner, me);
+        lock->count = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static inline void
+lock_drop(LockObject *lock)
+{
+    lock->count = 0;
+    STORE(lock->owner, 0UL);
+    PyThread_release_lock(lock->mutex);
+}
+
+static double
+monotonic_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyObject *
+Lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if ((args && PyTuple_GET_SIZE(args)) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    LockObject *self = (LockObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->mutex = PyThread_allocate_lock();
+    if (self->mutex == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+Lock_dealloc(LockObject *self)
+{
+    if (self->mutex != NULL) {
+        if (LOAD(self->owner) != 0) {
+            PyThread_release_lock(self->mutex);
+        }
+        PyThread_free_lock(self->mutex);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* acquire(blocking=True, timeout=-1) -> bool, like threading.RLock.acquire. */
+static PyObject *
+Lock_acquire(LockObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pd:acquire", kwlist, &blocking, &timeout)) {
+        return NULL;
+    }
+    if (!blocking && timeout != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    unsigned long me = PyThread_get_thread_ident();
+    if (LOAD(self->owner) == me) {
+        self->count++;
+        Py_RETURN_TRUE;
+    }
+    if (lock_try(self, me)) {
+        Py_RETURN_TRUE;
+    }
+    if (!blocking) {
+        Py_RETURN_FALSE;
+    }
+    double deadline = timeout < 0 ? 0.0 : monotonic_seconds() + timeout;
+    for (;;) {
+        PY_TIMEOUT_T us = -1;
+        if (timeout >= 0) {
+            double left = deadline - monotonic_seconds();
+            if (left <= 0) {
+                Py_RETURN_FALSE;
+            }
+            double max_us = (double)PY_TIMEOUT_MAX;
+            us = left * 1e6 >= max_us ? PY_TIMEOUT_MAX : (PY_TIMEOUT_T)(left * 1e6);
+        }
+        PyLockStatus status;
+        Py_BEGIN_ALLOW_THREADS
+        status = PyThread_acquire_lock_timed(self->mutex, us, 1);
+        Py_END_ALLOW_THREADS
+        if (status == PY_LOCK_ACQUIRED) {
+            STORE(self->owner, me);
+            self->count = 1;
+            Py_RETURN_TRUE;
+        }
+        if (status == PY_LOCK_FAILURE) {
+            Py_RETURN_FALSE;
+        }
+        /* PY_LOCK_INTR: run the signal handlers, as threading's locks do. */
+        if (PyErr_CheckSignals() < 0) {
+            return NULL;
+        }
+    }
+}
+
+static PyObject *
+Lock_release(LockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (LOAD(self->owner) != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return NULL;
+    }
+    if (--self->count == 0) {
+        STORE(self->owner, 0UL);
+        PyThread_release_lock(self->mutex);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Lock_is_owned(LockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(LOAD(self->owner) == PyThread_get_thread_ident());
+}
+
+static PyObject *
+Lock_locked(LockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(LOAD(self->owner) != 0);
+}
+
+/* In a forked child: a fresh, free lock (the holder may be a thread that does not exist
+ * here).  The old mutex is abandoned, not freed: it may be locked. */
+static PyObject *
+Lock_at_fork_reinit(LockObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyThread_type_lock fresh = PyThread_allocate_lock();
+    if (fresh == NULL) {
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    self->mutex = fresh;
+    self->count = 0;
+    STORE(self->owner, 0UL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Lock_exit(LockObject *self, PyObject *Py_UNUSED(args))
+{
+    return Lock_release(self, NULL);
+}
+
+static PyMethodDef Lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1)\n--\n\nTake the lock; whether it was taken."},
+    {"release", (PyCFunction)Lock_release, METH_NOARGS, "Release the lock."},
+    {"_is_owned", (PyCFunction)Lock_is_owned, METH_NOARGS,
+     "Whether the calling thread holds the lock."},
+    {"locked", (PyCFunction)Lock_locked, METH_NOARGS, "Whether some thread holds the lock."},
+    {"_at_fork_reinit", (PyCFunction)Lock_at_fork_reinit, METH_NOARGS,
+     "Make the lock free again (in a forked child)."},
+    {"__enter__", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"__exit__", (PyCFunction)Lock_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exitsafe._speedups.Lock",
+    .tp_basicsize = sizeof(LockObject),
+    .tp_dealloc = (destructor)Lock_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "exitsafe's one lock: re-entrant, owner-aware (see exitsafe._sync).",
+    .tp_methods = Lock_methods,
+    .tp_new = Lock_new,
+};
+
+/* ------------------------------------------------------------------ module state */
+
+/* Set once by setup() (exitsafe._registry at import); all strong references. */
+static LockObject *the_lock;
+static PyTypeObject *handle_type;
+static PyObject *track_py, *drop_owner_py, *retain_py, *collected_py;
+static PyObject *release_chain_py, *leaf_failed_py, *collected_failed_py, *release_collected_py;
+static PyObject *registered_after_close_py;
+static PyObject *sync_wait, *deferred_list, *run_deferred, *affine_dict, *run_mine;
+static PyObject *released_str;
+static Py_ssize_t generation; /* exitsafe._sync.generation, mirrored */
+
+static PyObject *str_handle, *str_library, *str_trim, *str_ledger;
+static PyObject *kw_kind, *kw_depends_on, *kw_exit_policy, *kw_name, *kw_timeout, *kw_affinity;
+
+static int
+ready(void)
+{
+    if (the_lock == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "exitsafe._speedups.setup() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* Take the lock: at once if free, else through exitsafe._sync.wait (yields, then blocks). */
+static int
+enter_section(unsigned long me)
+{
+    if (lock_try(the_lock, me)) {
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(sync_wait);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* After an exitsafe call: run queued work, then this thread's queued affine releases. */
+static int
+after_call(int affine)
+{
+    if (PyList_GET_SIZE(deferred_list)) {
+        PyObject *r = PyObject_CallNoArgs(run_deferred);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    if (affine && PyDict_GET_SIZE(affine_dict)) {
+        PyObject *r = PyObject_CallNoArgs(run_mine);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static PyObject *
+call2(PyObject *fn, PyObject *a, PyObject *b)
+{
+    PyObject *args[2] = {a, b};
+    return PyObject_Vectorcall(fn, args, 2, NULL);
+}
+
+static PyObject *
+call3(PyObject *fn, PyObject *a, PyObject *b, PyObject *c)
+{
+    PyObject *args[3] = {a, b, c};
+    return PyObject_Vectorcall(fn, args, 3, NULL);
+}
+
+static PyObject *
+take_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+static void
+raise_exception(PyObject *exc) /* steals exc */
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *type = (PyObject *)Py_TYPE(exc);
+    Py_INCREF(type);
+    PyErr_Restore(type, exc, PyException_GetTraceback(exc));
+#endif
+}
+
+/* ------------------------------------------------------------------ RegistryCore */
+
+typedef struct {
+    PyObject_HEAD
+    int phase;          /* _phase: OPEN 0, TEARING_DOWN 1, CLOSED 2 (atomic reads) */
+    Py_ssize_t seq;     /* _seq: the last creation number */
+    Py_ssize_t cap;     /* _cap: trim the ledger's records beyond this many */
+    PyObject *live;     /* _live: seq -> weakref to a handle, or a hook */
+    PyObject *records;  /* _records: the ledger's record list */
+    PyObject *strict;   /* strict */
+} RegistryObject;
+
+static PyTypeObject RegistryType;
+
+static int
+Registry_traverse(RegistryObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->live);
+    Py_VISIT(self->records);
+    Py_VISIT(self->strict);
+    return 0;
+}
+
+static int
+Registry_clear(RegistryObject *self)
+{
+    Py_CLEAR(self->live);
+    Py_CLEAR(self->records);
+    Py_CLEAR(self->strict);
+    return 0;
+}
+
+static void
+Registry_dealloc(RegistryObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Registry_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Registry_members[] = {
+    {"_phase", T_INT, offsetof(RegistryObject, phase), 0, NULL},
+    {"_seq", T_PYSSIZET, offsetof(RegistryObject, seq), 0, NULL},
+    {"_cap", T_PYSSIZET, offsetof(RegistryObject, cap), 0, NULL},
+    {"_live", T_OBJECT, offsetof(RegistryObject, live), 0, NULL},
+    {"_records", T_OBJECT, offsetof(RegistryObject, records), 0, NULL},
+    {"strict", T_OBJECT, offsetof(RegistryObject, strict), 0,
+     "Whether misuse raises (see Registry)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+/* ------------------------------------------------------------------ Node */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *registry, *raw, *fn, *kind, *name, *parents, *policy, *timeout, *taint, *affinity;
+    PyObject *weaklist;
+    double rank;
+    Py_ssize_t seq, refs, children, borrows, gen;
+    unsigned long releaser, thread_id;
+    int state, role;
+    char in_child;
+} NodeObject;
+
+static PyTypeObject NodeType;
+
+static int
+Node_traverse(NodeObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->registry);
+    Py_VISIT(self->raw);
+    Py_VISIT(self->fn);
+    Py_VISIT(self->kind);
+    Py_VISIT(self->name);
+    Py_VISIT(self->parents);
+    Py_VISIT(self->policy);
+    Py_VISIT(self->timeout);
+    Py_VISIT(self->taint);
+    Py_VISIT(self->affinity);
+    return 0;
+}
+
+static int
+Node_clear(NodeObject *self)
+{
+    Py_CLEAR(self->registry);
+    Py_CLEAR(self->raw);
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->kind);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->parents);
+    Py_CLEAR(self->policy);
+    Py_CLEAR(self->timeout);
+    Py_CLEAR(self->taint);
+    Py_CLEAR(self->affinity);
+    return 0;
+}
+
+static void
+Node_dealloc(NodeObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weaklist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    Node_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Node_members[] = {
+    {"_registry", T_OBJECT_EX, offsetof(NodeObject, registry), 0, NULL},
+    {"_raw", T_OBJECT_EX, offsetof(NodeObject, raw), 0, NULL},
+    {"_fn", T_OBJECT_EX, offsetof(NodeObject, fn), 0, NULL},
+    {"_kind", T_OBJECT_EX, offsetof(NodeObject, kind), 0, NULL},
+    {"_name", T_OBJECT_EX, offsetof(NodeObject, name), 0, NULL},
+    {"_parents", T_OBJECT_EX, offsetof(NodeObject, parents), 0, NULL},
+    {"_policy", T_OBJECT_EX, offsetof(NodeObject, policy), 0, NULL},
+    {"_timeout", T_OBJECT_EX, offsetof(NodeObject, timeout), 0, NULL},
+    {"_taint", T_OBJECT_EX, offsetof(NodeObject, taint), 0, NULL},
+    {"_affinity", T_OBJECT_EX, offsetof(NodeObject, affinity), 0, NULL},
+    {"_rank", T_DOUBLE, offsetof(NodeObject, rank), 0, NULL},
+    {"_seq", T_PYSSIZET, offsetof(NodeObject, seq), 0, NULL},
+    {"_refs", T_PYSSIZET, offsetof(NodeObject, refs), 0, NULL},
+    {"_children", T_PYSSIZET, offsetof(NodeObject, children), 0, NULL},
+    {"_borrows", T_PYSSIZET, offsetof(NodeObject, borrows), 0, NULL},
+    {"_gen", T_PYSSIZET, offsetof(NodeObject, gen), 0, NULL},
+    {"_releaser", T_ULONG, offsetof(NodeObject, releaser), 0, NULL},
+    {"_thread_id", T_ULONG, offsetof(NodeObject, thread_id), 0, NULL},
+    {"_state", T_INT, offsetof(NodeObject, state), 0, NULL},
+    {"_role", T_INT, offsetof(NodeObject, role), 0, NULL},
+    {"_in_child", T_BOOL, offsetof(NodeObject, in_child), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static inline int
+is_registry(PyObject *op)
+{
+    return op != NULL && PyObject_TypeCheck(op, &RegistryType);
+}
+
+/* Whether a claimed node needs the general release chain (not a plain leaf). */
+static inline int
+needs_chain(NodeObject *n)
+{
+    return (n->parents != NULL && PyTuple_Check(n->parents) && PyTuple_GET_SIZE(n->parents))
+           || (n->parents != NULL && !PyTuple_Check(n->parents))
+           || (n->taint != NULL && n->taint != Py_None)
+           || (n->affinity != NULL && n->affinity != Py_None)
+           || n->gen != generation;
+}
+
+/* The release of a claimed leaf node (no parents, no taint, no affinity, not inherited):
+ * call its release function outside the lock, then record `released`.  Returns 0, with
+ * *error set to the exception the release function raised (already recorded by the
+ * Python `_leaf_failed`) or NULL; -1 with an exception set on an internal failure. */
+static int
+release_leaf(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **error)
+{
+    *error = NULL;
+    PyObject *fn = n->fn, *raw = n->raw;
+    if (fn == NULL || raw == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "exitsafe: a claimed handle has no release function");
+        return -1;
+    }
+    Py_INCREF(fn);
+    Py_INCREF(raw);
+    PyObject *r = PyObject_CallOneArg(fn, raw);
+    Py_DECREF(fn);
+    Py_DECREF(raw);
+    if (r == NULL) {
+        PyObject *exc = take_exception();
+        PyObject *done = call3(leaf_failed_py, (PyObject *)reg, (PyObject *)n, exc);
+        if (done == NULL) {
+            Py_DECREF(exc);
+            return -1;
+        }
+        Py_DECREF(done);
+        *error = exc;
+        return 0;
+    }
+    Py_DECREF(r);
+    if (enter_section(me) < 0) {
+        return -1;
+    }
+    int failed = 0;
+    if (n->state == RELEASING) { /* else a teardown gave up waiting and recorded it */
+        n->state = RELEASED;
+        n->releaser = 0;
+        PyObject *key = PyLong_FromSsize_t(n->seq);
+        PyObject *record = NULL;
+        if (key == NULL || PyDict_DelItem(reg->live, key) < 0) {
+            failed = 1;
+        }
+        else {
+            record = PyTuple_New(6);
+            if (record == NULL) {
+                failed = 1;
+            }
+            else {
+                PyTuple_SET_ITEM(record, 0, key);
+                key = NULL;
+                PyObject *name = n->name ? n->name : Py_None;
+                PyObject *kind = n->kind ? n->kind : Py_None;
+                Py_INCREF(kind);
+                PyTuple_SET_ITEM(record, 1, kind);
+                Py_INCREF(name);
+                PyTuple_SET_ITEM(record, 2, name);
+                Py_INCREF(released_str);
+                PyTuple_SET_ITEM(record, 3, released_str);
+                Py_INCREF(Py_None);
+                PyTuple_SET_ITEM(record, 4, Py_None);
+                Py_INCREF(Py_False);
+                PyTuple_SET_ITEM(record, 5, Py_False);
+                if (PyList_Append(reg->records, record) < 0) {
+                    failed = 1;
+                }
+                else if (PyList_GET_SIZE(reg->records) > reg->cap) {
+                    /* ledger.trim(): exitsafe's own bookkeeping, run in the section as
+                     * the pure-Python path does. */
+                    PyObject *ledger = PyObject_GetAttr((PyObject *)reg, str_ledger);
+                    PyObject *t = ledger ? PyObject_CallMethodNoArgs(ledger, str_trim) : NULL;
+                    Py_XDECREF(ledger);
+                    if (t == NULL) {
+                        failed = 1;
+                    }
+                    Py_XDECREF(t);
+                }
+            }
+        }
+        Py_XDECREF(key);
+        lock_drop(the_lock);
+        Py_XDECREF(record); /* a tuple of exitsafe's own values: no user __del__ */
+    }
+    else {
+        lock_drop(the_lock);
+    }
+    /* Outside the lock: dropping these may run the object's __del__. */
+    PyObject *old_raw = n->raw, *old_fn = n->fn;
+    Py_INCREF(Py_None);
+    n->raw = Py_None;
+    Py_INCREF(Py_None);
+    n->fn = Py_None;
+    Py_XDECREF(old_raw);
+    Py_XDECREF(old_fn);
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *regobj = self->registry;
+    unsigned long me = PyThread_get_thread_ident();
+    if (!is_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
+        || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
+        goto slow;
+    }
+    RegistryObject *reg = (RegistryObject *)regobj;
+    if (reg->phase != PHASE_OPEN || self->state != LIVE || self->refs <= 0
+        || (self->refs == 1 && self->children && reg->strict != NULL
+            && reg->strict != Py_False)) {
+        lock_drop(the_lock);
+        goto slow;
+    }
+    Py_ssize_t refs = --self->refs;
+    if (refs || self->children || self->borrows) {
+        lock_drop(the_lock);
+        if (after_call(1) < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    self->state = RELEASING;
+    self->releaser = me;
+    lock_drop(the_lock);
+    Py_INCREF(regobj);
+    PyObject *error = NULL;
+    if (needs_chain(self)) {
+        error = call2(release_chain_py, regobj, (PyObject *)self);
+        if (error == NULL) {
+            Py_DECREF(regobj);
+            return NULL;
+        }
+        if (error == Py_None) {
+            Py_CLEAR(error);
+        }
+    }
+    else if (release_leaf(reg, self, me, &error) < 0) {
+        Py_DECREF(regobj);
+        return NULL;
+    }
+    Py_DECREF(regobj);
+    if (after_call(1) < 0) {
+        Py_XDECREF(error);
+        return NULL;
+    }
+    if (error != NULL) {
+        raise_exception(error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+slow:
+    return call2(drop_owner_py, regobj ? regobj : Py_None, (PyObject *)self);
+}
+
+static PyObject *
+Node_retain_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *regobj = self->registry;
+    unsigned long me = PyThread_get_thread_ident();
+    if (!is_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
+        || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
+        goto slow;
+    }
+    if (self->state != LIVE || self->refs <= 0) {
+        lock_drop(the_lock);
+        goto slow;
+    }
+    self->refs++;
+    lock_drop(the_lock);
+    if (after_call(0) < 0) {
+        return NULL;
+    }
+    Py_INCREF(self);
+    return (PyObject *)self;
+slow: {
+        PyObject *r = call2(retain_py, regobj ? regobj : Py_None, (PyObject *)self);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+        Py_INCREF(self);
+        return (PyObject *)self;
+    }
+}
+
+/* The garbage collection of a handle that still has owners (Handle.__del__). */
+static int
+node_collected(NodeObject *n)
+{
+    PyObject *regobj = n->registry;
+    unsigned long me = PyThread_get_thread_ident();
+    if (!is_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
+        || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
+        PyObject *r = call2(collected_py, regobj, (PyObject *)n);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+        return 0;
+    }
+    RegistryObject *reg = (RegistryObject *)regobj;
+    if (reg->phase != PHASE_OPEN) {
+        lock_drop(the_lock);
+        PyObject *r = call2(collected_py, regobj, (PyObject *)n);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+        return 0;
+    }
+    int claimed = 0;
+    if (n->state == LIVE && n->refs) {
+        n->refs = 0;
+        if (!(n->children || n->borrows)) {
+            n->state = RELEASING;
+            n->releaser = me;
+            claimed = 1;
+        }
+    }
+    lock_drop(the_lock);
+    if (claimed) {
+        Py_INCREF(regobj);
+        int rc = 0;
+        if (needs_chain(n)) {
+            PyObject *r = call2(release_collected_py, regobj, (PyObject *)n);
+            if (r == NULL) {
+                rc = -1;
+            }
+            Py_XDECREF(r);
+        }
+        else {
+            PyObject *error = NULL;
+            rc = release_leaf(reg, n, me, &error);
+            if (error != NULL) {
+                PyObject *r = call3(collected_failed_py, regobj, (PyObject *)n, error);
+                Py_DECREF(error);
+                if (r == NULL) {
+                    rc = -1;
+                }
+                Py_XDECREF(r);
+            }
+        }
+        Py_DECREF(regobj);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    return after_call(0);
+}
+
+static void
+Node_finalize(PyObject *self)
+{
+    NodeObject *n = (NodeObject *)self;
+    if (n->refs == 0 || n->registry == NULL || the_lock == NULL) {
+        return;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *saved = PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+#endif
+    if (node_collected(n) < 0) {
+        PyErr_WriteUnraisable(self);
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(saved);
+#else
+    PyErr_Restore(type, value, tb);
+#endif
+}
+
+static PyMethodDef Node_methods[] = {
+    {"release", (PyCFunction)Node_release_fast, METH_NOARGS,
+     "release($self, /)\n--\n\n"
+     "Remove one owner; release natively when none is left and no dependent lives.\n\n"
+     "The compiled Handle.release (see exitsafe.Handle.release)."},
+    {"retain", (PyCFunction)Node_retain_fast, METH_NOARGS,
+     "retain($self, /)\n--\n\n"
+     "Add one owner and return this handle (see exitsafe.Handle.retain)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject NodeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exitsafe._speedups.Node",
+    .tp_basicsize = sizeof(NodeObject),
+    .tp_dealloc = (destructor)Node_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The compiled handle record (the base of exitsafe._node.Node).",
+    .tp_traverse = (traverseproc)Node_traverse,
+    .tp_clear = (inquiry)Node_clear,
+    .tp_weaklistoffset = offsetof(NodeObject, weaklist),
+    .tp_methods = Node_methods,
+    .tp_members = Node_members,
+    .tp_finalize = Node_finalize,
+};
+
+/* ------------------------------------------------------------------ Registry.track */
+
+static int
+kw_is(PyObject *key, PyObject *name)
+{
+    return key == name || PyUnicode_Compare(key, name) == 0;
+}
+
+static PyObject *
+Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *kind = str_handle;
+    if (nargs != 2 || !ready()) {
+        goto slow;
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject *value = args[nargs + i];
+        if (kw_is(key, kw_kind)) {
+            kind = value;
+        }
+        else if (kw_is(key, kw_depends_on)) {
+            if (!(PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 0)) {
+                goto slow;
+            }
+        }
+        else if (value != Py_None
+                 || !(kw_is(key, kw_name) || kw_is(key, kw_exit_policy)
+                      || kw_is(key, kw_timeout) || kw_is(key, kw_affinity))) {
+            goto slow;
+        }
+    }
+    PyObject *raw = args[0], *release = args[1];
+    unsigned long me = PyThread_get_thread_ident();
+    if (!PyUnicode_CheckExact(kind) || !PyCallable_Check(release)
+        || LOAD(self->phase) != PHASE_OPEN || LOAD(the_lock->owner) == me) {
+        goto slow;
+    }
+    NodeObject *node = (NodeObject *)handle_type->tp_alloc(handle_type, 0);
+    if (node == NULL) {
+        return NULL;
+    }
+    Py_INCREF(self);
+    node->registry = (PyObject *)self;
+    Py_INCREF(raw);
+    node->raw = raw;
+    Py_INCREF(release);
+    node->fn = release;
+    Py_INCREF(kind);
+    node->kind = kind;
+    Py_INCREF(Py_None);
+    node->name = Py_None;
+    node->parents = PyTuple_New(0);
+    Py_INCREF(Py_None);
+    node->policy = Py_None;
+    Py_INCREF(Py_None);
+    node->timeout = Py_None;
+    Py_INCREF(Py_None);
+    node->taint = Py_None;
+    Py_INCREF(Py_None);
+    node->affinity = Py_None;
+    node->role = PyUnicode_Compare(kind, str_library) == 0 ? LIBRARY_ROLE : HANDLE_ROLE;
+    node->refs = 1;
+    node->state = LIVE;
+    node->gen = generation;
+    node->thread_id = me;
+    if (node->parents == NULL) {
+        Py_DECREF(node);
+        return NULL;
+    }
+    /* The weak reference and key are made before the section: allocating may run a
+     * collection, whose finalizers must not find this thread inside it needlessly. */
+    PyObject *ref = PyWeakref_NewRef((PyObject *)node, NULL);
+    if (ref == NULL) {
+        Py_DECREF(node);
+        return NULL;
+    }
+    if (enter_section(me) < 0) {
+        Py_DECREF(ref);
+        Py_DECREF(node);
+        return NULL;
+    }
+    if (self->phase != PHASE_OPEN) {
+        lock_drop(the_lock);
+        Py_DECREF(ref);
+        PyObject *r = call2(registered_after_close_py, (PyObject *)self, (PyObject *)node);
+        if (r == NULL) {
+            Py_DECREF(node);
+            return NULL;
+        }
+        Py_DECREF(r);
+        if (after_call(1) < 0) {
+            Py_DECREF(node);
+            return NULL;
+        }
+        return (PyObject *)node;
+    }
+    Py_ssize_t seq = ++self->seq;
+    node->seq = seq;
+    node->rank = (double)seq;
+    PyObject *key = PyLong_FromSsize_t(seq);
+    int failed = key == NULL || PyDict_SetItem(self->live, key, ref) < 0;
+    lock_drop(the_lock);
+    Py_XDECREF(key);
+    Py_DECREF(ref);
+    if (failed) {
+        node->refs = 0; /* never registered: its finalizer must not release it */
+        node->state = 3;
+        Py_DECREF(node);
+        return NULL;
+    }
+    if (after_call(1) < 0) {
+        Py_DECREF(node);
+        return NULL;
+    }
+    return (PyObject *)node;
+
+slow: {
+        /* The pure-Python Registry.track, called as track_py(self, *args, **kwargs). */
+        PyObject *small[8];
+        PyObject **stack = small;
+        Py_ssize_t total = 1 + nargs + nkw;
+        if (total > 8) {
+            stack = PyMem_Malloc(total * sizeof(PyObject *));
+            if (stack == NULL) {
+                return PyErr_NoMemory();
+            }
+        }
+        stack[0] = (PyObject *)self;
+        for (Py_ssize_t i = 0; i < nargs + nkw; i++) {
+            stack[i + 1] = args[i];
+        }
+        PyObject *fn = track_py;
+        PyObject *r;
+        if (fn == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "exitsafe._speedups.setup() was not called");
+            r = NULL;
+        }
+        else {
+            r = PyObject_Vectorcall(fn, stack, 1 + nargs, kwnames);
+        }
+        if (stack != small) {
+            PyMem_Free(stack);
+        }
+        return r;
+    }
+}
+
+static PyMethodDef Registry_methods[] = {
+    {"track", (PyCFunction)(void (*)(void))Registry_track,
+     METH_FASTCALL | METH_KEYWORDS,
+     "track($self, raw, release, *, kind='handle', depends_on=(), exit_policy=None, "
+     "name=None, timeout=None, affinity=None)\n--\n\n"
+     "Start owning `raw`: `release(raw)` is called exactly once, or never if leaked.\n\n"
+     "The compiled Registry.track (see exitsafe.Registry.track)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RegistryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exitsafe._speedups.RegistryCore",
+    .tp_basicsize = sizeof(RegistryObject),
+    .tp_dealloc = (destructor)Registry_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The compiled fields of a registry (the base of exitsafe.Registry).",
+    .tp_traverse = (traverseproc)Registry_traverse,
+    .tp_clear = (inquiry)Registry_clear,
+    .tp_methods = Registry_methods,
+    .tp_members = Registry_members,
+};
+
+/* ------------------------------------------------------------------ module functions */
+
+static PyObject *
+setup(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {
+        "lock", "handle_type", "track", "drop_owner", "retain", "collected",
+        "release_chain", "leaf_failed", "collected_failed", "release_collected",
+        "registered_after_close", "wait", "deferred", "run_deferred", "affine", "run_mine",
+        "released", NULL,
+    };
+    PyObject *lock, *htype, *o[15];
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "$O!O!OOOOOOOOOOO!OO!OU:setup", kwlist, &LockType, &lock, &PyType_Type,
+            &htype, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
+            &PyList_Type, &o[10], &o[11], &PyDict_Type, &o[12], &o[13], &o[14])) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)htype, &NodeType)) {
+        PyErr_SetString(PyExc_TypeError, "handle_type must be a subclass of Node");
+        return NULL;
+    }
+    PyObject **slots[] = {
+        &track_py, &drop_owner_py, &retain_py, &collected_py, &release_chain_py,
+        &leaf_failed_py, &collected_failed_py, &release_collected_py,
+        &registered_after_close_py, &sync_wait, &deferred_list, &run_deferred, &affine_dict,
+        &run_mine, &released_str,
+    };
+    for (int i = 0; i < 15; i++) {
+        Py_INCREF(o[i]);
+        Py_XSETREF(*slots[i], o[i]);
+    }
+    Py_INCREF(htype);
+    Py_XSETREF(handle_type, (PyTypeObject *)htype);
+    Py_INCREF(lock);
+    Py_XSETREF(the_lock, (LockObject *)lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+set_generation(PyObject *module, PyObject *arg)
+{
+    Py_ssize_t value = PyLong_AsSsize_t(arg);
+    if (value == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    generation = value;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
+     "Connect the compiled core to exitsafe's Python layers (exitsafe._registry, once)."},
+    {"set_generation", set_generation, METH_O,
+     "Mirror exitsafe._sync.generation (the fork generation) into the compiled core."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "exitsafe._speedups",
+    .m_doc = "The optional compiled core of exitsafe's hot path (see exitsafe._core).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static PyObject *
+intern(const char *s)
+{
+    return PyUnicode_InternFromString(s);
+}
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    NodeType.tp_new = PyBaseObject_Type.tp_new;
+    RegistryType.tp_new = PyBaseObject_Type.tp_new;
+    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0
+        || PyType_Ready(&RegistryType) < 0) {
+        return NULL;
+    }
+    if (!(str_handle = intern("handle")) || !(str_library = intern("library"))
+        || !(str_trim = intern("trim")) || !(str_ledger = intern("_ledger"))
+        || !(kw_kind = intern("kind")) || !(kw_depends_on = intern("depends_on"))
+        || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
+        || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&speedups_module);
+    if (m == NULL) {
+        return NULL;
+    }
+#ifdef Py_GIL_DISABLED
+    PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
+#endif
+    Py_INCREF(&LockType);
+    Py_INCREF(&NodeType);
+    Py_INCREF(&RegistryType);
+    if (PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0
+        || PyModule_AddObject(m, "Node", (PyObject *)&NodeType) < 0
+        || PyModule_AddObject(m, "RegistryCore", (PyObject *)&RegistryType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
