@@ -71,6 +71,8 @@ _held = _threads.held
 _local = _threads._local
 _affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
 _new_handle = object.__new__
+#: What ``_live`` holds for a handle: a weak reference (the compiled core's lighter Ref).
+_ref_to = speedups.Ref if speedups is not None else _weakref
 _init = _Node._init
 
 
@@ -327,7 +329,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 seq = self._seq = self._seq + 1
                 node._seq = seq
                 node._rank = seq
-                self._live[seq] = _weakref(node)
+                self._live[seq] = _ref_to(node)
         finally:
             _release()
         if not is_open:
@@ -429,7 +431,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         self._live[seq] = node  # owned by the registry until teardown
                         self._hooks += 1
                     else:
-                        self._live[seq] = _weakref(node)
+                        self._live[seq] = _ref_to(node)
                 is_open = True
             else:
                 is_open = False

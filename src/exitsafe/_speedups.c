@@ -48,11 +48,15 @@
 
 /* ------------------------------------------------------------------ Lock */
 
+/* The lock is one word, its owner's thread ident (0: free), taken by compare-and-swap.
+ * A thread that finds it taken does not queue on an OS lock: sections never wait and
+ * are short (exitsafe._sync's rules), so it sleeps in growing steps (20 us to 1 ms, the
+ * GIL released) and tries again, running signal handlers in between as threading's
+ * locks do. */
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock mutex;
     unsigned long owner; /* thread ident of the holder, 0 if none (atomic) */
-    long count;          /* re-entry depth of the holder */
+    long count;          /* re-entry depth of the holder (touched by the holder only) */
 } LockObject;
 
 static PyTypeObject LockType;
@@ -60,8 +64,14 @@ static PyTypeObject LockType;
 static inline int
 lock_try(LockObject *lock, unsigned long me)
 {
-    if (PyThread_acquire_lock(lock->mutex, NOWAIT_LOCK)) {
-        STORE(lock->owner, me);
+#if defined(__GNUC__) || defined(__clang__)
+    unsigned long expected = 0;
+    if (__atomic_compare_exchange_n(&lock->owner, &expected, me, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED)) {
+#else
+#error "exitsafe._speedups needs GCC or Clang atomics"
+    {
+#endif
         lock->count = 1;
         return 1;
     }
@@ -72,8 +82,7 @@ static inline void
 lock_drop(LockObject *lock)
 {
     lock->count = 0;
-    STORE(lock->owner, 0UL);
-    PyThread_release_lock(lock->mutex);
+    __atomic_store_n(&lock->owner, 0UL, __ATOMIC_RELEASE);
 }
 
 static double
@@ -91,28 +100,12 @@ Lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
         return NULL;
     }
-    LockObject *self = (LockObject *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->mutex = PyThread_allocate_lock();
-    if (self->mutex == NULL) {
-        Py_DECREF(self);
-        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
-        return NULL;
-    }
-    return (PyObject *)self;
+    return type->tp_alloc(type, 0);
 }
 
 static void
 Lock_dealloc(LockObject *self)
 {
-    if (self->mutex != NULL) {
-        if (LOAD(self->owner) != 0) {
-            PyThread_release_lock(self->mutex);
-        }
-        PyThread_free_lock(self->mutex);
-    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -146,29 +139,29 @@ Lock_acquire(LockObject *self, PyObject *args, PyObject *kwds)
         Py_RETURN_FALSE;
     }
     double deadline = timeout < 0 ? 0.0 : monotonic_seconds() + timeout;
+    long step_ns = 20000;
     for (;;) {
-        PY_TIMEOUT_T us = -1;
+        double left = 0.0;
         if (timeout >= 0) {
-            double left = deadline - monotonic_seconds();
+            left = deadline - monotonic_seconds();
             if (left <= 0) {
                 Py_RETURN_FALSE;
             }
-            double max_us = (double)PY_TIMEOUT_MAX;
-            us = left * 1e6 >= max_us ? PY_TIMEOUT_MAX : (PY_TIMEOUT_T)(left * 1e6);
         }
-        PyLockStatus status;
+        struct timespec pause = {0, step_ns};
+        if (timeout >= 0 && left * 1e9 < (double)step_ns) {
+            pause.tv_nsec = (long)(left * 1e9) + 1;
+        }
         Py_BEGIN_ALLOW_THREADS
-        status = PyThread_acquire_lock_timed(self->mutex, us, 1);
+        nanosleep(&pause, NULL);
         Py_END_ALLOW_THREADS
-        if (status == PY_LOCK_ACQUIRED) {
-            STORE(self->owner, me);
-            self->count = 1;
+        if (lock_try(self, me)) {
             Py_RETURN_TRUE;
         }
-        if (status == PY_LOCK_FAILURE) {
-            Py_RETURN_FALSE;
+        if (step_ns < 1000000) {
+            step_ns *= 2;
         }
-        /* PY_LOCK_INTR: run the signal handlers, as threading's locks do. */
+        /* Run the signal handlers (main thread), as threading's locks do. */
         if (PyErr_CheckSignals() < 0) {
             return NULL;
         }
@@ -183,8 +176,7 @@ Lock_release(LockObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     if (--self->count == 0) {
-        STORE(self->owner, 0UL);
-        PyThread_release_lock(self->mutex);
+        lock_drop(self);
     }
     Py_RETURN_NONE;
 }
@@ -201,17 +193,10 @@ Lock_locked(LockObject *self, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(LOAD(self->owner) != 0);
 }
 
-/* In a forked child: a fresh, free lock (the holder may be a thread that does not exist
- * here).  The old mutex is abandoned, not freed: it may be locked. */
+/* In a forked child: free again (the holder may be a thread that does not exist here). */
 static PyObject *
 Lock_at_fork_reinit(LockObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyThread_type_lock fresh = PyThread_allocate_lock();
-    if (fresh == NULL) {
-        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
-        return NULL;
-    }
-    self->mutex = fresh;
     self->count = 0;
     STORE(self->owner, 0UL);
     Py_RETURN_NONE;
@@ -406,10 +391,14 @@ static PyMemberDef Registry_members[] = {
 
 /* ------------------------------------------------------------------ Node */
 
+struct RefObject;
+
 typedef struct {
     PyObject_HEAD
     PyObject *registry, *raw, *fn, *kind, *name, *parents, *policy, *timeout, *taint, *affinity;
     PyObject *weaklist;
+    PyObject *key;            /* the int key of this node in its registry's _live, or NULL */
+    struct RefObject *ref;    /* the Ref in _live pointing here (borrowed), or NULL */
     double rank;
     Py_ssize_t seq, refs, children, borrows, gen;
     unsigned long releaser, thread_id;
@@ -418,6 +407,116 @@ typedef struct {
 } NodeObject;
 
 static PyTypeObject NodeType;
+
+/* ------------------------------------------------------------------ Ref */
+
+/* What a registry's _live holds for a handle: like a weak reference (calling it returns
+ * the handle, or None once the handle is being destroyed), without the weakref's
+ * callback list and garbage-collector tracking.  The handle and its Ref point at each
+ * other; whichever goes first unlinks both (on free-threaded builds under ref_mutex). */
+typedef struct RefObject {
+    PyObject_HEAD
+    NodeObject *node; /* borrowed */
+    vectorcallfunc vectorcall;
+} RefObject;
+
+static PyTypeObject RefType;
+
+#ifdef Py_GIL_DISABLED
+static PyMutex ref_mutex;
+#define REF_LOCK() PyMutex_Lock(&ref_mutex)
+#define REF_UNLOCK() PyMutex_Unlock(&ref_mutex)
+#else
+#define REF_LOCK()
+#define REF_UNLOCK()
+#endif
+
+static void
+unlink_node(NodeObject *node)
+{
+    REF_LOCK();
+    if (node->ref != NULL) {
+        node->ref->node = NULL;
+        node->ref = NULL;
+    }
+    REF_UNLOCK();
+}
+
+static PyObject *
+Ref_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "Ref() takes no arguments");
+        return NULL;
+    }
+    REF_LOCK();
+    PyObject *node = (PyObject *)((RefObject *)op)->node;
+    if (node == NULL) {
+        node = Py_None;
+    }
+    Py_INCREF(node);
+    REF_UNLOCK();
+    return node;
+}
+
+static RefObject *
+make_ref(NodeObject *node)
+{
+    RefObject *ref = PyObject_New(RefObject, &RefType);
+    if (ref == NULL) {
+        return NULL;
+    }
+    ref->vectorcall = Ref_vectorcall;
+    REF_LOCK();
+    if (node->ref != NULL) {
+        node->ref->node = NULL;
+    }
+    ref->node = node;
+    node->ref = ref;
+    REF_UNLOCK();
+    return ref;
+}
+
+static PyObject *
+Ref_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *node;
+    if ((kwds && PyDict_GET_SIZE(kwds)) || !PyArg_UnpackTuple(args, "Ref", 1, 1, &node)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "Ref() takes no keyword arguments");
+        }
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(node, &NodeType)) {
+        PyErr_SetString(PyExc_TypeError, "Ref() needs an exitsafe handle record");
+        return NULL;
+    }
+    return (PyObject *)make_ref((NodeObject *)node);
+}
+
+static void
+Ref_dealloc(RefObject *self)
+{
+    REF_LOCK();
+    if (self->node != NULL) {
+        self->node->ref = NULL;
+        self->node = NULL;
+    }
+    REF_UNLOCK();
+    PyObject_Free(self);
+}
+
+static PyTypeObject RefType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exitsafe._speedups.Ref",
+    .tp_basicsize = sizeof(RefObject),
+    .tp_dealloc = (destructor)Ref_dealloc,
+    .tp_vectorcall_offset = offsetof(RefObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Ref(node): a registry's light weak reference to a handle (see _speedups.c).",
+    .tp_new = Ref_new,
+};
 
 static int
 Node_traverse(NodeObject *self, visitproc visit, void *arg)
@@ -438,6 +537,8 @@ Node_traverse(NodeObject *self, visitproc visit, void *arg)
 static int
 Node_clear(NodeObject *self)
 {
+    unlink_node(self); /* first: clearing the fields may run code that looks it up */
+    Py_CLEAR(self->key);
     Py_CLEAR(self->registry);
     Py_CLEAR(self->raw);
     Py_CLEAR(self->fn);
@@ -455,6 +556,7 @@ static void
 Node_dealloc(NodeObject *self)
 {
     PyObject_GC_UnTrack(self);
+    unlink_node(self);
     if (self->weaklist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
@@ -541,7 +643,11 @@ release_leaf(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **er
     if (n->state == RELEASING) { /* else a teardown gave up waiting and recorded it */
         n->state = RELEASED;
         n->releaser = 0;
-        PyObject *key = PyLong_FromSsize_t(n->seq);
+        PyObject *key = n->key;
+        n->key = NULL;
+        if (key == NULL) {
+            key = PyLong_FromSsize_t(n->seq);
+        }
         PyObject *record = NULL;
         if (key == NULL || PyDict_DelItem(reg->live, key) < 0) {
             failed = 1;
@@ -566,6 +672,11 @@ release_leaf(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **er
                 PyTuple_SET_ITEM(record, 4, Py_None);
                 Py_INCREF(Py_False);
                 PyTuple_SET_ITEM(record, 5, Py_False);
+                /* Only ints, strs and constants: nothing for the collector to visit (it
+                 * would untrack it at its first pass anyway). */
+                if (!PyObject_IS_GC(kind) && !PyObject_IS_GC(name)) {
+                    PyObject_GC_UnTrack(record);
+                }
                 if (PyList_Append(reg->records, record) < 0) {
                     failed = 1;
                 }
@@ -865,7 +976,10 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     node->taint = Py_None;
     Py_INCREF(Py_None);
     node->affinity = Py_None;
-    node->role = PyUnicode_Compare(kind, str_library) == 0 ? LIBRARY_ROLE : HANDLE_ROLE;
+    node->role = (kind != str_handle && PyUnicode_GET_LENGTH(kind) == 7
+                  && PyUnicode_Compare(kind, str_library) == 0)
+                     ? LIBRARY_ROLE
+                     : HANDLE_ROLE;
     node->refs = 1;
     node->state = LIVE;
     node->gen = generation;
@@ -876,7 +990,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     }
     /* The weak reference and key are made before the section: allocating may run a
      * collection, whose finalizers must not find this thread inside it needlessly. */
-    PyObject *ref = PyWeakref_NewRef((PyObject *)node, NULL);
+    PyObject *ref = (PyObject *)make_ref(node);
     if (ref == NULL) {
         Py_DECREF(node);
         return NULL;
@@ -907,7 +1021,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     PyObject *key = PyLong_FromSsize_t(seq);
     int failed = key == NULL || PyDict_SetItem(self->live, key, ref) < 0;
     lock_drop(the_lock);
-    Py_XDECREF(key);
+    node->key = key; /* kept for the release's `del _live[seq]` */
     Py_DECREF(ref);
     if (failed) {
         node->refs = 0; /* never registered: its finalizer must not release it */
@@ -1052,7 +1166,7 @@ PyInit__speedups(void)
 {
     NodeType.tp_new = PyBaseObject_Type.tp_new;
     RegistryType.tp_new = PyBaseObject_Type.tp_new;
-    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0
+    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0 || PyType_Ready(&RefType) < 0
         || PyType_Ready(&RegistryType) < 0) {
         return NULL;
     }
@@ -1073,7 +1187,9 @@ PyInit__speedups(void)
     Py_INCREF(&LockType);
     Py_INCREF(&NodeType);
     Py_INCREF(&RegistryType);
-    if (PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0
+    Py_INCREF(&RefType);
+    if (PyModule_AddObject(m, "Ref", (PyObject *)&RefType) < 0
+        || PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0
         || PyModule_AddObject(m, "Node", (PyObject *)&NodeType) < 0
         || PyModule_AddObject(m, "RegistryCore", (PyObject *)&RegistryType) < 0) {
         Py_DECREF(m);
