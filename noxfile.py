@@ -12,7 +12,9 @@ interpreter).  Interpreters are found on PATH and, on machines that use pyenv, u
 - older versions: a visible ``SKIPPING CPython 3.x`` line, never silently.
 
 Each session runs ``pytest -q -m "not repeat and not real"`` plus the arguments after
-``--``; pass ``-m "not real"`` there to include the 20x repetition runs
+``--`` twice: against the compiled core (``exitsafe._speedups``, built by the install)
+and against the pure-Python core (``EXITSAFE_PURE_PYTHON=1``); pass ``-m "not real"`` there
+to include the 20x repetition runs
 (``nox -s tests-3.15 -- -m "not real" -n 2``).  ``tests/real`` (marker ``real``) runs
 once, from the main interpreter, over every interpreter's environment itself.
 """
@@ -31,6 +33,11 @@ SUPPORTED = ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
 FROM_SID = ["3.14", "3.15"]
 #: tests/real runs once, from the main interpreter, over every interpreter itself
 PYTEST = ["-q", "-m", "not repeat and not real", "-p", "no:cacheprovider"]
+
+#: The whole suite runs against each core: the compiled one (which the editable install
+#: builds; tests/core/test_cores.py fails when EXITSAFE_EXPECT_COMPILED=1 and it is not
+#: there) and the pure-Python one.
+CORES = [{"EXITSAFE_PURE_PYTHON": "0"}, {"EXITSAFE_PURE_PYTHON": "1"}]
 
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
@@ -61,16 +68,18 @@ nox.options.sessions = ["tests", *[f"tests-{v}" for v in SID]]
 def tests(session: nox.Session) -> None:
     """Unit tests and the scenario suite (the repetition runs with ``-- -m "not real"``)."""
     session.install("-e", ".[test]")
-    session.run("python", "-m", "pytest", *PYTEST, *session.posargs)
+    for env in CORES:
+        session.run("python", "-m", "pytest", *PYTEST, *session.posargs, env=env)
 
 
 def _sid_session(version: str) -> None:
     def run_in_sid_root(session: nox.Session) -> None:
         # exit status 75: the interpreter cannot be had here; the script printed why
-        session.run(
-            "bash", ".ci/sid-python", "test", version, *PYTEST, *session.posargs,
-            external=True, success_codes=[0, 75],
-        )
+        for env in CORES:
+            session.run(
+                "bash", ".ci/sid-python", "test", version, *PYTEST, *session.posargs,
+                external=True, success_codes=[0, 75], env=env,
+            )
 
     run_in_sid_root.__doc__ = (
         f"The same tests on Debian sid's CPython {version} (no local python{version})."

@@ -14,6 +14,7 @@ a few builtin modules.
 
 from __future__ import annotations
 
+from ._core import CORE
 from ._errors import (
     DependencyCycleError,
     ExitsafeError,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "CORE",
     "AlreadyTrackedError",
     "DependencyCycleError",
     "ExitsafeError",

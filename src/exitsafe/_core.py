@@ -24,9 +24,15 @@ if os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0"):
     speedups = None
 else:
     try:
-        from . import _speedups as speedups  # type: ignore[attr-defined,no-redef]
+        from . import _speedups as speedups
     except ImportError:  # not built (no compiler at install time): the pure-Python core
         speedups = None
 
-#: ``"compiled"`` or ``"python"``: the core in use (exported as ``exitsafe.CORE``).
 CORE = "compiled" if speedups is not None else "python"
+"""Which core runs exitsafe's hot path in this process: `"compiled"` (the C extension
+`exitsafe._speedups`, built by `pip install` when a C compiler is available) or
+`"python"` (not built, or `EXITSAFE_PURE_PYTHON=1` in the environment at import).
+
+Both cores keep the same semantics, checked by running the whole test suite against
+each; only the cost per handle differs (see the performance page).
+"""

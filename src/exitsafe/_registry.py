@@ -96,11 +96,16 @@ def _emit_late_release(
         pass
 
 
-if TYPE_CHECKING:
-    _RegistryBase = object
+if TYPE_CHECKING or speedups is None:
+
+    class _RegistryBase:
+        """The pure-Python core: the registry's fields are ordinary attributes."""
+
+        __slots__ = ()
+
 else:
     # The compiled core keeps the hot path's fields (_phase, _seq, _live...) in C.
-    _RegistryBase = speedups.RegistryCore if speedups is not None else object
+    _RegistryBase = speedups.RegistryCore
 
 
 class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
@@ -972,7 +977,7 @@ if speedups is not None:
     # pure-Python Registry.track above (kept as _track_py), so both cores keep one
     # semantics.  Handle.release / retain are set the same way in exitsafe._handle.
     Registry._track_py = Registry.track  # type: ignore[attr-defined]
-    Registry.track = speedups.RegistryCore.track  # type: ignore[assignment,method-assign]
+    Registry.track = speedups.RegistryCore.track  # type: ignore[method-assign]
     speedups.setup(
         lock=_sync.LOCK,
         handle_type=Handle,

@@ -49,9 +49,9 @@ if TYPE_CHECKING:
 LOCK: Any = speedups.Lock() if speedups is not None else _thread.RLock()
 
 #: ``reentered()``: whether the calling thread is inside a section (holds `LOCK`).
-reentered = LOCK._is_owned  # type: ignore[attr-defined]
-acquire = LOCK.acquire
-release = LOCK.release
+reentered: Callable[[], bool] = LOCK._is_owned
+acquire: Callable[..., bool] = LOCK.acquire
+release: Callable[[], None] = LOCK.release
 
 #: How often a thread yields to the holder of the lock before it blocks on it.
 YIELDS_BEFORE_BLOCKING = 100
@@ -192,7 +192,7 @@ def after_fork_in_child() -> None:
     if speedups is not None:
         speedups.set_generation(generation)
     _held_for_fork.clear()
-    LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+    LOCK._at_fork_reinit()
     _deferred.clear()
     _draining.clear()
 

@@ -13,6 +13,7 @@ import exitsafe
 
 PUBLIC = {
     "exitsafe": {
+        "CORE",
         "AlreadyTrackedError",
         "DependencyCycleError",
         "ExitsafeError",

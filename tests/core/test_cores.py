@@ -1,0 +1,207 @@
+"""The two cores: which one runs, how to choose it, and the compiled core's own pieces
+(its lock and its light weak reference).  The semantics of both cores are the rest of the
+suite, which CI runs against each (EXITSAFE_PURE_PYTHON=0 and =1)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import exitsafe
+from exitsafe import _core
+
+BUILT = importlib.util.find_spec("exitsafe._speedups") is not None
+PURE_FORCED = os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0")
+compiled_only = pytest.mark.skipif(
+    _core.speedups is None,
+    reason="the compiled core is not in use here "
+    + ("(EXITSAFE_PURE_PYTHON is set)" if PURE_FORCED else "(exitsafe._speedups not built)"),
+)
+
+
+def _core_of(env_value: str) -> str:
+    env = dict(os.environ, EXITSAFE_PURE_PYTHON=env_value)
+    out = subprocess.run(
+        [sys.executable, "-c", "import exitsafe; print(exitsafe.CORE)"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )
+    return out.stdout.strip()
+
+
+def test_core_in_use_is_the_one_asked_for():
+    if PURE_FORCED:
+        assert exitsafe.CORE == "python"
+    elif os.environ.get("EXITSAFE_EXPECT_COMPILED") == "1":
+        # CI builds the extension on every interpreter: a failed build must fail here
+        assert BUILT, "exitsafe._speedups was not built by the install"
+        assert exitsafe.CORE == "compiled"
+    else:
+        assert exitsafe.CORE == ("compiled" if BUILT else "python")
+
+
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_pure_python_is_forced_by_the_environment(value):
+    assert _core_of(value) == "python"
+
+
+@pytest.mark.parametrize("value", ["", "0"])
+def test_compiled_core_is_the_default_when_built(value):
+    assert _core_of(value) == ("compiled" if BUILT else "python")
+
+
+@compiled_only
+def test_compiled_core_runs_the_hot_path():
+    registry = exitsafe.Registry("cores")
+    assert type(exitsafe.Registry.__dict__["track"]).__name__ == "method_descriptor"
+    released = []
+    handle = registry.track(7, released.append, kind="buffer")
+    assert handle.owners == 1 and handle.kind == "buffer" and handle.name == "buffer#1"
+    assert handle.retain() is handle and handle.owners == 2
+    handle.release()
+    handle.release()
+    assert released == [7] and handle.state == "released"
+    assert [(e.name, e.outcome) for e in registry.ledger()] == [("buffer#1", "released")]
+
+
+# ---------------------------------------------------------------- the compiled lock
+
+
+@compiled_only
+def test_lock_is_reentrant_and_knows_its_owner():
+    lock = _core.speedups.Lock()
+    assert not lock.locked() and not lock._is_owned()
+    assert lock.acquire() and lock.acquire(False)
+    assert lock._is_owned() and lock.locked()
+    lock.release()
+    assert lock._is_owned()
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError, match="un-acquired"):
+        lock.release()
+
+
+@compiled_only
+def test_lock_refuses_bad_arguments():
+    lock = _core.speedups.Lock()
+    with pytest.raises(ValueError, match="non-blocking"):
+        lock.acquire(False, 1.0)
+    with pytest.raises(ValueError, match="non-negative"):
+        lock.acquire(True, -2.0)
+    with pytest.raises(TypeError):
+        _core.speedups.Lock(1)
+
+
+@compiled_only
+def test_lock_held_by_another_thread():
+    lock = _core.speedups.Lock()
+    held, done = threading.Event(), threading.Event()
+
+    def holder():
+        lock.acquire()
+        held.set()
+        done.wait(30)
+        lock.release()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(30)
+    assert lock.locked() and not lock._is_owned()
+    assert lock.acquire(False) is False
+    assert lock.acquire(True, 0.05) is False  # bounded: the timeout is kept
+    with pytest.raises(RuntimeError):
+        lock.release()  # not the owner
+    done.set()
+    assert lock.acquire(True, 30)  # taken once the holder lets go
+    lock.release()
+    thread.join(30)
+
+
+@compiled_only
+def test_lock_blocked_main_thread_runs_signal_handlers():
+    """A signal handler raising while the main thread waits for the lock ends the wait
+    with its exception (as with threading's locks), the lock still held elsewhere."""
+    program = textwrap.dedent(
+        """
+        import signal, threading
+        from exitsafe import _core
+        lock = _core.speedups.Lock()
+        held = threading.Event()
+        def holder():
+            lock.acquire(); held.set(); threading.Event().wait(5); lock.release()
+        threading.Thread(target=holder, daemon=True).start()
+        held.wait()
+        class Alarm(Exception): pass
+        def on_alarm(*_): raise Alarm()
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            lock.acquire()
+        except Alarm:
+            print("interrupted", lock._is_owned())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "interrupted False"
+
+
+@compiled_only
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_lock_is_free_in_a_forked_child_after_reinit():
+    lock = _core.speedups.Lock()
+    lock.acquire()
+    pid = os.fork()
+    if pid == 0:  # the child: the holder may not exist here; reinit frees it
+        lock._at_fork_reinit()
+        os._exit(0 if lock.acquire(False) and lock._is_owned() else 1)
+    lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+# ---------------------------------------------------------------- the light weak reference
+
+
+@compiled_only
+def test_ref_returns_the_handle_then_none():
+    registry = exitsafe.Registry("refs")
+    handle = registry.track(object(), lambda raw: None)
+    ref = _core.speedups.Ref(handle)
+    assert ref() is handle
+    del handle
+    assert ref() is None
+
+
+@compiled_only
+def test_ref_refuses_what_is_not_a_handle():
+    with pytest.raises(TypeError, match="handle record"):
+        _core.speedups.Ref(object())
+    with pytest.raises(TypeError):
+        _core.speedups.Ref()
+
+
+@compiled_only
+def test_handle_in_a_cycle_is_released_once_by_the_collector():
+    import gc
+
+    registry = exitsafe.Registry("cycle")
+    released = []
+
+    class Wrapper:
+        pass
+
+    wrapper = Wrapper()
+    wrapper.handle = registry.track(wrapper, lambda raw: released.append("x"))
+    del wrapper
+    gc.collect()
+    assert released == ["x"]
+    assert len(registry) == 0
+    assert [e.outcome for e in registry.ledger()] == ["released"]
