@@ -1,0 +1,158 @@
+"""Hot-path cost in CPU instructions, for both cores: ``python -m benchmarks.instructions``.
+
+Wall-clock ratios move with the machine's load; instruction counts do not.  Each
+contender runs in its own process under valgrind's callgrind twice, for ``SMALL`` and
+``LARGE`` operations, and the difference divided by ``LARGE - SMALL`` is its cost per
+operation, start-up excluded.  The baseline (cffi's ``ffi.gc`` + ``ffi.release``) is
+measured in the same run, and every exitsafe contender is measured under each core:
+``EXITSAFE_PURE_PYTHON=0`` (the compiled core, when built) and ``=1``.
+
+Needs valgrind (``apt-get install valgrind``); prints why and exits 2 without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from typing import Dict, List, Optional, Tuple
+
+SMALL, LARGE = 2_000, 12_000
+
+#: name -> (label, loop body; ``ptr``, ``release``, ``reg``, ``dep``, ``ffi`` are bound)
+CONTENDERS: Dict[str, Tuple[str, str]] = {
+    "cffi_gc_release": ("cffi: ffi.gc + ffi.release", "rel(gc(ptr, release))"),
+    "cffi_gc_drop": ("cffi: ffi.gc, object dropped", "gc(ptr, release)"),
+    "finalize_create_call": ("weakref.finalize create + call", "fin(target, release, ptr)()"),
+    "track_release": ("Registry.track + Handle.release", "track(ptr, release).release()"),
+    "track_kind_release": (
+        "Registry.track(kind=...) + release",
+        "track(ptr, release, kind='buffer').release()",
+    ),
+    "track_dep_release": (
+        "Registry.track(depends_on=...) + release",
+        "track(ptr, release, depends_on=dep).release()",
+    ),
+    "track_drop": ("Registry.track, handle dropped (GC path)", "track(ptr, release)"),
+    "module_track_release": ("exitsafe.track + release", "mtrack(ptr, release).release()"),
+    "cffi_track_release": (
+        "exitsafe.cffi.track + release",
+        "ctrack(ffi, ptr, release).release()",
+    ),
+}
+BASELINE = "cffi_gc_release"
+DROP_BASELINE = "cffi_gc_drop"
+
+PROGRAM = textwrap.dedent(
+    """
+    import sys, weakref, cffi, exitsafe, exitsafe.cffi
+    ffi = cffi.FFI()
+    ffi.dlopen(None)
+    ptr = ffi.cast("void *", 0x1234)
+    def release(raw):
+        pass
+    class Target:
+        __slots__ = ("__weakref__",)
+    def main(n):
+        reg = exitsafe.Registry("bench")
+        dep = (reg.track(ptr, release, kind="parent"),)
+        target = Target()
+        gc, rel, fin = ffi.gc, ffi.release, weakref.finalize
+        track, mtrack, ctrack = reg.track, exitsafe.track, exitsafe.cffi.track
+        for _ in range(n):
+            BODY
+    main(int(sys.argv[1]))
+    """
+)
+
+
+def instructions(body: str, n: int, pure: bool) -> int:
+    """Instructions callgrind counts for a whole run of ``body`` ``n`` times."""
+    env = dict(os.environ, EXITSAFE_PURE_PYTHON="1" if pure else "0")
+    proc = subprocess.run(
+        [
+            "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+            sys.executable, "-c", PROGRAM.replace("BODY", body), str(n),
+        ],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_operation(body: str, pure: bool) -> float:
+    return (instructions(body, LARGE, pure) - instructions(body, SMALL, pure)) / (LARGE - SMALL)
+
+
+def measure(names: List[str]) -> Dict[str, Dict[str, float]]:
+    """name -> {"compiled": n, "python": n} (the baselines under "baseline")."""
+    import importlib.util
+
+    compiled = importlib.util.find_spec("exitsafe._speedups") is not None
+    results: Dict[str, Dict[str, float]] = {}
+    for name in names:
+        _, body = CONTENDERS[name]
+        print(f"instructions: {name}", file=sys.stderr, flush=True)
+        if not name.startswith(("track", "module", "cffi_track")):
+            results[name] = {"baseline": per_operation(body, pure=True)}
+            continue
+        row = {"python": per_operation(body, pure=True)}
+        if compiled:
+            row["compiled"] = per_operation(body, pure=False)
+        results[name] = row
+    return results
+
+
+def table(results: Dict[str, Dict[str, float]]) -> str:
+    base = results[BASELINE]["baseline"]
+    drop = results.get(DROP_BASELINE, {}).get("baseline")
+    lines = [
+        "| per operation | compiled core | pure Python | baseline |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, row in results.items():
+        label = CONTENDERS[name][0]
+        if "baseline" in row:
+            lines.append(f"| {label} | | | {row['baseline']:,.0f} |")
+            continue
+        against = drop if name == "track_drop" and drop else base
+        cells = []
+        for core in ("compiled", "python"):
+            value: Optional[float] = row.get(core)
+            cells.append(f"{value:,.0f} ({value / against:.2f}x)" if value else "not built")
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the numbers to this file")
+    parser.add_argument("--only", help="comma-separated contender names")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("benchmarks.instructions: valgrind is not installed (apt-get install valgrind)")
+        return 2
+    names = args.only.split(",") if args.only else list(CONTENDERS)
+    for required in (BASELINE, DROP_BASELINE):
+        if required not in names:
+            names.insert(0, required)
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        parser.error(f"unknown contenders: {', '.join(unknown)} (known: {', '.join(CONTENDERS)})")
+    results = measure(names)
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"small": SMALL, "large": LARGE, "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
