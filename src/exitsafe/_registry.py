@@ -691,6 +691,22 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             _release()
         return exc
 
+    def _release_failed(self, node: _Node, exc: BaseException) -> None:
+        """The compiled core's: the release function of ``node`` (claimed) raised ``exc``.
+
+        Record it and go on with the parents this frees, as `_release_chain` does: they
+        are tainted by the failure, so they end leaked, never released.
+        """
+        trash: list[object] = []
+        _sync.enter()
+        try:
+            ready = self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
+        finally:
+            _release()
+        trash.clear()
+        for parent in ready:
+            self._release_chain(parent)
+
     def _queue_for_owner(self, node: _Node) -> None:
         """A release due on a thread that does not own ``node``: queue it for the owner."""
         _sync.enter()
@@ -986,9 +1002,8 @@ if speedups is not None:
         retain=Registry._retain,
         collected=Registry._collected,
         release_chain=Registry._release_chain,
-        leaf_failed=Registry._leaf_failed,
+        release_failed=Registry._release_failed,
         collected_failed=Registry._log_collected_failure,
-        release_collected=Registry._release_collected,
         registered_after_close=Registry._registered_after_close,
         wait=_sync.wait,
         deferred=_sync._deferred,

@@ -42,6 +42,7 @@
 #define LIVE 0
 #define RELEASING 1
 #define RELEASED 2
+#define HOOK_ROLE 0
 #define HANDLE_ROLE 1
 #define LIBRARY_ROLE 2
 #define PHASE_OPEN 0
@@ -239,11 +240,12 @@ static PyTypeObject LockType = {
 static LockObject *the_lock;
 static PyTypeObject *handle_type;
 static PyObject *track_py, *drop_owner_py, *retain_py, *collected_py;
-static PyObject *release_chain_py, *leaf_failed_py, *collected_failed_py, *release_collected_py;
+static PyObject *release_chain_py, *release_failed_py, *collected_failed_py;
 static PyObject *registered_after_close_py;
 static PyObject *sync_wait, *deferred_list, *run_deferred, *affine_dict, *run_mine;
 static PyObject *released_str;
 static Py_ssize_t generation; /* exitsafe._sync.generation, mirrored */
+static PyObject *generation_obj; /* ... and as an int object */
 
 static PyObject *str_handle, *str_library, *str_trim, *str_ledger;
 static PyObject *kw_kind, *kw_depends_on, *kw_exit_policy, *kw_name, *kw_timeout, *kw_affinity;
@@ -396,15 +398,52 @@ struct RefObject;
 typedef struct {
     PyObject_HEAD
     PyObject *registry, *raw, *fn, *kind, *name, *parents, *policy, *timeout, *taint, *affinity;
+    /* Python ints, so that the pure-Python layers' attribute accesses of them are
+     * specialized by CPython like those of __slots__ (only object members are). */
+    PyObject *seq, *rank, *refs, *children, *borrows, *gen, *state, *role;
     PyObject *weaklist;
-    PyObject *key;            /* the int key of this node in its registry's _live, or NULL */
     struct RefObject *ref;    /* the Ref in _live pointing here (borrowed), or NULL */
-    double rank;
-    Py_ssize_t seq, refs, children, borrows, gen;
     unsigned long releaser, thread_id;
-    int state, role;
     char in_child;
 } NodeObject;
+
+/* The integer fields: always ints written by exitsafe (NULL only before initialization).
+ * The values the fast paths write (0 to 4) are CPython's cached small ints, kept in
+ * `small`; reading compares with them before converting. */
+#define SMALL_INTS 5
+static PyObject *small[SMALL_INTS];
+
+static inline long
+ival(PyObject *o)
+{
+    if (o == small[0] || o == NULL) {
+        return 0;
+    }
+    if (o == small[1]) {
+        return 1;
+    }
+    return PyLong_AsLong(o);
+}
+
+static inline void
+iset(PyObject **slot, long value) /* 0 <= value < SMALL_INTS */
+{
+    PyObject *old = *slot;
+    Py_INCREF(small[value]);
+    *slot = small[value];
+    Py_XDECREF(old);
+}
+
+static inline void
+iset_counter(PyObject **slot, long value) /* any value (owner counts) */
+{
+    if (value >= 0 && value < SMALL_INTS) {
+        iset(slot, value);
+    }
+    else {
+        Py_XSETREF(*slot, PyLong_FromLong(value));
+    }
+}
 
 static PyTypeObject NodeType;
 
@@ -531,6 +570,8 @@ Node_traverse(NodeObject *self, visitproc visit, void *arg)
     Py_VISIT(self->timeout);
     Py_VISIT(self->taint);
     Py_VISIT(self->affinity);
+    Py_VISIT(self->seq);
+    Py_VISIT(self->rank);
     return 0;
 }
 
@@ -538,7 +579,14 @@ static int
 Node_clear(NodeObject *self)
 {
     unlink_node(self); /* first: clearing the fields may run code that looks it up */
-    Py_CLEAR(self->key);
+    Py_CLEAR(self->seq);
+    Py_CLEAR(self->rank);
+    Py_CLEAR(self->refs);
+    Py_CLEAR(self->children);
+    Py_CLEAR(self->borrows);
+    Py_CLEAR(self->gen);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->role);
     Py_CLEAR(self->registry);
     Py_CLEAR(self->raw);
     Py_CLEAR(self->fn);
@@ -575,16 +623,16 @@ static PyMemberDef Node_members[] = {
     {"_timeout", T_OBJECT_EX, offsetof(NodeObject, timeout), 0, NULL},
     {"_taint", T_OBJECT_EX, offsetof(NodeObject, taint), 0, NULL},
     {"_affinity", T_OBJECT_EX, offsetof(NodeObject, affinity), 0, NULL},
-    {"_rank", T_DOUBLE, offsetof(NodeObject, rank), 0, NULL},
-    {"_seq", T_PYSSIZET, offsetof(NodeObject, seq), 0, NULL},
-    {"_refs", T_PYSSIZET, offsetof(NodeObject, refs), 0, NULL},
-    {"_children", T_PYSSIZET, offsetof(NodeObject, children), 0, NULL},
-    {"_borrows", T_PYSSIZET, offsetof(NodeObject, borrows), 0, NULL},
-    {"_gen", T_PYSSIZET, offsetof(NodeObject, gen), 0, NULL},
+    {"_rank", T_OBJECT_EX, offsetof(NodeObject, rank), 0, NULL},
+    {"_seq", T_OBJECT_EX, offsetof(NodeObject, seq), 0, NULL},
+    {"_refs", T_OBJECT_EX, offsetof(NodeObject, refs), 0, NULL},
+    {"_children", T_OBJECT_EX, offsetof(NodeObject, children), 0, NULL},
+    {"_borrows", T_OBJECT_EX, offsetof(NodeObject, borrows), 0, NULL},
+    {"_gen", T_OBJECT_EX, offsetof(NodeObject, gen), 0, NULL},
     {"_releaser", T_ULONG, offsetof(NodeObject, releaser), 0, NULL},
     {"_thread_id", T_ULONG, offsetof(NodeObject, thread_id), 0, NULL},
-    {"_state", T_INT, offsetof(NodeObject, state), 0, NULL},
-    {"_role", T_INT, offsetof(NodeObject, role), 0, NULL},
+    {"_state", T_OBJECT_EX, offsetof(NodeObject, state), 0, NULL},
+    {"_role", T_OBJECT_EX, offsetof(NodeObject, role), 0, NULL},
     {"_in_child", T_BOOL, offsetof(NodeObject, in_child), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
@@ -595,25 +643,110 @@ is_registry(PyObject *op)
     return op != NULL && PyObject_TypeCheck(op, &RegistryType);
 }
 
-/* Whether a claimed node needs the general release chain (not a plain leaf). */
+/* Whether a claimed node's release needs the pure-Python chain (`Registry._release_chain`):
+ * it is tainted, thread-affine or inherited from a parent process. */
 static inline int
-needs_chain(NodeObject *n)
+needs_python(NodeObject *n)
 {
-    return (n->parents != NULL && PyTuple_Check(n->parents) && PyTuple_GET_SIZE(n->parents))
-           || (n->parents != NULL && !PyTuple_Check(n->parents))
+    return (n->parents == NULL || !PyTuple_CheckExact(n->parents))
            || (n->taint != NULL && n->taint != Py_None)
            || (n->affinity != NULL && n->affinity != Py_None)
-           || n->gen != generation;
+           || (n->gen != generation_obj && ival(n->gen) != generation);
 }
 
-/* The release of a claimed leaf node (no parents, no taint, no affinity, not inherited):
- * call its release function outside the lock, then record `released`.  Returns 0, with
- * *error set to the exception the release function raised (already recorded by the
- * Python `_leaf_failed`) or NULL; -1 with an exception set on an internal failure. */
+/* Record `released` for n (claimed by this thread) in its registry; the caller holds the
+ * lock.  Each parent loses a dependent; those left with no owner, dependent or borrow
+ * while the registry is open are claimed and appended to `ready`.  Returns -1 with an
+ * exception set on an internal failure (the section must still be left). */
 static int
-release_leaf(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **error)
+record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *ready)
 {
-    *error = NULL;
+    iset(&n->state, RELEASED);
+    n->releaser = 0;
+    PyObject *key = n->seq;
+    if (key == NULL || PyDict_DelItem(reg->live, key) < 0) {
+        return -1;
+    }
+    PyObject *record = PyTuple_New(6);
+    if (record == NULL) {
+        return -1;
+    }
+    PyObject *name = n->name ? n->name : Py_None;
+    PyObject *kind = n->kind ? n->kind : Py_None;
+    Py_INCREF(key);
+    PyTuple_SET_ITEM(record, 0, key);
+    Py_INCREF(kind);
+    PyTuple_SET_ITEM(record, 1, kind);
+    Py_INCREF(name);
+    PyTuple_SET_ITEM(record, 2, name);
+    Py_INCREF(released_str);
+    PyTuple_SET_ITEM(record, 3, released_str);
+    Py_INCREF(Py_None);
+    PyTuple_SET_ITEM(record, 4, Py_None);
+    Py_INCREF(Py_False);
+    PyTuple_SET_ITEM(record, 5, Py_False);
+    /* Only ints, strs and constants: nothing for the collector to visit (it would untrack
+     * it at its first pass anyway). */
+    if (!PyObject_IS_GC(kind) && !PyObject_IS_GC(name)) {
+        PyObject_GC_UnTrack(record);
+    }
+    int rc = PyList_Append(reg->records, record);
+    Py_DECREF(record); /* the list holds it: no user code runs */
+    if (rc < 0) {
+        return -1;
+    }
+    if (PyList_GET_SIZE(reg->records) > reg->cap) {
+        /* ledger.trim(): exitsafe's own bookkeeping, run in the section as the pure-Python
+         * path does. */
+        PyObject *ledger = PyObject_GetAttr((PyObject *)reg, str_ledger);
+        PyObject *t = ledger ? PyObject_CallMethodNoArgs(ledger, str_trim) : NULL;
+        Py_XDECREF(ledger);
+        if (t == NULL) {
+            return -1;
+        }
+        Py_DECREF(t);
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(n->parents);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(n->parents, i);
+        long children = ival(parent->children) - 1;
+        iset_counter(&parent->children, children);
+        if (parent->children == NULL) {
+            return -1;
+        }
+        if (reg->phase == PHASE_OPEN && ival(parent->state) == LIVE && children == 0
+            && ival(parent->refs) == 0 && ival(parent->borrows) == 0) {
+            iset(&parent->state, RELEASING);
+            parent->releaser = me;
+            if (PyList_Append(ready, (PyObject *)parent) < 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Release one claimed node: its release function outside the lock, then its record.
+ * Parents it frees are appended to `ready` (claimed).  A failure of the release function
+ * is recorded by the Python `_release_failed` (which also goes on with what it frees)
+ * and kept in *error if it is the first.  Returns -1 on an internal failure. */
+static int
+release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **ready,
+            PyObject **error)
+{
+    if (needs_python(n)) {
+        PyObject *r = call2(release_chain_py, (PyObject *)reg, (PyObject *)n);
+        if (r == NULL) {
+            return -1;
+        }
+        if (r != Py_None && *error == NULL) {
+            *error = r;
+        }
+        else {
+            Py_DECREF(r);
+        }
+        return 0;
+    }
     PyObject *fn = n->fn, *raw = n->raw;
     if (fn == NULL || raw == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "exitsafe: a claimed handle has no release function");
@@ -626,80 +759,40 @@ release_leaf(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **er
     Py_DECREF(raw);
     if (r == NULL) {
         PyObject *exc = take_exception();
-        PyObject *done = call3(leaf_failed_py, (PyObject *)reg, (PyObject *)n, exc);
+        PyObject *done = call3(release_failed_py, (PyObject *)reg, (PyObject *)n, exc);
         if (done == NULL) {
             Py_DECREF(exc);
             return -1;
         }
         Py_DECREF(done);
-        *error = exc;
+        if (*error == NULL) {
+            *error = exc;
+        }
+        else {
+            Py_DECREF(exc);
+        }
         return 0;
     }
     Py_DECREF(r);
+    if (*ready == NULL && PyTuple_GET_SIZE(n->parents)) {
+        *ready = PyList_New(0); /* made before the section: it is a GC allocation */
+        if (*ready == NULL) {
+            return -1;
+        }
+    }
     if (enter_section(me) < 0) {
         return -1;
     }
     int failed = 0;
-    if (n->state == RELEASING) { /* else a teardown gave up waiting and recorded it */
-        n->state = RELEASED;
-        n->releaser = 0;
-        PyObject *key = n->key;
-        n->key = NULL;
-        if (key == NULL) {
-            key = PyLong_FromSsize_t(n->seq);
+    PyObject *parents = NULL;
+    if (ival(n->state) == RELEASING) { /* else a teardown gave up waiting and recorded it */
+        failed = record_released(reg, n, me, *ready) < 0;
+        if (!failed) {
+            parents = n->parents; /* dropped after the section */
+            n->parents = PyTuple_New(0);
         }
-        PyObject *record = NULL;
-        if (key == NULL || PyDict_DelItem(reg->live, key) < 0) {
-            failed = 1;
-        }
-        else {
-            record = PyTuple_New(6);
-            if (record == NULL) {
-                failed = 1;
-            }
-            else {
-                PyTuple_SET_ITEM(record, 0, key);
-                key = NULL;
-                PyObject *name = n->name ? n->name : Py_None;
-                PyObject *kind = n->kind ? n->kind : Py_None;
-                Py_INCREF(kind);
-                PyTuple_SET_ITEM(record, 1, kind);
-                Py_INCREF(name);
-                PyTuple_SET_ITEM(record, 2, name);
-                Py_INCREF(released_str);
-                PyTuple_SET_ITEM(record, 3, released_str);
-                Py_INCREF(Py_None);
-                PyTuple_SET_ITEM(record, 4, Py_None);
-                Py_INCREF(Py_False);
-                PyTuple_SET_ITEM(record, 5, Py_False);
-                /* Only ints, strs and constants: nothing for the collector to visit (it
-                 * would untrack it at its first pass anyway). */
-                if (!PyObject_IS_GC(kind) && !PyObject_IS_GC(name)) {
-                    PyObject_GC_UnTrack(record);
-                }
-                if (PyList_Append(reg->records, record) < 0) {
-                    failed = 1;
-                }
-                else if (PyList_GET_SIZE(reg->records) > reg->cap) {
-                    /* ledger.trim(): exitsafe's own bookkeeping, run in the section as
-                     * the pure-Python path does. */
-                    PyObject *ledger = PyObject_GetAttr((PyObject *)reg, str_ledger);
-                    PyObject *t = ledger ? PyObject_CallMethodNoArgs(ledger, str_trim) : NULL;
-                    Py_XDECREF(ledger);
-                    if (t == NULL) {
-                        failed = 1;
-                    }
-                    Py_XDECREF(t);
-                }
-            }
-        }
-        Py_XDECREF(key);
-        lock_drop(the_lock);
-        Py_XDECREF(record); /* a tuple of exitsafe's own values: no user __del__ */
     }
-    else {
-        lock_drop(the_lock);
-    }
+    lock_drop(the_lock);
     /* Outside the lock: dropping these may run the object's __del__. */
     PyObject *old_raw = n->raw, *old_fn = n->fn;
     Py_INCREF(Py_None);
@@ -708,7 +801,41 @@ release_leaf(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **er
     n->fn = Py_None;
     Py_XDECREF(old_raw);
     Py_XDECREF(old_fn);
+    Py_XDECREF(parents);
     return failed ? -1 : 0;
+}
+
+/* Release `first` (claimed by this thread) and every parent it frees, iteratively, as
+ * `Registry._release_chain` does.  Returns 0 with *error the first exception a release
+ * function raised (recorded) or NULL; -1 with an exception set on an internal failure. */
+static int
+release_claimed(RegistryObject *reg, NodeObject *first, unsigned long me, PyObject **error)
+{
+    *error = NULL;
+    PyObject *ready = NULL; /* the parents freed and claimed, made when needed */
+    Py_INCREF(first);
+    NodeObject *n = first;
+    int rc = 0;
+    for (;;) {
+        rc = release_one(reg, n, me, &ready, error);
+        Py_DECREF(n);
+        Py_ssize_t left = ready == NULL ? 0 : PyList_GET_SIZE(ready);
+        if (rc < 0 || left == 0) {
+            break;
+        }
+        n = (NodeObject *)PyList_GET_ITEM(ready, left - 1);
+        Py_INCREF(n);
+        if (PyList_SetSlice(ready, left - 1, left, NULL) < 0) {
+            Py_DECREF(n);
+            rc = -1;
+            break;
+        }
+    }
+    Py_XDECREF(ready);
+    if (rc < 0) {
+        Py_CLEAR(*error);
+    }
+    return rc;
 }
 
 static PyObject *
@@ -721,36 +848,27 @@ Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
         goto slow;
     }
     RegistryObject *reg = (RegistryObject *)regobj;
-    if (reg->phase != PHASE_OPEN || self->state != LIVE || self->refs <= 0
-        || (self->refs == 1 && self->children && reg->strict != NULL
+    long refs = ival(self->refs);
+    if (reg->phase != PHASE_OPEN || ival(self->state) != LIVE || refs <= 0
+        || (refs == 1 && ival(self->children) && reg->strict != NULL
             && reg->strict != Py_False)) {
         lock_drop(the_lock);
         goto slow;
     }
-    Py_ssize_t refs = --self->refs;
-    if (refs || self->children || self->borrows) {
+    iset_counter(&self->refs, --refs);
+    if (refs || ival(self->children) || ival(self->borrows)) {
         lock_drop(the_lock);
         if (after_call(1) < 0) {
             return NULL;
         }
         Py_RETURN_NONE;
     }
-    self->state = RELEASING;
+    iset(&self->state, RELEASING);
     self->releaser = me;
     lock_drop(the_lock);
     Py_INCREF(regobj);
     PyObject *error = NULL;
-    if (needs_chain(self)) {
-        error = call2(release_chain_py, regobj, (PyObject *)self);
-        if (error == NULL) {
-            Py_DECREF(regobj);
-            return NULL;
-        }
-        if (error == Py_None) {
-            Py_CLEAR(error);
-        }
-    }
-    else if (release_leaf(reg, self, me, &error) < 0) {
+    if (release_claimed(reg, self, me, &error) < 0) {
         Py_DECREF(regobj);
         return NULL;
     }
@@ -777,11 +895,16 @@ Node_retain_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
         || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
         goto slow;
     }
-    if (self->state != LIVE || self->refs <= 0) {
+    long refs = ival(self->refs);
+    if (ival(self->state) != LIVE || refs <= 0) {
         lock_drop(the_lock);
         goto slow;
     }
-    self->refs++;
+    iset_counter(&self->refs, refs + 1);
+    if (self->refs == NULL) {
+        lock_drop(the_lock);
+        return NULL;
+    }
     lock_drop(the_lock);
     if (after_call(0) < 0) {
         return NULL;
@@ -825,10 +948,10 @@ node_collected(NodeObject *n)
         return 0;
     }
     int claimed = 0;
-    if (n->state == LIVE && n->refs) {
-        n->refs = 0;
-        if (!(n->children || n->borrows)) {
-            n->state = RELEASING;
+    if (ival(n->state) == LIVE && ival(n->refs)) {
+        iset(&n->refs, 0);
+        if (!(ival(n->children) || ival(n->borrows))) {
+            iset(&n->state, RELEASING);
             n->releaser = me;
             claimed = 1;
         }
@@ -836,25 +959,15 @@ node_collected(NodeObject *n)
     lock_drop(the_lock);
     if (claimed) {
         Py_INCREF(regobj);
-        int rc = 0;
-        if (needs_chain(n)) {
-            PyObject *r = call2(release_collected_py, regobj, (PyObject *)n);
+        PyObject *error = NULL;
+        int rc = release_claimed(reg, n, me, &error);
+        if (error != NULL) {
+            PyObject *r = call3(collected_failed_py, regobj, (PyObject *)n, error);
+            Py_DECREF(error);
             if (r == NULL) {
                 rc = -1;
             }
             Py_XDECREF(r);
-        }
-        else {
-            PyObject *error = NULL;
-            rc = release_leaf(reg, n, me, &error);
-            if (error != NULL) {
-                PyObject *r = call3(collected_failed_py, regobj, (PyObject *)n, error);
-                Py_DECREF(error);
-                if (r == NULL) {
-                    rc = -1;
-                }
-                Py_XDECREF(r);
-            }
         }
         Py_DECREF(regobj);
         if (rc < 0) {
@@ -868,7 +981,7 @@ static void
 Node_finalize(PyObject *self)
 {
     NodeObject *n = (NodeObject *)self;
-    if (n->refs == 0 || n->registry == NULL || the_lock == NULL) {
+    if (n->refs == NULL || ival(n->refs) == 0 || n->registry == NULL || the_lock == NULL) {
         return;
     }
 #if PY_VERSION_HEX >= 0x030C0000
@@ -926,7 +1039,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *kind = str_handle;
+    PyObject *kind = str_handle, *deps = NULL;
     if (nargs != 2 || !ready()) {
         goto slow;
     }
@@ -937,9 +1050,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
             kind = value;
         }
         else if (kw_is(key, kw_depends_on)) {
-            if (!(PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 0)) {
-                goto slow;
-            }
+            deps = value;
         }
         else if (value != Py_None
                  || !(kw_is(key, kw_name) || kw_is(key, kw_exit_policy)
@@ -953,8 +1064,49 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         || LOAD(self->phase) != PHASE_OPEN || LOAD(the_lock->owner) == me) {
         goto slow;
     }
+    /* depends_on: a handle, or a tuple of up to 8 distinct handles, of this registry and
+     * not hooks; anything else (lists, duplicates, objects to resolve...) is checked and
+     * explained by the Python path. */
+    PyObject *parents;
+    if (deps == NULL || (PyTuple_CheckExact(deps) && PyTuple_GET_SIZE(deps) == 0)) {
+        parents = PyTuple_New(0);
+    }
+    else if (PyObject_TypeCheck(deps, handle_type)) {
+        parents = PyTuple_Pack(1, deps);
+    }
+    else if (PyTuple_CheckExact(deps) && PyTuple_GET_SIZE(deps) <= 8) {
+        Py_ssize_t count = PyTuple_GET_SIZE(deps);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *item = PyTuple_GET_ITEM(deps, i);
+            if (!PyObject_TypeCheck(item, handle_type)) {
+                goto slow;
+            }
+            for (Py_ssize_t j = 0; j < i; j++) {
+                if (PyTuple_GET_ITEM(deps, j) == item) {
+                    goto slow;
+                }
+            }
+        }
+        Py_INCREF(deps);
+        parents = deps;
+    }
+    else {
+        goto slow;
+    }
+    if (parents == NULL) {
+        return NULL;
+    }
+    Py_ssize_t nparents = PyTuple_GET_SIZE(parents);
+    for (Py_ssize_t i = 0; i < nparents; i++) {
+        NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, i);
+        if (parent->registry != (PyObject *)self || ival(parent->role) == HOOK_ROLE) {
+            Py_DECREF(parents);
+            goto slow;
+        }
+    }
     NodeObject *node = (NodeObject *)handle_type->tp_alloc(handle_type, 0);
     if (node == NULL) {
+        Py_DECREF(parents);
         return NULL;
     }
     Py_INCREF(self);
@@ -967,7 +1119,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     node->kind = kind;
     Py_INCREF(Py_None);
     node->name = Py_None;
-    node->parents = PyTuple_New(0);
+    node->parents = parents;
     Py_INCREF(Py_None);
     node->policy = Py_None;
     Py_INCREF(Py_None);
@@ -976,15 +1128,20 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     node->taint = Py_None;
     Py_INCREF(Py_None);
     node->affinity = Py_None;
-    node->role = (kind != str_handle && PyUnicode_GET_LENGTH(kind) == 7
-                  && PyUnicode_Compare(kind, str_library) == 0)
-                     ? LIBRARY_ROLE
-                     : HANDLE_ROLE;
-    node->refs = 1;
-    node->state = LIVE;
-    node->gen = generation;
+    iset(&node->role, (kind != str_handle && PyUnicode_GET_LENGTH(kind) == 7
+                       && PyUnicode_Compare(kind, str_library) == 0)
+                          ? LIBRARY_ROLE
+                          : HANDLE_ROLE);
+    iset(&node->refs, 1);
+    iset(&node->state, LIVE);
+    iset(&node->children, 0);
+    iset(&node->borrows, 0);
+    iset(&node->seq, 0);
+    iset(&node->rank, 0);
+    Py_INCREF(generation_obj);
+    node->gen = generation_obj;
     node->thread_id = me;
-    if (node->parents == NULL) {
+    if (node->parents == NULL || node->gen == NULL) {
         Py_DECREF(node);
         return NULL;
     }
@@ -1015,17 +1172,39 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         }
         return (PyObject *)node;
     }
-    Py_ssize_t seq = ++self->seq;
-    node->seq = seq;
-    node->rank = (double)seq;
-    PyObject *key = PyLong_FromSsize_t(seq);
+    for (Py_ssize_t i = 0; i < nparents; i++) {
+        NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, i);
+        if (ival(parent->state) != LIVE || ival(parent->refs) <= 0) {
+            /* no longer usable: the Python path explains it (HandleClosedError) */
+            lock_drop(the_lock);
+            Py_DECREF(ref);
+            iset(&node->refs, 0);
+            iset(&node->state, 3);
+            Py_DECREF(node);
+            goto slow;
+        }
+    }
+    PyObject *key = PyLong_FromSsize_t(self->seq + 1);
     int failed = key == NULL || PyDict_SetItem(self->live, key, ref) < 0;
+    for (Py_ssize_t i = 0; i < nparents && !failed; i++) {
+        NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, i);
+        iset_counter(&parent->children, ival(parent->children) + 1);
+        failed = parent->children == NULL;
+    }
+    if (!failed) {
+        self->seq++;
+        /* _seq, _rank and the _live key: one int object */
+        Py_INCREF(key);
+        Py_SETREF(node->seq, key);
+        Py_INCREF(key);
+        Py_SETREF(node->rank, key);
+    }
     lock_drop(the_lock);
-    node->key = key; /* kept for the release's `del _live[seq]` */
+    Py_XDECREF(key);
     Py_DECREF(ref);
     if (failed) {
-        node->refs = 0; /* never registered: its finalizer must not release it */
-        node->state = 3;
+        iset(&node->refs, 0); /* never registered: its finalizer must not release it */
+        iset(&node->state, 3);
         Py_DECREF(node);
         return NULL;
     }
@@ -1037,8 +1216,8 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
 
 slow: {
         /* The pure-Python Registry.track, called as track_py(self, *args, **kwargs). */
-        PyObject *small[8];
-        PyObject **stack = small;
+        PyObject *stackbuf[8];
+        PyObject **stack = stackbuf;
         Py_ssize_t total = 1 + nargs + nkw;
         if (total > 8) {
             stack = PyMem_Malloc(total * sizeof(PyObject *));
@@ -1059,7 +1238,7 @@ slow: {
         else {
             r = PyObject_Vectorcall(fn, stack, 1 + nargs, kwnames);
         }
-        if (stack != small) {
+        if (stack != stackbuf) {
             PyMem_Free(stack);
         }
         return r;
@@ -1091,40 +1270,59 @@ static PyTypeObject RegistryType = {
 
 /* ------------------------------------------------------------------ module functions */
 
+/* setup(**callbacks): every name below, keyword-only, each checked for its kind. */
+static struct {
+    const char *name;
+    PyObject **slot;
+    PyTypeObject *type; /* the exact type required, or NULL for any callable */
+} setup_slots[] = {
+    {"lock", (PyObject **)&the_lock, &LockType},
+    {"handle_type", (PyObject **)&handle_type, &PyType_Type},
+    {"track", &track_py, NULL},
+    {"drop_owner", &drop_owner_py, NULL},
+    {"retain", &retain_py, NULL},
+    {"collected", &collected_py, NULL},
+    {"release_chain", &release_chain_py, NULL},
+    {"release_failed", &release_failed_py, NULL},
+    {"collected_failed", &collected_failed_py, NULL},
+    {"registered_after_close", &registered_after_close_py, NULL},
+    {"wait", &sync_wait, NULL},
+    {"deferred", &deferred_list, &PyList_Type},
+    {"run_deferred", &run_deferred, NULL},
+    {"affine", &affine_dict, &PyDict_Type},
+    {"run_mine", &run_mine, NULL},
+    {"released", &released_str, &PyUnicode_Type},
+};
+#define SETUP_SLOTS ((Py_ssize_t)(sizeof(setup_slots) / sizeof(setup_slots[0])))
+
 static PyObject *
 setup(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {
-        "lock", "handle_type", "track", "drop_owner", "retain", "collected",
-        "release_chain", "leaf_failed", "collected_failed", "release_collected",
-        "registered_after_close", "wait", "deferred", "run_deferred", "affine", "run_mine",
-        "released", NULL,
-    };
-    PyObject *lock, *htype, *o[15];
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "$O!O!OOOOOOOOOOO!OO!OU:setup", kwlist, &LockType, &lock, &PyType_Type,
-            &htype, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
-            &PyList_Type, &o[10], &o[11], &PyDict_Type, &o[12], &o[13], &o[14])) {
+    if (PyTuple_GET_SIZE(args) || kwds == NULL || PyDict_GET_SIZE(kwds) != SETUP_SLOTS) {
+        PyErr_Format(PyExc_TypeError, "setup() takes exactly %zd keyword arguments",
+                     SETUP_SLOTS);
         return NULL;
     }
-    if (!PyType_IsSubtype((PyTypeObject *)htype, &NodeType)) {
-        PyErr_SetString(PyExc_TypeError, "handle_type must be a subclass of Node");
+    PyObject *values[SETUP_SLOTS];
+    for (Py_ssize_t i = 0; i < SETUP_SLOTS; i++) {
+        PyObject *value = PyDict_GetItemString(kwds, setup_slots[i].name);
+        PyTypeObject *type = setup_slots[i].type;
+        if (value == NULL || (type != NULL && Py_TYPE(value) != type)
+            || (type == NULL && !PyCallable_Check(value))) {
+            PyErr_Format(PyExc_TypeError, "setup(): %s missing or of the wrong type",
+                         setup_slots[i].name);
+            return NULL;
+        }
+        values[i] = value;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)values[1], &NodeType)) {
+        PyErr_SetString(PyExc_TypeError, "setup(): handle_type must be a subclass of Node");
         return NULL;
     }
-    PyObject **slots[] = {
-        &track_py, &drop_owner_py, &retain_py, &collected_py, &release_chain_py,
-        &leaf_failed_py, &collected_failed_py, &release_collected_py,
-        &registered_after_close_py, &sync_wait, &deferred_list, &run_deferred, &affine_dict,
-        &run_mine, &released_str,
-    };
-    for (int i = 0; i < 15; i++) {
-        Py_INCREF(o[i]);
-        Py_XSETREF(*slots[i], o[i]);
+    for (Py_ssize_t i = 0; i < SETUP_SLOTS; i++) {
+        Py_INCREF(values[i]);
+        Py_XSETREF(*setup_slots[i].slot, values[i]);
     }
-    Py_INCREF(htype);
-    Py_XSETREF(handle_type, (PyTypeObject *)htype);
-    Py_INCREF(lock);
-    Py_XSETREF(the_lock, (LockObject *)lock);
     Py_RETURN_NONE;
 }
 
@@ -1136,6 +1334,8 @@ set_generation(PyObject *module, PyObject *arg)
         return NULL;
     }
     generation = value;
+    Py_INCREF(arg);
+    Py_XSETREF(generation_obj, arg);
     Py_RETURN_NONE;
 }
 
@@ -1175,6 +1375,14 @@ PyInit__speedups(void)
         || !(kw_kind = intern("kind")) || !(kw_depends_on = intern("depends_on"))
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))) {
+        return NULL;
+    }
+    for (long i = 0; i < SMALL_INTS; i++) {
+        if ((small[i] = PyLong_FromLong(i)) == NULL) {
+            return NULL;
+        }
+    }
+    if ((generation_obj = PyLong_FromLong(0)) == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&speedups_module);

@@ -168,7 +168,13 @@ SIGNAL_IN_A_SECTION = """
         record("parent-released")
 
     parent = exitsafe.track("parent", parent_release, name="parent")
-    child = exitsafe.track("child", lambda raw: None, name="child", depends_on=[parent])
+    # affinity="creator" (the main thread creates and releases it) keeps the release on
+    # exitsafe's Python path, whose sections run Python lines the tracer stops in; the
+    # compiled core's sections run Python code only by exception (a ledger trim, a
+    # collection before CPython 3.12), which a tracer cannot force.
+    child = exitsafe.track(
+        "child", lambda raw: None, name="child", depends_on=[parent], affinity="creator"
+    )
     parent.release()
     force_in_sections(fire)
     try:
