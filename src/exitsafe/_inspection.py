@@ -27,7 +27,7 @@ class Inspection:
         _phase: int
         _parked: int
         _ledger: Ledger
-        _live: dict[int, Any]
+        _live: Any  # a LiveTable (see exitsafe._live)
 
         def _nodes(self) -> list[_Node]: ...
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import _thread
 import sys
-from _weakref import ref as _weakref
 
 from . import _graph, _sync, _threads
 from ._borrowing import Borrowing
@@ -36,10 +35,11 @@ from ._errors import (
     LiveDependentsError,
     RegistryClosedError,
 )
-from ._handle import Handle, HandleInfo, HookHandle, closed_message
+from ._handle import Handle, HandleInfo, closed_message
 from ._hooks import HookRegistration
 from ._inspection import Inspection
 from ._ledger import Ledger, Outcome, quote
+from ._live import LiveTable
 from ._node import DETACHED, HANDLE, HOOK, LEAKED, LIBRARY, LIVE, RELEASED, RELEASING, TAINTING
 from ._node import Node as _Node
 from ._pending import _run_mine_quietly
@@ -71,8 +71,6 @@ _held = _threads.held
 _local = _threads._local
 _affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
 _new_handle = object.__new__
-#: What ``_live`` holds for a handle: a weak reference (the compiled core's lighter Ref).
-_ref_to = speedups.Ref if speedups is not None else _weakref
 _init = _Node._init
 
 
@@ -181,9 +179,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         self._cap = self._ledger.cap  # ... which trims it beyond this many
         self._phase = OPEN
         self._seq = 0
-        # seq -> a weak reference to every handle not yet ended (dropping the last
-        # reference to a handle releases it), or the hook itself (owned until teardown).
-        self._live: dict[int, Any] = {}
+        # Every handle not yet ended, held weakly (dropping the last reference to a
+        # handle releases it), and every hook, owned until teardown (see _live).
+        self._live: Any = LiveTable()
         self._hooks = 0  # hooks registered and not yet ended
         self._trace = False
         self._teardown_thread = 0
@@ -334,7 +332,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 seq = self._seq = self._seq + 1
                 node._seq = seq
                 node._rank = seq
-                self._live[seq] = _ref_to(node)
+                self._live.add(node, False)
         finally:
             _release()
         if not is_open:
@@ -433,10 +431,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         child._parents = (*child._parents, node)
                         node._children += 1
                     if node._role == HOOK:
-                        self._live[seq] = node  # owned by the registry until teardown
+                        self._live.add(node, True)  # owned by the registry until teardown
                         self._hooks += 1
                     else:
-                        self._live[seq] = _ref_to(node)
+                        self._live.add(node, False)
                 is_open = True
             else:
                 is_open = False
@@ -479,8 +477,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
 
     def _nodes(self) -> list[_Node]:
         """Every handle and hook not yet ended, oldest first (the caller holds the lock)."""
-        found = [r if type(r) is HookHandle else r() for r in self._live.values()]
-        return [n for n in found if n is not None]
+        nodes: list[_Node] = self._live.nodes()
+        return nodes
 
     def _registered_after_close(self, node: _Node) -> None:
         if self.strict:
@@ -636,7 +634,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                             target._state = RELEASED
                             target._releaser = 0
                             seq = target._seq
-                            del self._live[seq]
+                            self._live.discard(target)
                             records = self._records
                             records.append(
                                 (seq, target._kind, target._name, _RELEASED, None, False)
@@ -671,7 +669,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 node._state = RELEASED
                 node._releaser = 0
                 seq = node._seq
-                del self._live[seq]
+                self._live.discard(node)
                 records = self._records
                 records.append((seq, node._kind, node._name, _RELEASED, None, False))
                 if len(records) > self._ledger.cap:
@@ -942,7 +940,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         else:
             node._state = LEAKED if tainting else RELEASED
         node._releaser = 0
-        self._live.pop(node._seq, None)
+        self._live.discard(node)
         self._ledger.add(node._seq, node._kind, node._name, outcome, detail, at_exit)
         if tainting:
             if node._raw is not None and node._role != HOOK:

@@ -393,7 +393,11 @@ static PyMemberDef Registry_members[] = {
 
 /* ------------------------------------------------------------------ Node */
 
-struct RefObject;
+struct LiveTableObject;
+
+typedef struct LiveLink {
+    struct LiveLink *prev, *next;
+} LiveLink;
 
 typedef struct {
     PyObject_HEAD
@@ -402,7 +406,9 @@ typedef struct {
      * specialized by CPython like those of __slots__ (only object members are). */
     PyObject *seq, *rank, *refs, *children, *borrows, *gen, *state, *role;
     PyObject *weaklist;
-    struct RefObject *ref;    /* the Ref in _live pointing here (borrowed), or NULL */
+    LiveLink link;                  /* its place in its registry's LiveTable */
+    struct LiveTableObject *table;  /* that table (borrowed), or NULL */
+    char owned;                     /* whether the table holds a reference to it */
     unsigned long releaser, thread_id;
     char in_child;
 } NodeObject;
@@ -447,114 +453,226 @@ iset_counter(PyObject **slot, long value) /* any value (owner counts) */
 
 static PyTypeObject NodeType;
 
-/* ------------------------------------------------------------------ Ref */
+/* ------------------------------------------------------------------ LiveTable */
 
-/* What a registry's _live holds for a handle: like a weak reference (calling it returns
- * the handle, or None once the handle is being destroyed), without the weakref's
- * callback list and garbage-collector tracking.  The handle and its Ref point at each
- * other; whichever goes first unlinks both (on free-threaded builds under ref_mutex). */
-typedef struct RefObject {
+/* A registry's `_live`: its handles not yet ended, oldest first.  Handles are linked in
+ * place (a doubly-linked list through the records themselves: adding and removing one
+ * allocates nothing).  A handle is held *weakly* (its garbage collection means its owner
+ * let go: dropping the last reference unlinks it), a hook *strongly* (owned until the
+ * teardown).  Adding and removing happen under exitsafe's lock; a handle being destroyed
+ * unlinks itself from any thread, so on free-threaded builds every link change is made
+ * under `link_mutex` as well. */
+typedef struct LiveTableObject {
     PyObject_HEAD
-    NodeObject *node; /* borrowed */
-    vectorcallfunc vectorcall;
-} RefObject;
+    LiveLink head; /* sentinel: head.next is the oldest */
+    Py_ssize_t count;
+} LiveTableObject;
 
-static PyTypeObject RefType;
+static PyTypeObject LiveTableType;
 
 #ifdef Py_GIL_DISABLED
-static PyMutex ref_mutex;
-#define REF_LOCK() PyMutex_Lock(&ref_mutex)
-#define REF_UNLOCK() PyMutex_Unlock(&ref_mutex)
+static PyMutex link_mutex;
+#define LINK_LOCK() PyMutex_Lock(&link_mutex)
+#define LINK_UNLOCK() PyMutex_Unlock(&link_mutex)
 #else
-#define REF_LOCK()
-#define REF_UNLOCK()
+#define LINK_LOCK()
+#define LINK_UNLOCK()
 #endif
 
-static void
-unlink_node(NodeObject *node)
-{
-    REF_LOCK();
-    if (node->ref != NULL) {
-        node->ref->node = NULL;
-        node->ref = NULL;
-    }
-    REF_UNLOCK();
-}
+#define NODE_OF(lk) ((NodeObject *)((char *)(lk) - offsetof(NodeObject, link)))
 
-static PyObject *
-Ref_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* Unlink `node` from its table; returns the node if the table owned it (the caller
+ * drops that reference, outside any section), else NULL. */
+static NodeObject *
+live_unlink(NodeObject *node)
 {
-    if (PyVectorcall_NARGS(nargsf) || (kwnames && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "Ref() takes no arguments");
-        return NULL;
-    }
-    REF_LOCK();
-    PyObject *node = (PyObject *)((RefObject *)op)->node;
-    if (node == NULL) {
-        node = Py_None;
-    }
-    Py_INCREF(node);
-    REF_UNLOCK();
-    return node;
-}
-
-static RefObject *
-make_ref(NodeObject *node)
-{
-    RefObject *ref = PyObject_New(RefObject, &RefType);
-    if (ref == NULL) {
-        return NULL;
-    }
-    ref->vectorcall = Ref_vectorcall;
-    REF_LOCK();
-    if (node->ref != NULL) {
-        node->ref->node = NULL;
-    }
-    ref->node = node;
-    node->ref = ref;
-    REF_UNLOCK();
-    return ref;
-}
-
-static PyObject *
-Ref_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    PyObject *node;
-    if ((kwds && PyDict_GET_SIZE(kwds)) || !PyArg_UnpackTuple(args, "Ref", 1, 1, &node)) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "Ref() takes no keyword arguments");
+    NodeObject *owned = NULL;
+    LINK_LOCK();
+    LiveTableObject *table = node->table;
+    if (table != NULL) {
+        node->link.prev->next = node->link.next;
+        node->link.next->prev = node->link.prev;
+        node->link.prev = node->link.next = NULL;
+        node->table = NULL;
+        table->count--;
+        if (node->owned) {
+            node->owned = 0;
+            owned = node;
         }
-        return NULL;
     }
-    if (!PyObject_TypeCheck(node, &NodeType)) {
-        PyErr_SetString(PyExc_TypeError, "Ref() needs an exitsafe handle record");
-        return NULL;
-    }
-    return (PyObject *)make_ref((NodeObject *)node);
+    LINK_UNLOCK();
+    return owned;
 }
 
 static void
-Ref_dealloc(RefObject *self)
+live_append(LiveTableObject *table, NodeObject *node, int owned)
 {
-    REF_LOCK();
-    if (self->node != NULL) {
-        self->node->ref = NULL;
-        self->node = NULL;
+    if (owned) {
+        Py_INCREF(node);
     }
-    REF_UNLOCK();
-    PyObject_Free(self);
+    LINK_LOCK();
+    node->link.prev = table->head.prev;
+    node->link.next = &table->head;
+    table->head.prev->next = &node->link;
+    table->head.prev = &node->link;
+    node->table = table;
+    node->owned = (char)owned;
+    table->count++;
+    LINK_UNLOCK();
 }
 
-static PyTypeObject RefType = {
+static PyObject *
+LiveTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if ((args && PyTuple_GET_SIZE(args)) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "LiveTable() takes no arguments");
+        return NULL;
+    }
+    LiveTableObject *self = (LiveTableObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->head.prev = self->head.next = &self->head;
+    }
+    return (PyObject *)self;
+}
+
+static int
+LiveTable_traverse(LiveTableObject *self, visitproc visit, void *arg)
+{
+    for (LiveLink *l = self->head.next; l != &self->head; l = l->next) {
+        NodeObject *node = NODE_OF(l);
+        if (node->owned) {
+            Py_VISIT(node);
+        }
+    }
+    return 0;
+}
+
+static int
+LiveTable_clear(LiveTableObject *self)
+{
+    while (self->head.next != &self->head) {
+        NodeObject *owned = live_unlink(NODE_OF(self->head.next));
+        Py_XDECREF(owned);
+    }
+    return 0;
+}
+
+static void
+LiveTable_dealloc(LiveTableObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    LiveTable_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t
+LiveTable_len(LiveTableObject *self)
+{
+    return self->count;
+}
+
+static int
+check_node(PyObject *op)
+{
+    if (!PyObject_TypeCheck(op, &NodeType)) {
+        PyErr_SetString(PyExc_TypeError, "LiveTable holds exitsafe handle records only");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+LiveTable_add(LiveTableObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "add(node, owned) takes two arguments");
+        return NULL;
+    }
+    if (!check_node(args[0])) {
+        return NULL;
+    }
+    int owned = PyObject_IsTrue(args[1]);
+    if (owned < 0) {
+        return NULL;
+    }
+    NodeObject *node = (NodeObject *)args[0];
+    if (node->table != NULL) {
+        PyErr_SetString(PyExc_ValueError, "the handle is already in a LiveTable");
+        return NULL;
+    }
+    live_append(self, node, owned);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+LiveTable_discard(LiveTableObject *self, PyObject *arg)
+{
+    if (!check_node(arg)) {
+        return NULL;
+    }
+    NodeObject *node = (NodeObject *)arg;
+    if (node->table == self) {
+        NodeObject *owned = live_unlink(node);
+        Py_XDECREF(owned);
+    }
+    Py_RETURN_NONE;
+}
+
+/* nodes(): the handles and hooks, oldest first, as a new list.  The list is allocated
+ * before the walk (an allocation may run a collection, which may unlink handles); the
+ * walk itself allocates nothing. */
+static PyObject *
+LiveTable_nodes(LiveTableObject *self, PyObject *Py_UNUSED(ignored))
+{
+    for (;;) {
+        Py_ssize_t count = self->count;
+        PyObject *list = PyList_New(count);
+        if (list == NULL) {
+            return NULL;
+        }
+        LINK_LOCK();
+        if (self->count != count) {
+            LINK_UNLOCK();
+            Py_DECREF(list);
+            continue;
+        }
+        Py_ssize_t i = 0;
+        for (LiveLink *l = self->head.next; l != &self->head; l = l->next) {
+            PyObject *node = (PyObject *)NODE_OF(l);
+            Py_INCREF(node);
+            PyList_SET_ITEM(list, i++, node);
+        }
+        LINK_UNLOCK();
+        return list;
+    }
+}
+
+static PyMethodDef LiveTable_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))LiveTable_add, METH_FASTCALL,
+     "add(node, owned)\n--\n\nAppend a handle (held weakly) or an owned hook (held strongly)."},
+    {"discard", (PyCFunction)LiveTable_discard, METH_O,
+     "discard(node)\n--\n\nRemove a handle or hook if present."},
+    {"nodes", (PyCFunction)LiveTable_nodes, METH_NOARGS,
+     "nodes()\n--\n\nThe handles and hooks not yet ended, oldest first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods LiveTable_as_sequence = {
+    .sq_length = (lenfunc)LiveTable_len,
+};
+
+static PyTypeObject LiveTableType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "exitsafe._speedups.Ref",
-    .tp_basicsize = sizeof(RefObject),
-    .tp_dealloc = (destructor)Ref_dealloc,
-    .tp_vectorcall_offset = offsetof(RefObject, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Ref(node): a registry's light weak reference to a handle (see _speedups.c).",
-    .tp_new = Ref_new,
+    .tp_name = "exitsafe._speedups.LiveTable",
+    .tp_basicsize = sizeof(LiveTableObject),
+    .tp_dealloc = (destructor)LiveTable_dealloc,
+    .tp_as_sequence = &LiveTable_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A registry's handles not yet ended, oldest first (see exitsafe._live).",
+    .tp_traverse = (traverseproc)LiveTable_traverse,
+    .tp_clear = (inquiry)LiveTable_clear,
+    .tp_methods = LiveTable_methods,
+    .tp_new = LiveTable_new,
 };
 
 static int
@@ -578,7 +696,8 @@ Node_traverse(NodeObject *self, visitproc visit, void *arg)
 static int
 Node_clear(NodeObject *self)
 {
-    unlink_node(self); /* first: clearing the fields may run code that looks it up */
+    /* first: clearing the fields below may run code that walks the table */
+    Py_XDECREF((PyObject *)live_unlink(self));
     Py_CLEAR(self->seq);
     Py_CLEAR(self->rank);
     Py_CLEAR(self->refs);
@@ -604,7 +723,7 @@ static void
 Node_dealloc(NodeObject *self)
 {
     PyObject_GC_UnTrack(self);
-    unlink_node(self);
+    live_unlink(self); /* held weakly (an owned one is not being destroyed) */
     if (self->weaklist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
@@ -659,14 +778,16 @@ needs_python(NodeObject *n)
  * while the registry is open are claimed and appended to `ready`.  Returns -1 with an
  * exception set on an internal failure (the section must still be left). */
 static int
-record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *ready)
+record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *ready,
+                NodeObject **owned)
 {
     iset(&n->state, RELEASED);
     n->releaser = 0;
     PyObject *key = n->seq;
-    if (key == NULL || PyDict_DelItem(reg->live, key) < 0) {
+    if (key == NULL) {
         return -1;
     }
+    *owned = live_unlink(n); /* (a handle: held weakly, nothing to drop) */
     PyObject *record = PyTuple_New(6);
     if (record == NULL) {
         return -1;
@@ -785,8 +906,9 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
     }
     int failed = 0;
     PyObject *parents = NULL;
+    NodeObject *owned = NULL;
     if (ival(n->state) == RELEASING) { /* else a teardown gave up waiting and recorded it */
-        failed = record_released(reg, n, me, *ready) < 0;
+        failed = record_released(reg, n, me, *ready, &owned) < 0;
         if (!failed) {
             parents = n->parents; /* dropped after the section */
             n->parents = PyTuple_New(0);
@@ -802,6 +924,7 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
     Py_XDECREF(old_raw);
     Py_XDECREF(old_fn);
     Py_XDECREF(parents);
+    Py_XDECREF((PyObject *)owned);
     return failed ? -1 : 0;
 }
 
@@ -1061,7 +1184,8 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     PyObject *raw = args[0], *release = args[1];
     unsigned long me = PyThread_get_thread_ident();
     if (!PyUnicode_CheckExact(kind) || !PyCallable_Check(release)
-        || LOAD(self->phase) != PHASE_OPEN || LOAD(the_lock->owner) == me) {
+        || LOAD(self->phase) != PHASE_OPEN || LOAD(the_lock->owner) == me
+        || self->live == NULL || Py_TYPE(self->live) != &LiveTableType) {
         goto slow;
     }
     /* depends_on: a handle, or a tuple of up to 8 distinct handles, of this registry and
@@ -1145,21 +1269,27 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         Py_DECREF(node);
         return NULL;
     }
-    /* The weak reference and key are made before the section: allocating may run a
-     * collection, whose finalizers must not find this thread inside it needlessly. */
-    PyObject *ref = (PyObject *)make_ref(node);
-    if (ref == NULL) {
+    /* The creation number is made before the section: an allocation. */
+    PyObject *key = PyLong_FromSsize_t(self->seq + 1);
+    if (key == NULL) {
         Py_DECREF(node);
         return NULL;
     }
     if (enter_section(me) < 0) {
-        Py_DECREF(ref);
+        Py_DECREF(key);
         Py_DECREF(node);
         return NULL;
     }
-    if (self->phase != PHASE_OPEN) {
+    if (self->phase != PHASE_OPEN || (Py_ssize_t)PyLong_AsSsize_t(key) != self->seq + 1) {
+        /* closed meanwhile, or another thread registered first: the Python path */
         lock_drop(the_lock);
-        Py_DECREF(ref);
+        Py_DECREF(key);
+        if (self->phase == PHASE_OPEN) {
+            iset(&node->refs, 0);
+            iset(&node->state, 3);
+            Py_DECREF(node);
+            goto slow;
+        }
         PyObject *r = call2(registered_after_close_py, (PyObject *)self, (PyObject *)node);
         if (r == NULL) {
             Py_DECREF(node);
@@ -1177,15 +1307,14 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         if (ival(parent->state) != LIVE || ival(parent->refs) <= 0) {
             /* no longer usable: the Python path explains it (HandleClosedError) */
             lock_drop(the_lock);
-            Py_DECREF(ref);
+            Py_DECREF(key);
             iset(&node->refs, 0);
             iset(&node->state, 3);
             Py_DECREF(node);
             goto slow;
         }
     }
-    PyObject *key = PyLong_FromSsize_t(self->seq + 1);
-    int failed = key == NULL || PyDict_SetItem(self->live, key, ref) < 0;
+    int failed = 0;
     for (Py_ssize_t i = 0; i < nparents && !failed; i++) {
         NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, i);
         iset_counter(&parent->children, ival(parent->children) + 1);
@@ -1198,10 +1327,10 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         Py_SETREF(node->seq, key);
         Py_INCREF(key);
         Py_SETREF(node->rank, key);
+        live_append((LiveTableObject *)self->live, node, 0);
     }
     lock_drop(the_lock);
-    Py_XDECREF(key);
-    Py_DECREF(ref);
+    Py_DECREF(key);
     if (failed) {
         iset(&node->refs, 0); /* never registered: its finalizer must not release it */
         iset(&node->state, 3);
@@ -1366,7 +1495,7 @@ PyInit__speedups(void)
 {
     NodeType.tp_new = PyBaseObject_Type.tp_new;
     RegistryType.tp_new = PyBaseObject_Type.tp_new;
-    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0 || PyType_Ready(&RefType) < 0
+    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0 || PyType_Ready(&LiveTableType) < 0
         || PyType_Ready(&RegistryType) < 0) {
         return NULL;
     }
@@ -1395,8 +1524,8 @@ PyInit__speedups(void)
     Py_INCREF(&LockType);
     Py_INCREF(&NodeType);
     Py_INCREF(&RegistryType);
-    Py_INCREF(&RefType);
-    if (PyModule_AddObject(m, "Ref", (PyObject *)&RefType) < 0
+    Py_INCREF(&LiveTableType);
+    if (PyModule_AddObject(m, "LiveTable", (PyObject *)&LiveTableType) < 0
         || PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0
         || PyModule_AddObject(m, "Node", (PyObject *)&NodeType) < 0
         || PyModule_AddObject(m, "RegistryCore", (PyObject *)&RegistryType) < 0) {

@@ -167,25 +167,60 @@ def test_lock_is_free_in_a_forked_child_after_reinit():
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-# ---------------------------------------------------------------- the light weak reference
+# ---------------------------------------------------------------- the live table
+
+
+def _bare_handles(count):
+    """Handles in no table (never released: no owner), numbered 1..count."""
+    from exitsafe._handle import Handle, make_handle
+    from exitsafe._node import HANDLE
+
+    registry = exitsafe.Registry("bare")
+    handles = []
+    for seq in range(1, count + 1):
+        h = make_handle(Handle, registry, seq, None, "t", None, (), None, None, HANDLE, 0, 0)
+        h._refs = 0
+        h._seq = seq
+        handles.append(h)
+    return handles
+
+
+@pytest.mark.parametrize("table_type", ["LiveTable", "PurePythonLiveTable"])
+def test_live_table_holds_handles_weakly_and_hooks_strongly(table_type):
+    from exitsafe import _live
+
+    table = getattr(_live, table_type)()
+    a, b, c = _bare_handles(3)
+    table.add(a, False)
+    table.add(b, True)
+    table.add(c, False)
+    assert table.nodes() == [a, b, c] and len(table) == 3  # oldest first
+    table.discard(a)
+    table.discard(a)  # absent: nothing happens
+    assert table.nodes() == [b, c]
+    del b, c
+    import gc
+
+    gc.collect()
+    found = table.nodes()
+    assert [h._seq for h in found] == [2], "the owned one stays, the weak one went"
+    table.discard(found[0])
+    assert table.nodes() == []
 
 
 @compiled_only
-def test_ref_returns_the_handle_then_none():
-    registry = exitsafe.Registry("refs")
-    handle = registry.track(object(), lambda raw: None)
-    ref = _core.speedups.Ref(handle)
-    assert ref() is handle
-    del handle
-    assert ref() is None
-
-
-@compiled_only
-def test_ref_refuses_what_is_not_a_handle():
-    with pytest.raises(TypeError, match="handle record"):
-        _core.speedups.Ref(object())
+def test_compiled_live_table_refuses_bad_input():
+    table = _core.speedups.LiveTable()
+    with pytest.raises(TypeError, match="handle records"):
+        table.add(object(), False)
+    with pytest.raises(TypeError, match="handle records"):
+        table.discard(object())
+    (h,) = _bare_handles(1)
+    table.add(h, False)
+    with pytest.raises(ValueError, match="already"):
+        table.add(h, False)
     with pytest.raises(TypeError):
-        _core.speedups.Ref()
+        _core.speedups.LiveTable(1)
 
 
 @compiled_only
