@@ -131,10 +131,85 @@ def table(results: Dict[str, Dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def chart(results: Dict[str, Dict[str, float]], note: str = "", width: int = 820) -> str:
+    """Horizontal bars: instructions per operation, one bar per core (and the baselines),
+    with the ffi.gc + ffi.release baseline drawn across as a line."""
+    from html import escape
+
+    colors = {"baseline": "#888888", "compiled": "#1f77b4", "python": "#9ecae1"}
+    rows: List[Tuple[str, str, float]] = []
+    for name, row in results.items():
+        label = CONTENDERS[name][0]
+        for core in ("baseline", "compiled", "python"):
+            if core in row:
+                suffix = "" if core == "baseline" else f" ({core})"
+                rows.append((label + suffix, core, row[core]))
+    top, bar, gap, left, right = 56.0, 16.0, 6.0, 330.0, 90.0
+    height = int(top + len(rows) * (bar + gap) + 40 + (16 if note else 0))
+    hi = max(r[2] for r in rows)
+    step = 10 ** (len(str(int(hi / 5))) - 1) * 5
+    xmax = step * (int(hi / step) + 1)
+    pw = width - left - right
+
+    def fx(value: float) -> float:
+        return left + pw * value / xmax
+
+    out = [
+        f'<text x="{width / 2:.1f}" y="20" text-anchor="middle" font-size="14"'
+        ' font-weight="bold">Hot path: CPU instructions per operation (callgrind)</text>'
+    ]
+    for i, (name, key) in enumerate(
+        (("cffi / weakref.finalize", "baseline"), ("compiled core", "compiled"),
+         ("pure-Python core", "python"))
+    ):
+        lx = left - 200 + i * 200
+        out.append(f'<rect x="{lx:.1f}" y="30" width="14" height="12" fill="{colors[key]}"/>')
+        out.append(f'<text x="{lx + 20:.1f}" y="40" font-size="11">{escape(name)}</text>')
+    bottom = top + len(rows) * (bar + gap)
+    tick = 0.0
+    while tick <= xmax + 1e-9:
+        x = fx(tick)
+        out.append(f'<line x1="{x:.1f}" y1="{top - 4:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"'
+                   ' stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle"'
+                   f' font-size="11">{tick:,.0f}</text>')
+        tick += step
+    base = results[BASELINE]["baseline"]
+    drop = results.get(DROP_BASELINE, {}).get("baseline") or base
+    # each ratio against the baseline the table uses: the GC path against ffi.gc's drop
+    against = {
+        label: (drop if label.startswith(CONTENDERS["track_drop"][0]) else base)
+        for label, _, _ in rows
+    }
+    out.append(f'<line x1="{fx(base):.1f}" y1="{top - 4:.1f}" x2="{fx(base):.1f}"'
+               f' y2="{bottom:.1f}" stroke="#d62728" stroke-dasharray="4 3"/>')
+    for i, (label, key, value) in enumerate(rows):
+        y = top + i * (bar + gap)
+        out.append(f'<text x="{left - 8:.1f}" y="{y + bar - 4:.1f}" text-anchor="end"'
+                   f' font-size="11">{escape(label)}</text>')
+        out.append(f'<rect x="{left:.1f}" y="{y:.1f}" width="{fx(value) - left:.1f}"'
+                   f' height="{bar:.1f}" fill="{colors[key]}"/>')
+        out.append(f'<text x="{fx(value) + 6:.1f}" y="{y + bar - 4:.1f}" font-size="11">'
+                   f'{value:,.0f} ({value / against[label]:.2f}x)</text>')
+    out.append(f'<text x="{left + pw / 2:.1f}" y="{bottom + 32:.1f}" text-anchor="middle"'
+               ' font-size="12">instructions per operation (dashed: ffi.gc + ffi.release)</text>')
+    if note:
+        out.append(f'<text x="{width / 2:.1f}" y="{height - 4:.1f}" text-anchor="middle"'
+                   f' font-size="10" fill="#555">{escape(note)}</text>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" font-family="sans-serif">\n'
+        f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(out)
+        + "\n</svg>\n"
+    )
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the numbers to this file")
     parser.add_argument("--only", help="comma-separated contender names")
+    parser.add_argument("--plot", help="also draw the bars as an SVG to this file")
+    parser.add_argument("--note", default="", help="a line under the chart (machine, date)")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("benchmarks.instructions: valgrind is not installed (apt-get install valgrind)")
@@ -151,6 +226,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"small": SMALL, "large": LARGE, "results": results}, f, indent=2)
+    if args.plot:
+        with open(args.plot, "w", encoding="utf-8") as f:
+            f.write(chart(results, note=args.note))
     return 0
 
 

@@ -773,6 +773,107 @@ needs_python(NodeObject *n)
            || (n->gen != generation_obj && ival(n->gen) != generation);
 }
 
+/* ------------------------------------------------------------------ ReleasedRecord */
+
+/* The ledger record of a handle released outside the teardown: the sequence
+ * (seq, kind, name, "released", None, False) that the ledger's other records hold as
+ * tuples, without the tuple's garbage-collector tracking (it holds only ints and strs:
+ * nothing to visit, and the collector need not count it). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *seq, *kind, *name;
+} RecordObject;
+
+static Py_ssize_t
+Record_len(PyObject *self)
+{
+    return 6;
+}
+
+static PyObject *
+Record_item(PyObject *op, Py_ssize_t i)
+{
+    RecordObject *self = (RecordObject *)op;
+    PyObject *value;
+    switch (i) {
+    case 0: value = self->seq; break;
+    case 1: value = self->kind; break;
+    case 2: value = self->name; break;
+    case 3: value = released_str; break;
+    case 4: value = Py_None; break;
+    case 5: value = Py_False; break;
+    default:
+        PyErr_SetString(PyExc_IndexError, "record index out of range");
+        return NULL;
+    }
+    Py_INCREF(value);
+    return value;
+}
+
+static PyObject *
+Record_tuple(PyObject *op)
+{
+    PyObject *items[6];
+    for (Py_ssize_t i = 0; i < 6; i++) {
+        items[i] = Record_item(op, i);
+    }
+    PyObject *t = PyTuple_Pack(6, items[0], items[1], items[2], items[3], items[4], items[5]);
+    for (Py_ssize_t i = 0; i < 6; i++) {
+        Py_DECREF(items[i]);
+    }
+    return t;
+}
+
+static PyObject *
+Record_repr(PyObject *op)
+{
+    PyObject *t = Record_tuple(op);
+    if (t == NULL) {
+        return NULL;
+    }
+    PyObject *r = PyObject_Repr(t);
+    Py_DECREF(t);
+    return r;
+}
+
+static PyObject *
+Record_richcompare(PyObject *a, PyObject *b, int op)
+{
+    /* compares as the tuple it stands for */
+    PyObject *ta = Py_TYPE(a)->tp_repr == Record_repr ? Record_tuple(a) : (Py_INCREF(a), a);
+    PyObject *tb = Py_TYPE(b)->tp_repr == Record_repr ? Record_tuple(b) : (Py_INCREF(b), b);
+    PyObject *r = (ta && tb) ? PyObject_RichCompare(ta, tb, op) : NULL;
+    Py_XDECREF(ta);
+    Py_XDECREF(tb);
+    return r;
+}
+
+static void
+Record_dealloc(RecordObject *self)
+{
+    Py_XDECREF(self->seq);
+    Py_XDECREF(self->kind);
+    Py_XDECREF(self->name);
+    PyObject_Free(self);
+}
+
+static PySequenceMethods Record_as_sequence = {
+    .sq_length = Record_len,
+    .sq_item = Record_item,
+};
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exitsafe._speedups.ReleasedRecord",
+    .tp_basicsize = sizeof(RecordObject),
+    .tp_dealloc = (destructor)Record_dealloc,
+    .tp_repr = Record_repr,
+    .tp_as_sequence = &Record_as_sequence,
+    .tp_richcompare = Record_richcompare,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A ledger record (seq, kind, name, 'released', None, False), untracked.",
+};
+
 /* Record `released` for n (claimed by this thread) in its registry; the caller holds the
  * lock.  Each parent loses a dependent; those left with no owner, dependent or borrow
  * while the registry is open are claimed and appended to `ready`.  Returns -1 with an
@@ -788,28 +889,28 @@ record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *
         return -1;
     }
     *owned = live_unlink(n); /* (a handle: held weakly, nothing to drop) */
-    PyObject *record = PyTuple_New(6);
-    if (record == NULL) {
-        return -1;
-    }
     PyObject *name = n->name ? n->name : Py_None;
     PyObject *kind = n->kind ? n->kind : Py_None;
-    Py_INCREF(key);
-    PyTuple_SET_ITEM(record, 0, key);
-    Py_INCREF(kind);
-    PyTuple_SET_ITEM(record, 1, kind);
-    Py_INCREF(name);
-    PyTuple_SET_ITEM(record, 2, name);
-    Py_INCREF(released_str);
-    PyTuple_SET_ITEM(record, 3, released_str);
-    Py_INCREF(Py_None);
-    PyTuple_SET_ITEM(record, 4, Py_None);
-    Py_INCREF(Py_False);
-    PyTuple_SET_ITEM(record, 5, Py_False);
-    /* Only ints, strs and constants: nothing for the collector to visit (it would untrack
-     * it at its first pass anyway). */
+    PyObject *record;
     if (!PyObject_IS_GC(kind) && !PyObject_IS_GC(name)) {
-        PyObject_GC_UnTrack(record);
+        /* only ints and strs: a record the collector never sees */
+        RecordObject *r = PyObject_New(RecordObject, &RecordType);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_INCREF(key);
+        r->seq = key;
+        Py_INCREF(kind);
+        r->kind = kind;
+        Py_INCREF(name);
+        r->name = name;
+        record = (PyObject *)r;
+    }
+    else {
+        record = PyTuple_Pack(6, key, kind, name, released_str, Py_None, Py_False);
+        if (record == NULL) {
+            return -1;
+        }
     }
     int rc = PyList_Append(reg->records, record);
     Py_DECREF(record); /* the list holds it: no user code runs */
@@ -1496,6 +1597,7 @@ PyInit__speedups(void)
     NodeType.tp_new = PyBaseObject_Type.tp_new;
     RegistryType.tp_new = PyBaseObject_Type.tp_new;
     if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0 || PyType_Ready(&LiveTableType) < 0
+        || PyType_Ready(&RecordType) < 0
         || PyType_Ready(&RegistryType) < 0) {
         return NULL;
     }
