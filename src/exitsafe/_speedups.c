@@ -756,10 +756,27 @@ static PyMemberDef Node_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* The last registry class seen (exitsafe.Registry, usually): a subclass test walks the
+ * MRO, an identity test does not.  A strong reference, never dropped, so that the
+ * pointer can never name another type. */
+static PyTypeObject *known_registry_type;
+
 static inline int
 is_registry(PyObject *op)
 {
-    return op != NULL && PyObject_TypeCheck(op, &RegistryType);
+    if (op == NULL) {
+        return 0;
+    }
+    PyTypeObject *type = Py_TYPE(op);
+    if (type == LOAD(known_registry_type)) {
+        return 1;
+    }
+    if (!PyType_IsSubtype(type, &RegistryType)) {
+        return 0;
+    }
+    Py_INCREF(type);
+    STORE(known_registry_type, type); /* the previous one stays referenced: see above */
+    return 1;
 }
 
 /* Whether a claimed node's release needs the pure-Python chain (`Registry._release_chain`):
