@@ -14,6 +14,7 @@ a few builtin modules.
 
 from __future__ import annotations
 
+from . import _core
 from ._core import CORE
 from ._errors import (
     DependencyCycleError,
@@ -193,6 +194,12 @@ def track(
         affinity=affinity,
     )
 
+
+
+if _core.speedups is not None:
+    # The compiled core's: the default registry's track without a Python frame (the same
+    # steps as above: default_registry(), then its Registry.track).
+    track = _core.speedups.track
 
 def pin(
     library: object,

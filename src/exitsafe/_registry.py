@@ -987,6 +987,8 @@ def _disown(node: _Node) -> None:
 
 
 if speedups is not None:
+    from . import _process as _process_module
+
     # The compiled core's track: its common case in C, every other case handed to the
     # pure-Python Registry.track above (kept as _track_py), so both cores keep one
     # semantics.  Handle.release / retain are set the same way in exitsafe._handle.
@@ -1009,4 +1011,6 @@ if speedups is not None:
         affine=_threads.pending,
         run_mine=_run_mine_quietly,
         released=Outcome.RELEASED,
+        default_list=_process_module._default,
+        default_registry=_process_module.default_registry,
     )

@@ -1306,31 +1306,34 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         || self->live == NULL || Py_TYPE(self->live) != &LiveTableType) {
         goto slow;
     }
-    /* depends_on: a handle, or a tuple of up to 8 distinct handles, of this registry and
-     * not hooks; anything else (lists, duplicates, objects to resolve...) is checked and
-     * explained by the Python path. */
+    /* depends_on: a handle, or a tuple or list of up to 8 distinct handles, of this
+     * registry and not hooks; anything else (duplicates, objects to resolve, other
+     * iterables...) is checked and explained by the Python path. */
     PyObject *parents;
-    if (deps == NULL || (PyTuple_CheckExact(deps) && PyTuple_GET_SIZE(deps) == 0)) {
+    if (deps == NULL || ((PyTuple_CheckExact(deps) || PyList_CheckExact(deps))
+                         && Py_SIZE(deps) == 0)) {
         parents = PyTuple_New(0);
     }
     else if (PyObject_TypeCheck(deps, handle_type)) {
         parents = PyTuple_Pack(1, deps);
     }
-    else if (PyTuple_CheckExact(deps) && PyTuple_GET_SIZE(deps) <= 8) {
-        Py_ssize_t count = PyTuple_GET_SIZE(deps);
+    else if ((PyTuple_CheckExact(deps) || PyList_CheckExact(deps)) && Py_SIZE(deps) <= 8) {
+        parents = PyTuple_CheckExact(deps) ? (Py_INCREF(deps), deps) : PyList_AsTuple(deps);
+        if (parents == NULL) {
+            return NULL;
+        }
+        Py_ssize_t count = PyTuple_GET_SIZE(parents);
         for (Py_ssize_t i = 0; i < count; i++) {
-            PyObject *item = PyTuple_GET_ITEM(deps, i);
-            if (!PyObject_TypeCheck(item, handle_type)) {
+            PyObject *item = PyTuple_GET_ITEM(parents, i);
+            int distinct = PyObject_TypeCheck(item, handle_type);
+            for (Py_ssize_t j = 0; j < i && distinct; j++) {
+                distinct = PyTuple_GET_ITEM(parents, j) != item;
+            }
+            if (!distinct) {
+                Py_DECREF(parents);
                 goto slow;
             }
-            for (Py_ssize_t j = 0; j < i; j++) {
-                if (PyTuple_GET_ITEM(deps, j) == item) {
-                    goto slow;
-                }
-            }
         }
-        Py_INCREF(deps);
-        parents = deps;
     }
     else {
         goto slow;
@@ -1492,6 +1495,39 @@ slow: {
     }
 }
 
+/* exitsafe.track(raw, release, **options): the default registry's track. */
+static PyObject *default_list;    /* exitsafe._process._default: [] or [the registry] */
+static PyObject *default_registry_py; /* exitsafe._process.default_registry */
+
+static PyObject *
+module_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    if (!ready()) {
+        return NULL;
+    }
+    PyObject *reg;
+    if (PyList_GET_SIZE(default_list)) {
+        reg = PyList_GET_ITEM(default_list, 0);
+        Py_INCREF(reg);
+    }
+    else {
+        reg = PyObject_CallNoArgs(default_registry_py); /* created on first use */
+        if (reg == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *r;
+    if (PyObject_TypeCheck(reg, &RegistryType)) {
+        r = Registry_track((RegistryObject *)reg, args, nargsf, kwnames);
+    }
+    else {
+        PyErr_SetString(PyExc_TypeError, "exitsafe: the default registry is not a Registry");
+        r = NULL;
+    }
+    Py_DECREF(reg);
+    return r;
+}
+
 static PyMethodDef Registry_methods[] = {
     {"track", (PyCFunction)(void (*)(void))Registry_track,
      METH_FASTCALL | METH_KEYWORDS,
@@ -1538,6 +1574,8 @@ static struct {
     {"run_deferred", &run_deferred, NULL},
     {"affine", &affine_dict, &PyDict_Type},
     {"run_mine", &run_mine, NULL},
+    {"default_list", &default_list, &PyList_Type},
+    {"default_registry", &default_registry_py, NULL},
     {"released", &released_str, &PyUnicode_Type},
 };
 #define SETUP_SLOTS ((Py_ssize_t)(sizeof(setup_slots) / sizeof(setup_slots[0])))
@@ -1587,6 +1625,10 @@ set_generation(PyObject *module, PyObject *arg)
 }
 
 static PyMethodDef module_methods[] = {
+    {"track", (PyCFunction)(void (*)(void))module_track, METH_FASTCALL | METH_KEYWORDS,
+     "track(raw, release, *, kind='handle', depends_on=(), exit_policy=None, name=None, "
+     "timeout=None, affinity=None)\n--\n\n"
+     "Start owning `raw` in the default registry (see exitsafe.track)."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "Connect the compiled core to exitsafe's Python layers (exitsafe._registry, once)."},
     {"set_generation", set_generation, METH_O,

@@ -240,3 +240,80 @@ def test_handle_in_a_cycle_is_released_once_by_the_collector():
     assert released == ["x"]
     assert len(registry) == 0
     assert [e.outcome for e in registry.ledger()] == ["released"]
+
+
+# ---------------------------------------------------------------- one semantics, both cores
+# (CI runs these under each core: the compiled one hands every case it does not take
+# itself to the Python path, which must answer as the pure-Python core does)
+
+
+def _noop(raw):
+    pass
+
+
+@pytest.mark.parametrize("shape", ["handle", "tuple", "list"])
+def test_depends_on_shapes(shape):
+    registry = exitsafe.Registry("shapes")
+    parent = registry.track("p", _noop, name="p")
+    deps = {"handle": parent, "tuple": (parent,), "list": [parent]}[shape]
+    child = registry.track("c", _noop, depends_on=deps)
+    assert child.depends_on == (parent,)
+    parent.release()
+    assert parent.state == "live", "its dependent keeps it"
+    child.release()
+    assert (parent.state, child.state) == ("released", "released")
+    assert [e.name for e in registry.ledger()] == ["handle#2", "p"]
+
+
+def test_duplicate_parents_count_once():
+    registry = exitsafe.Registry("dups")
+    parent = registry.track("p", _noop)
+    child = registry.track("c", _noop, depends_on=(parent, parent))
+    assert child.depends_on == (parent,)
+    parent.release()
+    child.release()
+    assert parent.state == "released"
+
+
+def test_bad_track_arguments_are_explained():
+    registry = exitsafe.Registry("bad")
+    other = exitsafe.Registry("other").track("o", _noop, name="o")
+    ended = registry.track("e", _noop, name="e")
+    ended.release()
+    with pytest.raises(TypeError, match="release must be callable"):
+        registry.track(1, 2)
+    with pytest.raises(TypeError, match="kind must be a str"):
+        registry.track(1, _noop, kind=3)
+    with pytest.raises(TypeError, match="must contain exitsafe Handles"):
+        registry.track(1, _noop, depends_on=[object()])
+    with pytest.raises(exitsafe.ForeignHandleError, match="'o' belongs to registry 'other'"):
+        registry.track(1, _noop, depends_on=[other])
+    with pytest.raises(exitsafe.HandleClosedError, match="'e' was released"):
+        registry.track(1, _noop, depends_on=ended)
+    with pytest.raises(TypeError):
+        registry.track(1)
+    with pytest.raises(TypeError):
+        registry.track(1, _noop, colour="red")
+    assert len(registry) == 0, "nothing registered by a refused call"
+
+
+def test_release_failure_leaks_the_parents_it_frees():
+    registry = exitsafe.Registry("fail")
+    parent = registry.track("p", _noop, name="p")
+
+    def broken(raw):
+        raise RuntimeError("driver says no")
+
+    child = registry.track("c", broken, name="c", depends_on=[parent])
+    parent.release()
+    with pytest.raises(RuntimeError, match="driver says no"):
+        child.release()
+    outcomes = {e.name: e.outcome for e in registry.ledger()}
+    assert outcomes == {"c": "release_failed", "p": "leaked_dependent"}
+
+
+def test_module_track_uses_the_default_registry():
+    handle = exitsafe.track("m", _noop, kind="thing", depends_on=[])
+    assert handle.registry is exitsafe.default_registry() and handle.kind == "thing"
+    handle.release()
+    assert handle.state == "released"
