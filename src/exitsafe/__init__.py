@@ -199,6 +199,7 @@ def track(
 if _core.speedups is not None:
     # The compiled core's: the default registry's track without a Python frame (the same
     # steps as above: default_registry(), then its Registry.track).
+    _core.speedups.set_doc("module", "track", track.__doc__ or "")
     track = _core.speedups.track
 
 def pin(

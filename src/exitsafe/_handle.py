@@ -278,6 +278,8 @@ class HookHandle(Handle):
 if speedups is not None:
     # The compiled core's common cases; each hands every other case to the methods above
     # (through the registry's _drop_owner and _retain), so both cores keep one semantics.
+    speedups.set_doc("Node", "release", Handle.release.__doc__ or "")
+    speedups.set_doc("Node", "retain", Handle.retain.__doc__ or "")
     Handle.release = speedups.Node.release  # type: ignore[method-assign]
     Handle.retain = speedups.Node.retain  # type: ignore[method-assign]
 

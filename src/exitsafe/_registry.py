@@ -993,6 +993,7 @@ if speedups is not None:
     # pure-Python Registry.track above (kept as _track_py), so both cores keep one
     # semantics.  Handle.release / retain are set the same way in exitsafe._handle.
     Registry._track_py = Registry.track  # type: ignore[attr-defined]
+    speedups.set_doc("RegistryCore", "track", Registry.track.__doc__ or "")
     Registry.track = speedups.RegistryCore.track  # type: ignore[method-assign]
     speedups.setup(
         lock=_sync.LOCK,

@@ -1611,6 +1611,44 @@ setup(PyObject *module, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
+static PyMethodDef module_methods[];
+
+/* set_doc(owner, name, doc): give the compiled `owner.name` ("module", "RegistryCore" or
+ * "Node") the docstring of the Python function it stands for, after its own signature
+ * line.  Docstrings are read from the method table whenever asked for, so help(),
+ * inspect and the documentation checks see the same text for both cores. */
+static PyObject *
+set_doc(PyObject *module, PyObject *args)
+{
+    const char *owner, *name, *doc;
+    if (!PyArg_ParseTuple(args, "sss:set_doc", &owner, &name, &doc)) {
+        return NULL;
+    }
+    PyMethodDef *table = strcmp(owner, "module") == 0         ? module_methods
+                         : strcmp(owner, "RegistryCore") == 0 ? Registry_methods
+                         : strcmp(owner, "Node") == 0         ? Node_methods
+                                                              : NULL;
+    for (PyMethodDef *m = table; m != NULL && m->ml_name != NULL; m++) {
+        if (strcmp(m->ml_name, name) != 0) {
+            continue;
+        }
+        const char *old = m->ml_doc ? m->ml_doc : "";
+        const char *end = strstr(old, "\n--\n\n");
+        size_t header = end ? (size_t)(end - old) + 5 : 0;
+        size_t size = header + strlen(doc) + 1;
+        char *text = PyMem_RawMalloc(size); /* kept for the life of the process */
+        if (text == NULL) {
+            return PyErr_NoMemory();
+        }
+        memcpy(text, old, header);
+        memcpy(text + header, doc, strlen(doc) + 1);
+        m->ml_doc = text;
+        Py_RETURN_NONE;
+    }
+    PyErr_Format(PyExc_ValueError, "set_doc(): no compiled %s.%s", owner, name);
+    return NULL;
+}
+
 static PyObject *
 set_generation(PyObject *module, PyObject *arg)
 {
@@ -1631,6 +1669,8 @@ static PyMethodDef module_methods[] = {
      "Start owning `raw` in the default registry (see exitsafe.track)."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "Connect the compiled core to exitsafe's Python layers (exitsafe._registry, once)."},
+    {"set_doc", set_doc, METH_VARARGS,
+     "Give a compiled function the docstring of the Python function it stands for."},
     {"set_generation", set_generation, METH_O,
      "Mirror exitsafe._sync.generation (the fork generation) into the compiled core."},
     {NULL, NULL, 0, NULL},
