@@ -210,7 +210,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--only", help="comma-separated contender names")
     parser.add_argument("--plot", help="also draw the bars as an SVG to this file")
     parser.add_argument("--note", default="", help="a line under the chart (machine, date)")
+    parser.add_argument(
+        "--replot", nargs=2, metavar=("JSON", "SVG"),
+        help="only redraw the chart of a saved run (no measurement)",
+    )
     args = parser.parse_args(argv)
+    if args.replot:
+        with open(args.replot[0], encoding="utf-8") as f:
+            saved = json.load(f)
+        with open(args.replot[1], "w", encoding="utf-8") as f:
+            f.write(chart(saved["results"], note=saved.get("note", "")))
+        return 0
     if shutil.which("valgrind") is None:
         print("benchmarks.instructions: valgrind is not installed (apt-get install valgrind)")
         return 2
@@ -225,7 +235,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"small": SMALL, "large": LARGE, "results": results}, f, indent=2)
+            saved = {"small": SMALL, "large": LARGE, "note": args.note, "results": results}
+            json.dump(saved, f, indent=2)
+            f.write("\n")
     if args.plot:
         with open(args.plot, "w", encoding="utf-8") as f:
             f.write(chart(results, note=args.note))

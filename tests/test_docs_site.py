@@ -88,6 +88,30 @@ def test_benchmark_charts_are_drawn_from_the_reference_run() -> None:
         assert f"](img/{name})" in page, f"docs/performance.md does not show img/{name}"
 
 
+def test_instruction_chart_and_table_are_the_committed_run() -> None:
+    """docs/img/hot-path-instructions.svg and the two-cores table of the performance page
+    show benchmarks/results/instructions.json (``python -m benchmarks.instructions``)."""
+    import json
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import instructions
+    finally:
+        sys.path.remove(str(ROOT))
+    saved = json.loads((ROOT / "benchmarks/results/instructions.json").read_text("utf-8"))
+    drawn = instructions.chart(saved["results"], note=saved.get("note", ""))
+    assert (DOCS / "img/hot-path-instructions.svg").read_text(encoding="utf-8") == drawn, (
+        "docs/img/hot-path-instructions.svg is not what benchmarks/instructions.py draws from "
+        "benchmarks/results/instructions.json: `.venv/bin/python -m benchmarks.instructions "
+        "--replot benchmarks/results/instructions.json docs/img/hot-path-instructions.svg`"
+    )
+    page = (DOCS / "performance.md").read_text(encoding="utf-8")
+    assert "](img/hot-path-instructions.svg)" in page
+    for name, row in saved["results"].items():
+        for value in row.values():
+            assert f"{value:,.0f}" in page, f"{name}: {value:,.0f} is not on the page"
+
+
 def test_every_generated_diagram_is_used_or_announced() -> None:
     pages = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
