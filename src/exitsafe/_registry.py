@@ -176,7 +176,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         self._teardown_timeout = check_timeout(teardown_timeout, "teardown_timeout")
         self._ledger = Ledger(ledger_limit)
         self._records = self._ledger.records  # appended to by the release hot path
-        self._cap = self._ledger.cap  # ... which trims it beyond this many
+        # ... which trims it beyond this many (a C size in the compiled core)
+        self._cap = min(self._ledger.cap, sys.maxsize)
         self._phase = OPEN
         self._seq = 0
         # Every handle not yet ended, held weakly (dropping the last reference to a
@@ -323,7 +324,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             return node
         # Fast path (no dependencies): nothing to validate under the lock.
         if not _acquire(False):
-            _wait()
+            try:
+                _wait()
+            except BaseException:  # interrupted (KeyboardInterrupt): the caller still owns raw
+                _disown(node)
+                raise
         try:
             if self._phase:
                 is_open = False
@@ -413,7 +418,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             return
         parents = node._parents
         error: Optional[Exception] = None
-        _sync.enter()
+        try:
+            _sync.enter()
+        except BaseException:  # interrupted while waiting: the caller still owns its object
+            _disown(node)
+            raise
         try:
             if self._phase == OPEN:
                 error = self._check_new_edges(node, after)
@@ -702,7 +711,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         finally:
             _release()
         trash.clear()
-        for parent in ready:
+        for parent in reversed(ready):  # last first, as _release_chain's stack takes them
             self._release_chain(parent)
 
     def _queue_for_owner(self, node: _Node) -> None:

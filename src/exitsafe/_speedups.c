@@ -761,6 +761,21 @@ static PyMemberDef Node_members[] = {
  * pointer can never name another type. */
 static PyTypeObject *known_registry_type;
 
+static inline int is_registry(PyObject *op);
+
+/* A registry whose fast-path fields have their usual types (a LiveTable, a list of
+ * records): anything else, only private misuse can make, goes to the Python path. */
+static inline int
+is_fast_registry(PyObject *op)
+{
+    if (!is_registry(op)) {
+        return 0;
+    }
+    RegistryObject *reg = (RegistryObject *)op;
+    return reg->live != NULL && Py_TYPE(reg->live) == &LiveTableType && reg->records != NULL
+           && PyList_CheckExact(reg->records);
+}
+
 static inline int
 is_registry(PyObject *op)
 {
@@ -1084,7 +1099,7 @@ Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *regobj = self->registry;
     unsigned long me = PyThread_get_thread_ident();
-    if (!is_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
+    if (!is_fast_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
         || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
         goto slow;
     }
@@ -1114,7 +1129,8 @@ Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     Py_DECREF(regobj);
-    if (after_call(1) < 0) {
+    /* as the Python path: queued thread-affine releases run only when nothing is raised */
+    if (after_call(error == NULL) < 0) {
         Py_XDECREF(error);
         return NULL;
     }
@@ -1132,7 +1148,7 @@ Node_retain_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *regobj = self->registry;
     unsigned long me = PyThread_get_thread_ident();
-    if (!is_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
+    if (!is_fast_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
         || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
         goto slow;
     }
@@ -1169,7 +1185,7 @@ node_collected(NodeObject *n)
 {
     PyObject *regobj = n->registry;
     unsigned long me = PyThread_get_thread_ident();
-    if (!is_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
+    if (!is_fast_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
         || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
         PyObject *r = call2(collected_py, regobj, (PyObject *)n);
         if (r == NULL) {
@@ -1303,7 +1319,8 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     unsigned long me = PyThread_get_thread_ident();
     if (!PyUnicode_CheckExact(kind) || !PyCallable_Check(release)
         || LOAD(self->phase) != PHASE_OPEN || LOAD(the_lock->owner) == me
-        || self->live == NULL || Py_TYPE(self->live) != &LiveTableType) {
+        || self->live == NULL || Py_TYPE(self->live) != &LiveTableType
+        || self->records == NULL || !PyList_CheckExact(self->records)) {
         goto slow;
     }
     /* depends_on: a handle, or a tuple or list of up to 8 distinct handles, of this
@@ -1397,7 +1414,11 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         return NULL;
     }
     if (enter_section(me) < 0) {
+        /* interrupted while waiting (a KeyboardInterrupt): never registered, so its
+         * finalizer must not release what the caller still owns */
         Py_DECREF(key);
+        iset(&node->refs, 0);
+        iset(&node->state, 3);
         Py_DECREF(node);
         return NULL;
     }
@@ -1417,7 +1438,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
             return NULL;
         }
         Py_DECREF(r);
-        if (after_call(1) < 0) {
+        if (after_call(nparents == 0) < 0) { /* the Python path's: see below */
             Py_DECREF(node);
             return NULL;
         }
@@ -1458,7 +1479,9 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         Py_DECREF(node);
         return NULL;
     }
-    if (after_call(1) < 0) {
+    /* as the Python path: this thread's queued affine releases run after a handle with no
+     * parents only (the registration of one with parents runs only the deferred work) */
+    if (after_call(nparents == 0) < 0) {
         Py_DECREF(node);
         return NULL;
     }

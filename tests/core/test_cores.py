@@ -331,3 +331,70 @@ def test_module_track_uses_the_default_registry():
     assert handle.registry is exitsafe.default_registry() and handle.kind == "thing"
     handle.release()
     assert handle.state == "released"
+
+
+def test_failed_release_leaks_its_parents_last_first():
+    registry = exitsafe.Registry("order")
+    parents = [registry.track(i, _noop, name=f"p{i}") for i in (1, 2, 3)]
+
+    def broken(raw):
+        raise ValueError("boom")
+
+    child = registry.track("c", broken, name="c", depends_on=parents)
+    for parent in parents:
+        parent.release()
+    with pytest.raises(ValueError, match="boom"):
+        child.release()
+    assert [(e.name, e.outcome) for e in registry.ledger()] == [
+        ("c", "release_failed"),
+        ("p3", "leaked_dependent"),
+        ("p2", "leaked_dependent"),
+        ("p1", "leaked_dependent"),
+    ]
+
+
+@pytest.mark.parametrize("limit", [2**62, 2**63])
+def test_huge_ledger_limit(limit):
+    registry = exitsafe.Registry("huge", ledger_limit=limit)
+    registry.track(1, _noop).release()
+    assert [e.outcome for e in registry.ledger()] == ["released"]
+
+
+def test_track_interrupted_while_waiting_for_the_lock_owns_nothing():
+    """A track() that raises (here a KeyboardInterrupt while it waits for the lock, held by
+    another thread) never releases the object: the caller still owns it."""
+    program = textwrap.dedent(
+        """
+        import gc, sys, threading
+        import exitsafe
+        from exitsafe import _sync
+        registry = exitsafe.Registry("k")
+        held, done = threading.Event(), threading.Event()
+        def holder():
+            _sync.LOCK.acquire(); held.set(); done.wait(); _sync.LOCK.release()
+        thread = threading.Thread(target=holder)
+        thread.start()
+        held.wait()
+        def tracer(frame, event, arg):  # the wait for the lock is interrupted
+            if event == "call" and frame.f_code is _sync.wait.__code__:
+                sys.settrace(None)
+                raise KeyboardInterrupt
+        called = []
+        sys.settrace(tracer)
+        try:
+            registry.track("RAW", called.append)
+        except KeyboardInterrupt:
+            print("interrupted")
+        sys.settrace(None)
+        done.set()
+        thread.join()
+        gc.collect()
+        print(called, len(registry.ledger()), len(registry))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["interrupted", "[] 0 0"], out.stdout + out.stderr
+    assert "Exception ignored" not in out.stderr, out.stderr
