@@ -387,6 +387,16 @@ def test_example_file(name: str, tmp_path: Path) -> None:
         return
     codes = expected.returncode if isinstance(expected.returncode, tuple) else (
         expected.returncode,)
+    if (
+        SIGABRT in codes
+        and sys.version_info >= (3, 14)
+        and proc.returncode == SIGSEGV
+        and "Fatal Python error: Aborted" in proc.stderr
+    ):
+        # From 3.14 faulthandler also dumps the C stack, and that dump can itself crash
+        # while it reports the abort (seen on 3.14.10 in the pure-Python run of CI): the
+        # process then ends by SIGSEGV after faulthandler reported the abort.
+        codes = (*codes, SIGSEGV)
     assert proc.returncode in codes, (
         f"exit status {proc.returncode}, expected {' or '.join(map(str, codes))}: {report}"
     )
