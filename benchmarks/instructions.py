@@ -136,6 +136,8 @@ def chart(results: Dict[str, Dict[str, float]], note: str = "", width: int = 820
     with the ffi.gc + ffi.release baseline drawn across as a line."""
     from html import escape
 
+    from . import svgplot
+
     colors = {"baseline": "#888888", "compiled": "#1f77b4", "python": "#9ecae1"}
     rows: List[Tuple[str, str, float]] = []
     for name, row in results.items():
@@ -158,22 +160,11 @@ def chart(results: Dict[str, Dict[str, float]], note: str = "", width: int = 820
         f'<text x="{width / 2:.1f}" y="20" text-anchor="middle" font-size="14"'
         ' font-weight="bold">Hot path: CPU instructions per operation (callgrind)</text>'
     ]
-    for i, (name, key) in enumerate(
-        (("cffi / weakref.finalize", "baseline"), ("compiled core", "compiled"),
-         ("pure-Python core", "python"))
-    ):
-        lx = left - 200 + i * 200
-        out.append(f'<rect x="{lx:.1f}" y="30" width="14" height="12" fill="{colors[key]}"/>')
-        out.append(f'<text x="{lx + 20:.1f}" y="40" font-size="11">{escape(name)}</text>')
+    legend = (("cffi / weakref.finalize", "baseline"), ("compiled core", "compiled"),
+              ("pure-Python core", "python"))
+    svgplot.bar_legend(out, [(name, colors[key]) for name, key in legend], left - 200)
     bottom = top + len(rows) * (bar + gap)
-    tick = 0.0
-    while tick <= xmax + 1e-9:
-        x = fx(tick)
-        out.append(f'<line x1="{x:.1f}" y1="{top - 4:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"'
-                   ' stroke="#ddd"/>')
-        out.append(f'<text x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle"'
-                   f' font-size="11">{tick:,.0f}</text>')
-        tick += step
+    svgplot.bar_grid(out, fx, xmax, step, top, bottom)
     base = results[BASELINE]["baseline"]
     drop = results.get(DROP_BASELINE, {}).get("baseline") or base
     # each ratio against the baseline the table uses: the GC path against ffi.gc's drop
@@ -193,15 +184,7 @@ def chart(results: Dict[str, Dict[str, float]], note: str = "", width: int = 820
                    f'{value:,.0f} ({value / against[label]:.2f}x)</text>')
     out.append(f'<text x="{left + pw / 2:.1f}" y="{bottom + 32:.1f}" text-anchor="middle"'
                ' font-size="12">instructions per operation (dashed: ffi.gc + ffi.release)</text>')
-    if note:
-        out.append(f'<text x="{width / 2:.1f}" y="{height - 4:.1f}" text-anchor="middle"'
-                   f' font-size="10" fill="#555">{escape(note)}</text>')
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
-        f' viewBox="0 0 {width} {height}" font-family="sans-serif">\n'
-        f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(out)
-        + "\n</svg>\n"
-    )
+    return svgplot.bar_document(out, width, height, note)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

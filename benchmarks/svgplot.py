@@ -11,7 +11,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import escape
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
@@ -246,6 +246,42 @@ HOT_PATH_BARS = (
 HOT_PATH_COLORS = {"baseline": "#888888", "reference": "#2ca02c", "exitsafe": "#1f77b4"}
 
 
+def bar_legend(out: List[str], entries: Sequence[Tuple[str, str]], x0: float) -> None:
+    """A legend row of (name, fill colour) swatches 200 px apart, starting at ``x0``."""
+    for i, (name, color) in enumerate(entries):
+        lx = x0 + i * 200
+        out.append(f'<rect x="{lx:.1f}" y="30" width="14" height="12" fill="{color}"/>')
+        out.append(f'<text x="{lx + 20:.1f}" y="40" font-size="11">{escape(name)}</text>')
+
+
+def bar_grid(
+    out: List[str], fx: Callable[[float], float], xmax: float, step: float, top: float,
+    bottom: float,
+) -> None:
+    """Vertical grid lines with their labels every ``step`` from 0 to ``xmax``."""
+    tick = 0.0
+    while tick <= xmax + 1e-9:
+        x = fx(tick)
+        out.append(f'<line x1="{x:.1f}" y1="{top - 4:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"'
+                   ' stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle"'
+                   f' font-size="11">{tick:,.0f}</text>')
+        tick += step
+
+
+def bar_document(out: List[str], width: int, height: int, note: str) -> str:
+    """The SVG document of a bar chart's elements, with ``note`` under it."""
+    if note:
+        out.append(f'<text x="{width / 2:.1f}" y="{height - 4:.1f}" text-anchor="middle"'
+                   f' font-size="10" fill="#555">{escape(note)}</text>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" font-family="sans-serif">\n'
+        f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(out)
+        + "\n</svg>\n"
+    )
+
+
 def hot_path_chart(hot_path: Dict[str, Any], note: str = "", width: int = 780) -> str:
     """Horizontal bars: nanoseconds per create + release, median with the p25-p75 range,
     from the ``hot_path`` section of a results JSON."""
@@ -266,23 +302,11 @@ def hot_path_chart(hot_path: Dict[str, Any], note: str = "", width: int = 780) -
         ' font-weight="bold">Hot path: create + release one handle (ns per operation,'
         " median; whiskers p25-p75)</text>"
     ]
-    for i, (name, color) in enumerate(
-        (("cffi / weakref.finalize", "baseline"), ("pure-Python floor", "reference"),
-         ("exitsafe", "exitsafe"))
-    ):
-        lx = left + i * 200
-        out.append(f'<rect x="{lx:.1f}" y="30" width="14" height="12"'
-                   f' fill="{HOT_PATH_COLORS[color]}"/>')
-        out.append(f'<text x="{lx + 20:.1f}" y="40" font-size="11">{escape(name)}</text>')
+    legend = (("cffi / weakref.finalize", "baseline"), ("pure-Python floor", "reference"),
+              ("exitsafe", "exitsafe"))
+    bar_legend(out, [(name, HOT_PATH_COLORS[group]) for name, group in legend], left)
     bottom = top + len(rows) * (bar + gap)
-    tick = 0.0
-    while tick <= xmax + 1e-9:
-        x = fx(tick)
-        out.append(f'<line x1="{x:.1f}" y1="{top - 4:.1f}" x2="{x:.1f}" y2="{bottom:.1f}"'
-                   ' stroke="#ddd"/>')
-        out.append(f'<text x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle"'
-                   f' font-size="11">{tick:,.0f}</text>')
-        tick += step
+    bar_grid(out, fx, xmax, step, top, bottom)
     out.append(f'<text x="{left + pw / 2:.1f}" y="{bottom + 32:.1f}" text-anchor="middle"'
                ' font-size="12">nanoseconds per operation</text>')
     for i, (label, group, stats) in enumerate(rows):
@@ -297,15 +321,7 @@ def hot_path_chart(hot_path: Dict[str, Any], note: str = "", width: int = 780) -
                    ' stroke="#222" stroke-width="1.5"/>')
         out.append(f'<text x="{fx(max(median, p75)) + 6:.1f}" y="{y + bar - 5:.1f}"'
                    f' font-size="11">{median:,.0f} ns</text>')
-    if note:
-        out.append(f'<text x="{width / 2:.1f}" y="{height - 4:.1f}" text-anchor="middle"'
-                   f' font-size="10" fill="#555">{escape(note)}</text>')
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
-        f' viewBox="0 0 {width} {height}" font-family="sans-serif">\n'
-        f'<rect width="{width}" height="{height}" fill="white"/>\n' + "\n".join(out)
-        + "\n</svg>\n"
-    )
+    return bar_document(out, width, height, note)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
