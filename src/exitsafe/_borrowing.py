@@ -101,11 +101,18 @@ class Borrowing:
     def _refuse_borrow(self, node: _Node) -> None:
         """A borrow after the teardown began, on a thread that is not the teardown's.
 
-        A handle that already ended raises [`HandleClosedError`][exitsafe.HandleClosedError]; else a
-        daemon thread is parked (it never returns into native code), and a non-daemon
-        thread, which the interpreter would wait for, gets the error.
+        A daemon thread is parked (it never returns into native code), also when the
+        handle already ended in this exit: a thread that loops over borrows cannot tell
+        whether the teardown released the handle a moment before or after it asked,
+        and an error would print its traceback during the exit.  A non-daemon thread,
+        which the interpreter would wait for, gets
+        [`HandleClosedError`][exitsafe.HandleClosedError], and so does any thread for a
+        handle that ended before the exit (a use after release, as always).
         """
-        if node._state > RELEASING or not _threads.is_daemon_thread():
+        # The teardown leaves its ident on what it settled until it records them, then
+        # ENDED_AT_EXIT; a release outside the exit leaves 0.
+        ended_before_exit = node._state > RELEASING and not node._releaser
+        if ended_before_exit or not _threads.is_daemon_thread():
             raise HandleClosedError(
                 f"{closed_message(node)}: the teardown of registry {self.name!r} began"
                 if node._state <= RELEASING

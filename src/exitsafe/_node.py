@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 LIVE, RELEASING, RELEASED, LEAKED, DETACHED = 0, 1, 2, 3, 4
 STATE_NAMES = ("live", "live", "released", "leaked", "detached")
 
+#: ``_releaser`` of a node that ended in an exit teardown, once recorded (``0``: it
+#: ended outside one).  Read only once the state is final, where it names no thread.
+ENDED_AT_EXIT = 1
+
 # Roles, which are also the planner's step priorities among ready steps: hooks first,
 # then ordinary handles, then libraries (whose code the others' releases may run).
 HOOK, HANDLE, LIBRARY = 0, 1, 2
@@ -109,7 +113,7 @@ class Node(_RecordBase):
     _children: int  # live nodes depending on this one (a hook's edges not counted)
     _borrows: int  # borrows in progress
     _state: int
-    _releaser: int  # while RELEASING: ident of the thread running the release
+    _releaser: int  # while RELEASING: ident of the releasing thread; then ENDED_AT_EXIT or 0
     _taint: Optional[str]  # why it must be leaked (a dependent may still use it)
     _gen: int  # fork generation it was created in (read without the lock)
     _thread_id: int  # the creating thread (read without the lock)

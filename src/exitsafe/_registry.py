@@ -40,7 +40,18 @@ from ._hooks import HookRegistration
 from ._inspection import Inspection
 from ._ledger import Ledger, Outcome, quote
 from ._live import LiveTable
-from ._node import DETACHED, HANDLE, HOOK, LEAKED, LIBRARY, LIVE, RELEASED, RELEASING, TAINTING
+from ._node import (
+    DETACHED,
+    ENDED_AT_EXIT,
+    HANDLE,
+    HOOK,
+    LEAKED,
+    LIBRARY,
+    LIVE,
+    RELEASED,
+    RELEASING,
+    TAINTING,
+)
 from ._node import Node as _Node
 from ._pending import _run_mine_quietly
 from ._phase import CLOSED, OPEN
@@ -948,7 +959,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._state = DETACHED
         else:
             node._state = LEAKED if tainting else RELEASED
-        node._releaser = 0
+        # Once ended, a nonzero ``_releaser`` means "ended at exit" (see _refuse_borrow).
+        node._releaser = ENDED_AT_EXIT if at_exit else 0
         self._live.discard(node)
         self._ledger.add(node._seq, node._kind, node._name, outcome, detail, at_exit)
         if tainting:

@@ -228,3 +228,64 @@ def test_many_daemon_borrowers_at_exit_are_waited_for_then_parked(tmp_path):
     assert after == [], "no call entered after the release: the threads are parked"
     assert run.outcomes() == {"session": "released_at_exit"}
     assert run.ledger()["registries"][0]["parked_threads"] == 8
+
+
+DAEMON_BORROWS_AFTER_THE_RELEASE = """
+    import logging, time
+
+    parked = threading.Event()
+
+    class ParkedSignal(logging.Handler):
+        def emit(self, rec):
+            if "parked at borrow()" in rec.getMessage():
+                parked.set()
+
+    logging.getLogger("exitsafe").addHandler(ParkedSignal())
+    logging.getLogger("exitsafe").setLevel(logging.INFO)
+    go, done = threading.Event(), threading.Event()
+
+    def runtime_released(raw):
+        # Runs after the session's step: the session has ended when the thread borrows.
+        go.set()
+        end = time.monotonic() + 30
+        while not (parked.is_set() or done.is_set()) and time.monotonic() < end:
+            time.sleep(0.001)
+        record("runtime released")
+
+    runtime = exitsafe.track("runtime", runtime_released, name="runtime")
+    session = exitsafe.track(
+        "session", lambda raw: record("session released"), depends_on=runtime, name="session"
+    )
+    old = exitsafe.track("old", lambda raw: None, name="old")
+    old.release()  # ended before the exit: a borrow of it is a use after release
+
+    def late_borrower():
+        go.wait()
+        try:
+            with old.borrow():
+                record("entered old")
+        except exitsafe.HandleClosedError:
+            record("old: HandleClosedError")
+        try:
+            with session.borrow():
+                record("entered session")
+        finally:
+            record("left session")  # an error, or a return, would pass here
+            done.set()
+
+    threading.Thread(target=late_borrower, daemon=True).start()
+"""
+
+
+def test_a_daemon_thread_borrowing_a_handle_the_teardown_already_released_is_parked(tmp_path):
+    # The CI failure this reproduces: a daemon thread looping over borrows re-entered
+    # after the teardown had released the handle, and died with a traceback at exit.
+    run = run_program(DAEMON_BORROWS_AFTER_THE_RELEASE, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == ["session released", "old: HandleClosedError", "runtime released"]
+    assert run.ledger()["registries"][0]["parked_threads"] == 1
+    assert run.outcomes() == {
+        "old": "released",
+        "session": "released_at_exit",
+        "runtime": "released_at_exit",
+    }
