@@ -245,7 +245,6 @@ static PyObject *registered_after_close_py;
 static PyObject *sync_wait, *deferred_list, *run_deferred, *affine_dict, *run_mine;
 static PyObject *released_str;
 static Py_ssize_t generation; /* exitsafe._sync.generation, mirrored */
-static PyObject *generation_obj; /* ... and as an int object */
 
 static PyObject *str_handle, *str_library, *str_trim, *str_ledger;
 static PyObject *kw_kind, *kw_depends_on, *kw_exit_policy, *kw_name, *kw_timeout, *kw_affinity;
@@ -399,17 +398,30 @@ typedef struct LiveLink {
     struct LiveLink *prev, *next;
 } LiveLink;
 
+/* The fields most handles leave None (a name, an exit policy, a timeout, a taint, a thread
+ * affinity), kept out of the handle until one is set: every live handle is smaller by
+ * four pointers.  Allocated by the first setter that stores something else than None,
+ * freed with the handle. */
+typedef struct {
+    PyObject *name, *policy, *timeout, *taint, *affinity;
+} NodeExtra;
+
 typedef struct {
     PyObject_HEAD
-    PyObject *registry, *raw, *fn, *kind, *name, *parents, *policy, *timeout, *taint, *affinity;
+    PyObject *registry, *raw, *fn, *kind, *parents;
+    NodeExtra *extra; /* NULL: all of its fields are None */
     /* Python ints, so that the pure-Python layers' attribute accesses of them are
-     * specialized by CPython like those of __slots__ (only object members are). */
-    PyObject *seq, *rank, *refs, *children, *borrows, *gen, *state, *role;
+     * specialized by CPython like those of __slots__ (only object members are); they hold
+     * small values, CPython's shared small ints. */
+    PyObject *refs, *children, *borrows, *state, *role;
+    Py_ssize_t seq; /* creation number: a C integer, so no int object per handle */
+    double rank;    /* topological rank (exitsafe._graph): seq, or between two ranks */
     PyObject *weaklist;
     LiveLink link;                  /* its place in its registry's LiveTable */
     struct LiveTableObject *table;  /* that table (borrowed), or NULL */
-    char owned;                     /* whether the table holds a reference to it */
     unsigned long releaser, thread_id;
+    int gen;                        /* the fork generation it was created in */
+    char owned;                     /* whether the table holds a reference to it */
     char in_child;
 } NodeObject;
 
@@ -682,14 +694,15 @@ Node_traverse(NodeObject *self, visitproc visit, void *arg)
     Py_VISIT(self->raw);
     Py_VISIT(self->fn);
     Py_VISIT(self->kind);
-    Py_VISIT(self->name);
     Py_VISIT(self->parents);
-    Py_VISIT(self->policy);
-    Py_VISIT(self->timeout);
-    Py_VISIT(self->taint);
-    Py_VISIT(self->affinity);
-    Py_VISIT(self->seq);
-    Py_VISIT(self->rank);
+    NodeExtra *x = self->extra;
+    if (x != NULL) {
+        Py_VISIT(x->name);
+        Py_VISIT(x->policy);
+        Py_VISIT(x->timeout);
+        Py_VISIT(x->taint);
+        Py_VISIT(x->affinity);
+    }
     return 0;
 }
 
@@ -698,26 +711,87 @@ Node_clear(NodeObject *self)
 {
     /* first: clearing the fields below may run code that walks the table */
     Py_XDECREF((PyObject *)live_unlink(self));
-    Py_CLEAR(self->seq);
-    Py_CLEAR(self->rank);
     Py_CLEAR(self->refs);
     Py_CLEAR(self->children);
     Py_CLEAR(self->borrows);
-    Py_CLEAR(self->gen);
     Py_CLEAR(self->state);
     Py_CLEAR(self->role);
     Py_CLEAR(self->registry);
     Py_CLEAR(self->raw);
     Py_CLEAR(self->fn);
     Py_CLEAR(self->kind);
-    Py_CLEAR(self->name);
     Py_CLEAR(self->parents);
-    Py_CLEAR(self->policy);
-    Py_CLEAR(self->timeout);
-    Py_CLEAR(self->taint);
-    Py_CLEAR(self->affinity);
+    NodeExtra *x = self->extra;
+    if (x != NULL) {
+        /* detached first: a field's destructor reading the handle sees None */
+        self->extra = NULL;
+        Py_CLEAR(x->name);
+        Py_CLEAR(x->policy);
+        Py_CLEAR(x->timeout);
+        Py_CLEAR(x->taint);
+        Py_CLEAR(x->affinity);
+        PyMem_Free(x);
+    }
     return 0;
 }
+
+/* The getters and setters of the NodeExtra fields; `closure` is the field's offset. */
+static PyObject *
+Node_get_extra(NodeObject *self, void *closure)
+{
+    PyObject *value = NULL;
+    if (self->extra != NULL) {
+        value = *(PyObject **)((char *)self->extra + (size_t)closure);
+    }
+    if (value == NULL) {
+        value = Py_None;
+    }
+    Py_INCREF(value);
+    return value;
+}
+
+static int
+Node_set_extra(NodeObject *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a handle's fields cannot be deleted");
+        return -1;
+    }
+    NodeExtra *x = self->extra;
+    if (x == NULL) {
+        if (value == Py_None) {
+            return 0;
+        }
+        x = PyMem_Calloc(1, sizeof(NodeExtra));
+        if (x == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->extra = x;
+    }
+    PyObject **slot = (PyObject **)((char *)x + (size_t)closure);
+    Py_INCREF(value);
+    Py_XSETREF(*slot, value);
+    return 0;
+}
+
+static inline PyObject *
+extra_field(NodeObject *n, size_t offset) /* borrowed; never NULL */
+{
+    PyObject *value = n->extra ? *(PyObject **)((char *)n->extra + offset) : NULL;
+    return value ? value : Py_None;
+}
+
+#define EXTRA(field) ((void *)offsetof(NodeExtra, field))
+
+static PyGetSetDef Node_getset[] = {
+    {"_name", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(name)},
+    {"_policy", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(policy)},
+    {"_timeout", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(timeout)},
+    {"_taint", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(taint)},
+    {"_affinity", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(affinity)},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static void
 Node_dealloc(NodeObject *self)
@@ -736,18 +810,13 @@ static PyMemberDef Node_members[] = {
     {"_raw", T_OBJECT_EX, offsetof(NodeObject, raw), 0, NULL},
     {"_fn", T_OBJECT_EX, offsetof(NodeObject, fn), 0, NULL},
     {"_kind", T_OBJECT_EX, offsetof(NodeObject, kind), 0, NULL},
-    {"_name", T_OBJECT_EX, offsetof(NodeObject, name), 0, NULL},
     {"_parents", T_OBJECT_EX, offsetof(NodeObject, parents), 0, NULL},
-    {"_policy", T_OBJECT_EX, offsetof(NodeObject, policy), 0, NULL},
-    {"_timeout", T_OBJECT_EX, offsetof(NodeObject, timeout), 0, NULL},
-    {"_taint", T_OBJECT_EX, offsetof(NodeObject, taint), 0, NULL},
-    {"_affinity", T_OBJECT_EX, offsetof(NodeObject, affinity), 0, NULL},
-    {"_rank", T_OBJECT_EX, offsetof(NodeObject, rank), 0, NULL},
-    {"_seq", T_OBJECT_EX, offsetof(NodeObject, seq), 0, NULL},
+    {"_rank", T_DOUBLE, offsetof(NodeObject, rank), 0, NULL},
+    {"_seq", T_PYSSIZET, offsetof(NodeObject, seq), 0, NULL},
     {"_refs", T_OBJECT_EX, offsetof(NodeObject, refs), 0, NULL},
     {"_children", T_OBJECT_EX, offsetof(NodeObject, children), 0, NULL},
     {"_borrows", T_OBJECT_EX, offsetof(NodeObject, borrows), 0, NULL},
-    {"_gen", T_OBJECT_EX, offsetof(NodeObject, gen), 0, NULL},
+    {"_gen", T_INT, offsetof(NodeObject, gen), 0, NULL},
     {"_releaser", T_ULONG, offsetof(NodeObject, releaser), 0, NULL},
     {"_thread_id", T_ULONG, offsetof(NodeObject, thread_id), 0, NULL},
     {"_state", T_OBJECT_EX, offsetof(NodeObject, state), 0, NULL},
@@ -800,9 +869,10 @@ static inline int
 needs_python(NodeObject *n)
 {
     return (n->parents == NULL || !PyTuple_CheckExact(n->parents))
-           || (n->taint != NULL && n->taint != Py_None)
-           || (n->affinity != NULL && n->affinity != Py_None)
-           || (n->gen != generation_obj && ival(n->gen) != generation);
+           || (n->extra != NULL
+               && (extra_field(n, offsetof(NodeExtra, taint)) != Py_None
+                   || extra_field(n, offsetof(NodeExtra, affinity)) != Py_None))
+           || n->gen != generation;
 }
 
 /* ------------------------------------------------------------------ ReleasedRecord */
@@ -813,7 +883,8 @@ needs_python(NodeObject *n)
  * nothing to visit, and the collector need not count it). */
 typedef struct {
     PyObject_HEAD
-    PyObject *seq, *kind, *name;
+    Py_ssize_t seq; /* made an int when read: most records are never read */
+    PyObject *kind, *name;
 } RecordObject;
 
 static Py_ssize_t
@@ -828,7 +899,7 @@ Record_item(PyObject *op, Py_ssize_t i)
     RecordObject *self = (RecordObject *)op;
     PyObject *value;
     switch (i) {
-    case 0: value = self->seq; break;
+    case 0: return PyLong_FromSsize_t(self->seq);
     case 1: value = self->kind; break;
     case 2: value = self->name; break;
     case 3: value = released_str; break;
@@ -849,9 +920,12 @@ Record_tuple(PyObject *op)
     for (Py_ssize_t i = 0; i < 6; i++) {
         items[i] = Record_item(op, i);
     }
-    PyObject *t = PyTuple_Pack(6, items[0], items[1], items[2], items[3], items[4], items[5]);
+    PyObject *t = NULL;
+    if (items[0] != NULL) {
+        t = PyTuple_Pack(6, items[0], items[1], items[2], items[3], items[4], items[5]);
+    }
     for (Py_ssize_t i = 0; i < 6; i++) {
-        Py_DECREF(items[i]);
+        Py_XDECREF(items[i]);
     }
     return t;
 }
@@ -883,7 +957,6 @@ Record_richcompare(PyObject *a, PyObject *b, int op)
 static void
 Record_dealloc(RecordObject *self)
 {
-    Py_XDECREF(self->seq);
     Py_XDECREF(self->kind);
     Py_XDECREF(self->name);
     PyObject_Free(self);
@@ -916,12 +989,8 @@ record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *
 {
     iset(&n->state, RELEASED);
     n->releaser = 0;
-    PyObject *key = n->seq;
-    if (key == NULL) {
-        return -1;
-    }
     *owned = live_unlink(n); /* (a handle: held weakly, nothing to drop) */
-    PyObject *name = n->name ? n->name : Py_None;
+    PyObject *name = extra_field(n, offsetof(NodeExtra, name));
     PyObject *kind = n->kind ? n->kind : Py_None;
     PyObject *record;
     if (!PyObject_IS_GC(kind) && !PyObject_IS_GC(name)) {
@@ -930,8 +999,7 @@ record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *
         if (r == NULL) {
             return -1;
         }
-        Py_INCREF(key);
-        r->seq = key;
+        r->seq = n->seq;
         Py_INCREF(kind);
         r->kind = kind;
         Py_INCREF(name);
@@ -939,7 +1007,9 @@ record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *
         record = (PyObject *)r;
     }
     else {
-        record = PyTuple_Pack(6, key, kind, name, released_str, Py_None, Py_False);
+        PyObject *seq = PyLong_FromSsize_t(n->seq);
+        record = seq ? PyTuple_Pack(6, seq, kind, name, released_str, Py_None, Py_False) : NULL;
+        Py_XDECREF(seq);
         if (record == NULL) {
             return -1;
         }
@@ -1280,6 +1350,7 @@ static PyTypeObject NodeType = {
     .tp_weaklistoffset = offsetof(NodeObject, weaklist),
     .tp_methods = Node_methods,
     .tp_members = Node_members,
+    .tp_getset = Node_getset,
     .tp_finalize = Node_finalize,
 };
 
@@ -1379,17 +1450,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     node->fn = release;
     Py_INCREF(kind);
     node->kind = kind;
-    Py_INCREF(Py_None);
-    node->name = Py_None;
-    node->parents = parents;
-    Py_INCREF(Py_None);
-    node->policy = Py_None;
-    Py_INCREF(Py_None);
-    node->timeout = Py_None;
-    Py_INCREF(Py_None);
-    node->taint = Py_None;
-    Py_INCREF(Py_None);
-    node->affinity = Py_None;
+    node->parents = parents; /* name, policy, timeout, taint, affinity: None (no extra) */
     iset(&node->role, (kind != str_handle && PyUnicode_GET_LENGTH(kind) == 7
                        && PyUnicode_Compare(kind, str_library) == 0)
                           ? LIBRARY_ROLE
@@ -1398,40 +1459,19 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     iset(&node->state, LIVE);
     iset(&node->children, 0);
     iset(&node->borrows, 0);
-    iset(&node->seq, 0);
-    iset(&node->rank, 0);
-    Py_INCREF(generation_obj);
-    node->gen = generation_obj;
+    node->gen = (int)generation;
     node->thread_id = me;
-    if (node->parents == NULL || node->gen == NULL) {
-        Py_DECREF(node);
-        return NULL;
-    }
-    /* The creation number is made before the section: an allocation. */
-    PyObject *key = PyLong_FromSsize_t(self->seq + 1);
-    if (key == NULL) {
-        Py_DECREF(node);
-        return NULL;
-    }
     if (enter_section(me) < 0) {
         /* interrupted while waiting (a KeyboardInterrupt): never registered, so its
          * finalizer must not release what the caller still owns */
-        Py_DECREF(key);
         iset(&node->refs, 0);
         iset(&node->state, 3);
         Py_DECREF(node);
         return NULL;
     }
-    if (self->phase != PHASE_OPEN || (Py_ssize_t)PyLong_AsSsize_t(key) != self->seq + 1) {
-        /* closed meanwhile, or another thread registered first: the Python path */
+    if (self->phase != PHASE_OPEN) {
+        /* closed meanwhile: recorded as the Python path does */
         lock_drop(the_lock);
-        Py_DECREF(key);
-        if (self->phase == PHASE_OPEN) {
-            iset(&node->refs, 0);
-            iset(&node->state, 3);
-            Py_DECREF(node);
-            goto slow;
-        }
         PyObject *r = call2(registered_after_close_py, (PyObject *)self, (PyObject *)node);
         if (r == NULL) {
             Py_DECREF(node);
@@ -1449,7 +1489,6 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         if (ival(parent->state) != LIVE || ival(parent->refs) <= 0) {
             /* no longer usable: the Python path explains it (HandleClosedError) */
             lock_drop(the_lock);
-            Py_DECREF(key);
             iset(&node->refs, 0);
             iset(&node->state, 3);
             Py_DECREF(node);
@@ -1463,16 +1502,11 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         failed = parent->children == NULL;
     }
     if (!failed) {
-        self->seq++;
-        /* _seq, _rank and the _live key: one int object */
-        Py_INCREF(key);
-        Py_SETREF(node->seq, key);
-        Py_INCREF(key);
-        Py_SETREF(node->rank, key);
+        node->seq = ++self->seq;
+        node->rank = (double)node->seq;
         live_append((LiveTableObject *)self->live, node, 0);
     }
     lock_drop(the_lock);
-    Py_DECREF(key);
     if (failed) {
         iset(&node->refs, 0); /* never registered: its finalizer must not release it */
         iset(&node->state, 3);
@@ -1679,9 +1713,11 @@ set_generation(PyObject *module, PyObject *arg)
     if (value == -1 && PyErr_Occurred()) {
         return NULL;
     }
+    if (value < 0 || value > INT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "fork generation %zd out of range", value);
+        return NULL;
+    }
     generation = value;
-    Py_INCREF(arg);
-    Py_XSETREF(generation_obj, arg);
     Py_RETURN_NONE;
 }
 
@@ -1734,9 +1770,6 @@ PyInit__speedups(void)
         if ((small[i] = PyLong_FromLong(i)) == NULL) {
             return NULL;
         }
-    }
-    if ((generation_obj = PyLong_FromLong(0)) == NULL) {
-        return NULL;
     }
     PyObject *m = PyModule_Create(&speedups_module);
     if (m == NULL) {

@@ -398,3 +398,65 @@ def test_track_interrupted_while_waiting_for_the_lock_owns_nothing():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["interrupted", "[] 0 0"], out.stdout + out.stderr
     assert "Exception ignored" not in out.stderr, out.stderr
+
+
+@compiled_only
+def test_a_compiled_handle_fits_in_200_bytes():
+    # The bar of the performance issue: <= 200 B per live handle.  The record is one
+    # object (no int object for its creation number, no slots for the fields most handles
+    # leave None); pymalloc rounds it to 16 B, and the garbage collector adds its header.
+    registry = exitsafe.Registry("cores-size")
+    handle = registry.track(object(), lambda raw: None)
+    assert sys.getsizeof(handle) <= 200
+    handle.release()
+
+
+@compiled_only
+def test_rarely_set_fields_read_none_until_set_and_keep_what_is_set():
+    registry = exitsafe.Registry("cores-extra")
+    parent = registry.track("p", lambda raw: None, name="parent", timeout=2.5)
+    child = registry.track(
+        "c", lambda raw: None, depends_on=parent, exit_policy="leak", affinity="creator"
+    )
+    plain = registry.track("x", lambda raw: None)
+    assert (plain.name, plain._policy, plain._timeout, plain._affinity) == (
+        "handle#3", None, None, None
+    )
+    assert (parent.name, parent._timeout) == ("parent", 2.5)
+    assert (child._policy, child._affinity, child._name) == ("leak", threading.main_thread(), None)
+    child._policy = None  # back to the registry's default
+    assert child._policy is None
+    for handle in (child, plain, parent):
+        handle.release()
+    # the ledger's records name them as before (the creation number made an int on demand)
+    assert [(e.name, e.outcome) for e in registry.ledger()] == [
+        ("handle#2", "released"),
+        ("handle#3", "released"),
+        ("parent", "released"),
+    ]
+    assert [e.seq for e in registry.ledger()] == [2, 3, 1]
+    with pytest.raises(AttributeError):
+        del plain._name
+
+
+@compiled_only
+def test_a_cycle_through_a_rarely_set_field_is_collected():
+    # The fields kept outside the handle are still visited by the garbage collector.
+    import gc
+    import weakref
+
+    registry = exitsafe.Registry("cores-extra-gc")
+    released = []
+
+    class Name(str):
+        pass
+
+    handle = registry.track("raw", released.append)
+    name = Name("cyclic")
+    name.handle = handle
+    handle._name = name  # a cycle: handle -> its name -> handle
+    alive = weakref.ref(name)
+    del handle, name
+    gc.collect()
+    assert alive() is None
+    assert released == ["raw"]
