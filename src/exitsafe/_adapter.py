@@ -94,6 +94,18 @@ class _PointerRelease:
         self.release(raw)
 
 
+def _already_tracked(address: object, existing: Optional[Handle]) -> str:
+    """The message of a second ``track`` of a tracked pointer (see `ClaimTable.claim`)."""
+    where = (
+        f"as {existing.kind} {existing.name!r}" if existing is not None
+        else "by another thread right now"
+    )
+    return (
+        f"pointer 0x{address:x} is already tracked {where}; releasing it twice "
+        f"would be a double free (use handle_of(ptr).retain() to share ownership)"
+    )
+
+
 class _LibraryCloser:
     """The release function of a pin: forget the pin, close the library (or keep it)."""
 
@@ -204,22 +216,11 @@ class Adapter:
             raise TypeError(f"release must be callable, got {type(release).__name__}")
         address = self.pointer_address(ptr, ctx)
         reg = registry_arg(registry)
-        parents = list(resolve(depends_on, reg, "depends_on"))
+        parents = resolve(depends_on, reg, "depends_on")
         pin = self.pin_of(lib, reg) if lib is not None else self.pin_for_release(release, ctx, reg)
         if pin is not None and pin not in parents:
-            parents.append(pin)
-
-        def describe(existing: Optional[Handle]) -> str:
-            where = (
-                f"as {existing.kind} {existing.name!r}" if existing is not None
-                else "by another thread right now"
-            )
-            return (
-                f"pointer 0x{address:x} is already tracked {where}; releasing it twice "
-                f"would be a double free (use handle_of(ptr).retain() to share ownership)"
-            )
-
-        addresses.claim(address, None, describe)
+            parents += (pin,)
+        addresses.claim(address, None, _already_tracked)
         releaser = _PointerRelease(self.release_call(release), address, (ctx, lib))
         try:
             handle = reg.track(

@@ -62,12 +62,20 @@ _OWNED = {
 }
 
 
+#: Classes whose instances passed `_check_ffi` once (cffi's FFI classes, usually two).
+_FFI_TYPES: set[type] = set()
+
+
 def _check_ffi(ffi: Any) -> None:
+    if type(ffi) in _FFI_TYPES:
+        return
     for attr in ("typeof", "cast", "NULL", "CData"):
         if not hasattr(ffi, attr):
             raise TypeError(
                 f"expected a cffi FFI object as first argument, got {type(ffi).__name__}"
             )
+    if len(_FFI_TYPES) < 64:
+        _FFI_TYPES.add(type(ffi))
 
 
 class _CffiAdapter(Adapter):
@@ -78,8 +86,24 @@ class _CffiAdapter(Adapter):
         #: id(release function cdata) -> (that cdata, base address of its library or None)
         self._release_bases: dict[int, tuple[object, Optional[int]]] = {}
         self._uintptr: Any = None
+        #: What `pointer_address` learnt from pointers it accepted: the class of plain
+        #: (not cffi-owned) cdata of cffi's C backend, and the C types of those pointers.
+        self._plain_cdata: Optional[type] = None
+        self._pointer_ctypes: set[object] = set()
 
     def pointer_address(self, ptr: object, ffi: Any) -> int:
+        plain = self._plain_cdata
+        if type(ptr) is plain and ffi.CData is plain:
+            # A cdata of a class and a C type accepted before: only NULL is left to check.
+            backend = sys.modules["_cffi_backend"]  # loaded: ptr is one of its objects
+            if backend.typeof(ptr) in self._pointer_ctypes:
+                address = int(backend.cast(self._uintptr, ptr))
+                if address:
+                    return address
+        return self._checked_address(ptr, ffi)
+
+    def _checked_address(self, ptr: object, ffi: Any) -> int:
+        """Every check of a `track` pointer, with its error; remembers what passed."""
         if not isinstance(ptr, ffi.CData):
             raise TypeError(f"track() needs a cffi cdata pointer, got {type(ptr).__name__}")
         ctype = ffi.typeof(ptr)
@@ -99,7 +123,23 @@ class _CffiAdapter(Adapter):
                 f"track() got a NULL pointer ({ctype.cname!r}): there is nothing to own "
                 f"(did the C call fail?)"
             )
-        return int(ffi.cast("uintptr_t", ptr))
+        address = int(ffi.cast("uintptr_t", ptr))
+        self._learn(ptr, ffi, ctype)
+        return address
+
+    def _learn(self, ptr: object, ffi: Any, ctype: Any) -> None:
+        """Remember an accepted pointer's class and C type, for cffi's C backend only."""
+        backend = sys.modules.get("_cffi_backend")
+        if backend is None or ffi.CData is not getattr(backend, "_CDataBase", None):
+            return  # another backend (cffi's ctypes one): always the full checks
+        if type(ptr) is not ffi.CData or backend.typeof(ptr) is not ctype:
+            return
+        if self._uintptr is None:
+            self._uintptr = backend.new_primitive_type("uintptr_t")
+        if len(self._pointer_ctypes) >= 4096:  # a program makes few pointer types
+            self._pointer_ctypes.clear()
+        self._pointer_ctypes.add(ctype)
+        self._plain_cdata = ffi.CData
 
     def describe_library(self, lib: object, ffi: Any) -> LibraryInfo:
         if lib is None or isinstance(lib, (str, bytes, int)):

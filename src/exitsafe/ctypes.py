@@ -81,7 +81,8 @@ class _CtypesAdapter(Adapter):
                 "Python callbacks, and pin() for the library that owns native functions"
             )
         if isinstance(ptr, _POINTERS):
-            address = _c.cast(ptr, _c.c_void_p).value
+            # The pointer's own bytes, read in place (ctypes.cast calls through libffi).
+            address = _c.c_void_p.from_buffer(ptr).value
             if not address:
                 raise ValueError(
                     f"track() got a NULL pointer ({type(ptr).__name__}): there is nothing to own"

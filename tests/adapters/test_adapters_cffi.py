@@ -97,8 +97,18 @@ def test_teardown_releases_in_dependency_order(abi, reg):
         (lambda ffi, lib: 1234, TypeError, "cdata pointer"),
     ],
 )
-def test_track_rejects_what_it_cannot_own(abi, reg, make, error, words):
+@pytest.mark.parametrize("warm", [False, True], ids=["first", "after-valid-pointers"])
+def test_track_rejects_what_it_cannot_own(abi, reg, make, error, words, warm):
     ffi, lib = abi
+    if warm:
+        # Valid pointers of the C types the cases use, tracked first: what the adapter
+        # learns from them (their cdata class and C type) must not let a bad one through.
+        ctx = lib.toy_ctx_new()
+        es_cffi.track(ffi, ffi.cast("void *", ctx), lib.toy_ctx_free, registry=reg).release()
+        ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+        obj = es_cffi.track(ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, registry=reg)
+        obj.release()
+        ctx.release()
     with pytest.raises(error, match=words):
         es_cffi.track(ffi, make(ffi, lib), lib.toy_ctx_free, registry=reg)
     assert len(reg) == 0
