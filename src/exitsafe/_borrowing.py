@@ -20,6 +20,7 @@ from ._handle import closed_message
 from ._node import LIVE, RELEASING
 from ._node import Node as _Node
 from ._phase import CLOSED
+from ._process import process_ending
 from ._report import log
 
 TYPE_CHECKING = False
@@ -102,17 +103,21 @@ class Borrowing:
         """A borrow after the teardown began, on a thread that is not the teardown's.
 
         A daemon thread is parked (it never returns into native code), also when the
-        handle already ended in this exit: a thread that loops over borrows cannot tell
-        whether the teardown released the handle a moment before or after it asked,
-        and an error would print its traceback during the exit.  A non-daemon thread,
-        which the interpreter would wait for, gets
+        process is ending and its teardown already released the handle: a thread that
+        loops over borrows cannot tell whether the release came a moment before or after
+        it asked, and an error would print its traceback during the exit.  A non-daemon
+        thread, which the interpreter would wait for, gets
         [`HandleClosedError`][exitsafe.HandleClosedError], and so does any thread for a
-        handle that ended before the exit (a use after release, as always).
+        handle that ended otherwise (released before, or by the teardown of this one
+        registry while the program goes on): a use after release, as always.
         """
-        # The teardown leaves its ident on what it settled until it records them, then
-        # ENDED_AT_EXIT; a release outside the exit leaves 0.
-        ended_before_exit = node._state > RELEASING and not node._releaser
-        if ended_before_exit or not _threads.is_daemon_thread():
+        if node._state > RELEASING:
+            # A teardown leaves its ident on what it settled until it records them, then
+            # ENDED_AT_EXIT; a release outside a teardown leaves 0.
+            ended_in_the_exit = bool(node._releaser) and process_ending()
+        else:
+            ended_in_the_exit = True  # not ended: the teardown is still to reach it
+        if not ended_in_the_exit or not _threads.is_daemon_thread():
             raise HandleClosedError(
                 f"{closed_message(node)}: the teardown of registry {self.name!r} began"
                 if node._state <= RELEASING

@@ -35,6 +35,9 @@ _kept: dict[int, Registry] = {}
 _default: list[Registry] = []
 #: The exit teardown's progress: "open" -> "exiting" -> "exited".
 _exit_phase: list[str] = ["open"]
+#: Whether `teardown_all` began: the process is ending (at exit, on a signal, by
+#: exitsafe.exit, in a multiprocessing worker), not one registry closing.
+_ending: list[bool] = [False]
 #: Objects kept referenced for the life of the process: the raw objects of leaked
 #: handles and pinned libraries that must never be unloaded by exitsafe's doing.
 _kept_alive: list[object] = []
@@ -87,9 +90,12 @@ def keep_forever(obj: object) -> None:
     _kept_alive.append(obj)
 
 
-def exit_teardown_begun() -> bool:
-    """Whether the process's exit teardown has begun."""
-    return _exit_phase[0] != "open"
+def process_ending() -> bool:
+    """Whether the teardown of every registry began (`teardown_all`): the process ends.
+
+    Read without the lock (one list item).  ``False`` again in a forked child.
+    """
+    return _ending[0]
 
 
 def teardown_all(reason: str) -> None:
@@ -99,6 +105,7 @@ def teardown_all(reason: str) -> None:
     further round.  One registry failing does not stop the others.  Used by the exit
     hook and by the signal handlers of [`exitsafe.signals`][exitsafe.signals].
     """
+    _ending[0] = True
     done: set[int] = set()
     while True:
         todo = [r for r in reversed(registries()) if id(r) not in done]
@@ -212,6 +219,7 @@ def _after_fork_in_child() -> None:
     _sync.after_fork_in_child()
     _interrupts.after_fork_in_child()
     _exit_phase[0] = "open"  # the child has an exit of its own
+    _ending[0] = False
     for registry in registries():
         registry._after_fork_in_child()
     steps = sys.modules.get("exitsafe._steps")

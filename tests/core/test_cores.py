@@ -442,21 +442,24 @@ def test_rarely_set_fields_read_none_until_set_and_keep_what_is_set():
 @compiled_only
 def test_a_cycle_through_a_rarely_set_field_is_collected():
     # The fields kept outside the handle are still visited by the garbage collector.
+    # (Through the exit policy: a handle's name would stay referenced by its ledger record.)
     import gc
     import weakref
 
     registry = exitsafe.Registry("cores-extra-gc")
     released = []
 
-    class Name(str):
-        pass
+    class Policy:
+        handle = None
 
-    handle = registry.track("raw", released.append)
-    name = Name("cyclic")
-    name.handle = handle
-    handle._name = name  # a cycle: handle -> its name -> handle
-    alive = weakref.ref(name)
-    del handle, name
+        def __call__(self, info):
+            return "release"
+
+    policy = Policy()
+    handle = registry.track("raw", released.append, exit_policy=policy)
+    policy.handle = handle  # a cycle: handle -> its policy -> handle
+    alive = weakref.ref(policy)
+    del handle, policy
     gc.collect()
     assert alive() is None
     assert released == ["raw"]

@@ -112,6 +112,28 @@ def test_non_daemon_thread_borrowing_after_teardown_began_gets_an_error(reg):
     assert "teardown of registry 'quiesce' began" in str(seen[0])
 
 
+def test_daemon_thread_borrowing_a_handle_of_a_registry_closed_mid_program_gets_an_error(reg):
+    # Parking a daemon thread for a handle that already ended is for a process that is
+    # ending (see test_exit_threads); a registry torn down while the program goes on
+    # answers a late borrow with the error, as any use after release.
+    h = reg.track("session", lambda raw: None, name="session")
+    reg.teardown()
+    seen: list[BaseException] = []
+
+    def late_borrow() -> None:
+        try:
+            with h.borrow():
+                seen.append(AssertionError("entered"))
+        except HandleClosedError as exc:
+            seen.append(exc)
+
+    thread = threading.Thread(target=late_borrow, daemon=True)
+    thread.start()
+    thread.join(LONG)
+    assert not thread.is_alive(), "the daemon thread was parked"
+    assert len(seen) == 1 and isinstance(seen[0], HandleClosedError)
+
+
 def test_hooks_and_the_teardown_thread_can_still_borrow(reg):
     log: list[str] = []
     h = reg.track("queue", lambda raw: log.append("released"), name="queue")
