@@ -23,6 +23,7 @@ from __future__ import annotations
 from _weakref import ref as _weakref
 
 from ._adopt import ClaimTable, hook_after_leak, register_lookup, registry_arg, resolve
+from ._core import speedups
 from ._handle import Handle, enter_borrow, exit_borrow
 from ._process import keep_forever
 
@@ -104,6 +105,14 @@ def _already_tracked(address: object, existing: Optional[Handle]) -> str:
         f"pointer 0x{address:x} is already tracked {where}; releasing it twice "
         f"would be a double free (use handle_of(ptr).retain() to share ownership)"
     )
+
+
+#: What `Adapter.track` makes: the compiled core's `PointerRelease` (the same fields and
+#: call, in C) when it runs, else the class above.
+_pointer_release: Callable[[Callable[[Any], object], int, object], Any] = _PointerRelease
+if speedups is not None:
+    speedups.setup_pointers(*addresses.shared_with_core(), addresses.forget)
+    _pointer_release = speedups.PointerRelease
 
 
 class _LibraryCloser:
@@ -221,7 +230,7 @@ class Adapter:
         if pin is not None and pin not in parents:
             parents += (pin,)
         addresses.claim(address, None, _already_tracked)
-        releaser = _PointerRelease(self.release_call(release), address, (ctx, lib))
+        releaser = _pointer_release(self.release_call(release), address, (ctx, lib))
         try:
             handle = reg.track(
                 ptr,
@@ -240,6 +249,11 @@ class Adapter:
         return handle
 
     # ------------------------------------------------------------------ libraries
+
+    def pin_table(self) -> dict[object, _Pin]:
+        """The pins by key, for the compiled core (it takes the Python path whenever
+        there is any).  Never replaced."""
+        return self._pins
 
     def pin_of(self, lib: object, registry: Registry) -> Optional[Handle]:
         """The live pin of ``lib`` in ``registry``, or ``None``."""

@@ -111,6 +111,12 @@ class ClaimTable:
         self._entries: dict[object, tuple[object, Any]] = {}
         self._strong = strong
 
+    def shared_with_core(self) -> tuple[dict[object, tuple[object, Any]], object]:
+        """The table's dict and its reservation marker, for the compiled core (which
+        claims and forgets keys under the same lock, with the same entries).  Neither is
+        ever replaced."""
+        return self._entries, _RESERVED
+
     def get(self, key: object, identity: object = None) -> Optional[Handle]:
         """The live handle owning ``key`` (and, if given, standing for ``identity``)."""
         entry = self._entries.get(key)

@@ -1585,6 +1585,498 @@ module_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
     return r;
 }
 
+/* ------------------------------------------------------------------ pointers (adapters) */
+
+/* The adapters' address table (exitsafe._adapter.addresses, a ClaimTable): its dict
+ * (address -> (None, weak reference to the handle) or the reservation (None, RESERVED)),
+ * and its Python `forget`, which the compiled release calls whenever it cannot take the
+ * lock at once.  Set by setup_pointers(). */
+static PyObject *ptr_entries, *ptr_reserved, *ptr_reservation, *ptr_forget_py;
+static PyObject *kind_names; /* ("kind",): the keyword names of a track(raw, fn, kind=...) */
+
+/* A strong reference to what `ref` (a weak reference) refers to, or NULL (dead, or not a
+ * weak reference); never sets an exception. */
+static PyObject *
+weak_target(PyObject *ref)
+{
+    if (!PyWeakref_Check(ref)) {
+        return NULL;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(ref, &obj) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return obj;
+#else
+    PyObject *obj = PyWeakref_GetObject(ref);
+    if (obj == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (obj == Py_None) {
+        return NULL;
+    }
+    Py_INCREF(obj);
+    return obj;
+#endif
+}
+
+/* The release function of a tracked pointer (exitsafe._adapter._PointerRelease): forget
+ * the address, then call `release(raw)`. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *release, *address, *keep, *handle;
+} PointerReleaseObject;
+
+static PyTypeObject PointerReleaseType;
+
+static PyObject *
+pointer_release_alloc(PyTypeObject *type, PyObject *release, PyObject *address, PyObject *keep)
+{
+    PointerReleaseObject *self = (PointerReleaseObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(release);
+    self->release = release;
+    Py_INCREF(address);
+    self->address = address;
+    Py_INCREF(keep);
+    self->keep = keep;
+    Py_INCREF(Py_None);
+    self->handle = Py_None;
+    return (PyObject *)self;
+}
+
+static PyObject *
+pointer_release_new(PyObject *release, PyObject *address, PyObject *keep)
+{
+    return pointer_release_alloc(&PointerReleaseType, release, address, keep);
+}
+
+static PyObject *
+PointerRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *release, *address, *keep;
+    static char *names[] = {"release", "address", "keep", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:PointerRelease", names, &release,
+                                     &address, &keep)) {
+        return NULL;
+    }
+    return pointer_release_alloc(type, release, address, keep);
+}
+
+static int
+PointerRelease_traverse(PointerReleaseObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->release);
+    Py_VISIT(self->address);
+    Py_VISIT(self->keep);
+    Py_VISIT(self->handle);
+    return 0;
+}
+
+static int
+PointerRelease_clear(PointerReleaseObject *self)
+{
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->address);
+    Py_CLEAR(self->keep);
+    Py_CLEAR(self->handle);
+    return 0;
+}
+
+static void
+PointerRelease_dealloc(PointerReleaseObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    PointerRelease_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* addresses.forget(address, handle): drop the entry if `handle` (or a dead handle) still
+ * owns it.  In a section of its own when the lock is free; otherwise (held by another
+ * thread, or by this one: a finalizer inside a section) the Python method decides. */
+static int
+pointer_forget(PointerReleaseObject *self)
+{
+    if (ptr_entries == NULL || self->address == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "exitsafe._speedups.setup_pointers() was not called");
+        return -1;
+    }
+    PyObject *handle = self->handle ? weak_target(self->handle) : NULL;
+    unsigned long me = PyThread_get_thread_ident();
+    if (LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
+        PyObject *r = call2(ptr_forget_py, self->address, handle ? handle : Py_None);
+        Py_XDECREF(handle);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+        return 0;
+    }
+    /* in the section: no user code runs (nothing below calls any; what is dropped is
+     * dropped after it) */
+    PyObject *entry = PyDict_GetItemWithError(ptr_entries, self->address);
+    PyObject *current = NULL, *dropped = NULL;
+    int rc = 0;
+    if (entry == NULL) {
+        rc = PyErr_Occurred() ? -1 : 0;
+    }
+    else if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2
+             && PyTuple_GET_ITEM(entry, 1) != ptr_reserved) {
+        current = weak_target(PyTuple_GET_ITEM(entry, 1));
+        if (current == NULL || current == handle) {
+            Py_INCREF(entry);
+            dropped = entry;
+            rc = PyDict_DelItem(ptr_entries, self->address);
+        }
+    }
+    lock_drop(the_lock);
+    Py_XDECREF(dropped);
+    Py_XDECREF(current);
+    Py_XDECREF(handle);
+    if (rc < 0) {
+        return -1;
+    }
+    return after_call(0);
+}
+
+static PyObject *
+PointerRelease_call(PointerReleaseObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *raw;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds)) || !PyArg_UnpackTuple(args, "release", 1, 1, &raw)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "a pointer's release takes one positional argument");
+        }
+        return NULL;
+    }
+    if (pointer_forget(self) < 0) {
+        return NULL;
+    }
+    PyObject *release = self->release;
+    if (release == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this pointer's release was cleared");
+        return NULL;
+    }
+    Py_INCREF(release);
+    PyObject *r = PyObject_CallOneArg(release, raw);
+    Py_DECREF(release);
+    return r;
+}
+
+static PyMemberDef PointerRelease_members[] = {
+    {"release", T_OBJECT, offsetof(PointerReleaseObject, release), READONLY, NULL},
+    {"address", T_OBJECT, offsetof(PointerReleaseObject, address), READONLY, NULL},
+    {"keep", T_OBJECT, offsetof(PointerReleaseObject, keep), READONLY, NULL},
+    {"handle", T_OBJECT, offsetof(PointerReleaseObject, handle), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PointerReleaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exitsafe._speedups.PointerRelease",
+    .tp_basicsize = sizeof(PointerReleaseObject),
+    .tp_dealloc = (destructor)PointerRelease_dealloc,
+    .tp_call = (ternaryfunc)PointerRelease_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "PointerRelease(release, address, keep)\n--\n\n"
+              "The release function of a tracked pointer: forget its address in the "
+              "adapters' table, then call release(raw) (see exitsafe._adapter).",
+    .tp_traverse = (traverseproc)PointerRelease_traverse,
+    .tp_clear = (inquiry)PointerRelease_clear,
+    .tp_members = PointerRelease_members,
+    .tp_new = PointerRelease_new,
+};
+
+/* Drop the reservation of `address` (its registration failed). */
+static int
+pointer_cancel(PyObject *address)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (enter_section(me) < 0) {
+        return -1;
+    }
+    PyObject *entry = PyDict_GetItemWithError(ptr_entries, address);
+    int rc = entry == NULL ? (PyErr_Occurred() ? -1 : 0) : 0;
+    PyObject *dropped = NULL;
+    if (entry != NULL && entry == ptr_reservation) {
+        Py_INCREF(entry);
+        dropped = entry;
+        rc = PyDict_DelItem(ptr_entries, address);
+    }
+    lock_drop(the_lock);
+    Py_XDECREF(dropped);
+    return rc;
+}
+
+/* Own `address` for a new handle: track `raw` in `reg` with a PointerRelease, claiming
+ * the address first (the caller checked it is free only under the lock, here).  Returns
+ * the handle, or NULL with an exception, or NULL without one when the address is taken
+ * (the Python path then explains it: AlreadyTrackedError, or a dead owner replaced). */
+static PyObject *
+pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *address,
+              PyObject *keep, PyObject *kind)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (enter_section(me) < 0) {
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(ptr_entries, address);
+    int rc = -1;
+    if (entry == NULL && !PyErr_Occurred()) {
+        rc = PyDict_SetItem(ptr_entries, address, ptr_reservation);
+    }
+    lock_drop(the_lock);
+    if (rc < 0) {
+        return NULL; /* taken (no exception) or an error */
+    }
+    PyObject *releaser = pointer_release_new(release, address, keep);
+    PyObject *handle = NULL;
+    if (releaser != NULL) {
+        PyObject *targs[3] = {raw, releaser, kind};
+        handle = Registry_track(reg, targs, 2, kind_names);
+    }
+    if (handle == NULL) {
+        /* as the Python path: cancel the claim, then raise what the registration raised */
+        PyObject *exc = take_exception();
+        Py_XDECREF(releaser);
+        if (pointer_cancel(address) < 0) {
+            Py_XDECREF(exc);
+            return NULL;
+        }
+        raise_exception(exc);
+        return NULL;
+    }
+    /* bind (no lock, as ClaimTable.bind: one dict store): a live handle owns the address */
+    int bound = -1;
+    if (PyObject_TypeCheck(handle, &NodeType)
+        && ival(((NodeObject *)handle)->state) == LIVE) {
+        PyObject *ref = PyWeakref_NewRef(handle, NULL);
+        PyObject *value = ref ? PyTuple_Pack(2, Py_None, ref) : NULL;
+        if (value != NULL) {
+            Py_INCREF(ref);
+            Py_SETREF(((PointerReleaseObject *)releaser)->handle, ref);
+            bound = PyDict_SetItem(ptr_entries, address, value);
+        }
+        Py_XDECREF(value);
+        Py_XDECREF(ref);
+    }
+    else {
+        bound = pointer_cancel(address);
+    }
+    Py_DECREF(releaser);
+    if (bound < 0) {
+        Py_DECREF(handle);
+        return NULL;
+    }
+    return handle;
+}
+
+/* exitsafe.cffi.track's compiled form: what the cffi adapter learnt (see
+ * exitsafe.cffi._CffiAdapter.pointer_address), and the Python function for the rest. */
+static PyObject *cffi_track_py, *cffi_pins, *cffi_ffi_types, *cffi_pointer_ctypes;
+static PyObject *cffi_plain, *cffi_uintptr, *cffi_typeof, *cffi_cast;
+static PyObject *str_CData, *kw_registry, *kw_lib;
+
+static PyObject *
+cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *kind = str_handle, *regarg = Py_None;
+    if (nargs != 3 || cffi_track_py == NULL || the_lock == NULL || ptr_entries == NULL
+        || cffi_plain == NULL) {
+        goto slow;
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject *value = args[nargs + i];
+        if (kw_is(key, kw_kind)) {
+            kind = value;
+        }
+        else if (kw_is(key, kw_registry)) {
+            regarg = value;
+        }
+        else if (kw_is(key, kw_depends_on)) {
+            if (!((PyTuple_CheckExact(value) || PyList_CheckExact(value)) && Py_SIZE(value) == 0)) {
+                goto slow;
+            }
+        }
+        else if (value != Py_None
+                 || !(kw_is(key, kw_lib) || kw_is(key, kw_name) || kw_is(key, kw_exit_policy)
+                      || kw_is(key, kw_timeout))) {
+            goto slow;
+        }
+    }
+    PyObject *ffi = args[0], *ptr = args[1], *release = args[2];
+    if (!PyUnicode_CheckExact(kind) || Py_TYPE(ptr) != (PyTypeObject *)cffi_plain
+        || PyDict_GET_SIZE(cffi_pins) || !PyCallable_Check(release)
+        || LOAD(the_lock->owner) == PyThread_get_thread_ident()) {
+        goto slow;
+    }
+    /* the checks the adapter learnt: an FFI it accepted, whose cdata class is that of the
+     * pointer, and a C type it accepted; any failure or error: the Python path explains */
+    if (PySet_Contains(cffi_ffi_types, (PyObject *)Py_TYPE(ffi)) != 1) {
+        PyErr_Clear();
+        goto slow;
+    }
+    PyObject *cdata_class = PyObject_GetAttr(ffi, str_CData);
+    Py_XDECREF(cdata_class); /* compared by identity only; the class lives on */
+    if (cdata_class != cffi_plain) {
+        PyErr_Clear();
+        goto slow;
+    }
+    PyObject *ctype = PyObject_Vectorcall(cffi_typeof, &ptr, 1, NULL);
+    int pointer = ctype ? PySet_Contains(cffi_pointer_ctypes, ctype) : -1;
+    Py_XDECREF(ctype);
+    if (pointer != 1) {
+        PyErr_Clear();
+        goto slow;
+    }
+    PyObject *cast_args[2] = {cffi_uintptr, ptr};
+    PyObject *number = PyObject_Vectorcall(cffi_cast, cast_args, 2, NULL);
+    PyObject *address = number ? PyNumber_Long(number) : NULL;
+    Py_XDECREF(number);
+    if (address == NULL || PyObject_IsTrue(address) != 1) { /* NULL: explained there */
+        Py_XDECREF(address);
+        PyErr_Clear();
+        goto slow;
+    }
+    PyObject *reg;
+    if (regarg == Py_None) {
+        if (PyList_GET_SIZE(default_list)) {
+            reg = PyList_GET_ITEM(default_list, 0);
+            Py_INCREF(reg);
+        }
+        else {
+            reg = PyObject_CallNoArgs(default_registry_py); /* created on first use */
+            if (reg == NULL) {
+                Py_DECREF(address);
+                return NULL;
+            }
+        }
+    }
+    else {
+        reg = regarg;
+        Py_INCREF(reg);
+    }
+    if (!is_registry(reg)) {
+        Py_DECREF(reg);
+        Py_DECREF(address);
+        goto slow; /* (a TypeError, from the Python path) */
+    }
+    PyObject *keep = PyTuple_Pack(2, ffi, Py_None);
+    PyObject *handle = keep ? pointer_track((RegistryObject *)reg, ptr, release, address, keep, kind)
+                            : NULL;
+    Py_XDECREF(keep);
+    Py_DECREF(reg);
+    Py_DECREF(address);
+    if (handle != NULL || PyErr_Occurred()) {
+        return handle;
+    }
+    /* the address is taken: the Python path raises AlreadyTrackedError (or replaces an
+     * entry whose handle is gone) */
+slow:
+    return PyObject_Vectorcall(cffi_track_py, args, nargs, kwnames);
+}
+
+static PyMethodDef cffi_methods[] = {
+    {"track", (PyCFunction)(void (*)(void))cffi_track, METH_FASTCALL | METH_KEYWORDS,
+     "track(ffi, ptr, release, *, registry=None, lib=None, kind='handle', depends_on=(), "
+     "exit_policy=None, name=None, timeout=None)\n--\n\n"
+     "Own the native object `ptr` points to (see exitsafe.cffi.track)."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* setup_pointers(entries, reserved, forget): the adapters' address table. */
+static PyObject *
+setup_pointers(PyObject *module, PyObject *args)
+{
+    PyObject *entries, *reserved, *forget;
+    if (!PyArg_ParseTuple(args, "O!OO:setup_pointers", &PyDict_Type, &entries, &reserved,
+                          &forget)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(forget)) {
+        PyErr_SetString(PyExc_TypeError, "setup_pointers(): forget must be callable");
+        return NULL;
+    }
+    PyObject *reservation = PyTuple_Pack(2, Py_None, reserved);
+    if (reservation == NULL) {
+        return NULL;
+    }
+    Py_INCREF(entries);
+    Py_XSETREF(ptr_entries, entries);
+    Py_INCREF(reserved);
+    Py_XSETREF(ptr_reserved, reserved);
+    Py_XSETREF(ptr_reservation, reservation);
+    Py_INCREF(forget);
+    Py_XSETREF(ptr_forget_py, forget);
+    Py_RETURN_NONE;
+}
+
+/* setup_cffi(slow, pins, ffi_types, pointer_ctypes) -> the compiled exitsafe.cffi.track */
+static PyObject *
+setup_cffi(PyObject *module, PyObject *args)
+{
+    PyObject *slow, *pins, *ffi_types, *pointer_ctypes;
+    if (!PyArg_ParseTuple(args, "OO!O!O!:setup_cffi", &slow, &PyDict_Type, &pins, &PySet_Type,
+                          &ffi_types, &PySet_Type, &pointer_ctypes)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "setup_cffi(): slow must be callable");
+        return NULL;
+    }
+    PyObject *name = PyUnicode_FromString("exitsafe.cffi");
+    if (name == NULL) {
+        return NULL;
+    }
+    PyObject *fn = PyCFunction_NewEx(&cffi_methods[0], NULL, name);
+    Py_DECREF(name);
+    if (fn == NULL) {
+        return NULL;
+    }
+    Py_INCREF(slow);
+    Py_XSETREF(cffi_track_py, slow);
+    Py_INCREF(pins);
+    Py_XSETREF(cffi_pins, pins);
+    Py_INCREF(ffi_types);
+    Py_XSETREF(cffi_ffi_types, ffi_types);
+    Py_INCREF(pointer_ctypes);
+    Py_XSETREF(cffi_pointer_ctypes, pointer_ctypes);
+    return fn;
+}
+
+/* cffi_learned(plain, uintptr, typeof, cast): the cdata class of plain pointers, the C type
+ * uintptr_t and the backend's typeof and cast, once the adapter accepted a pointer. */
+static PyObject *
+cffi_learned(PyObject *module, PyObject *args)
+{
+    PyObject *plain, *uintptr, *typeof_fn, *cast_fn;
+    if (!PyArg_ParseTuple(args, "O!OOO:cffi_learned", &PyType_Type, &plain, &uintptr,
+                          &typeof_fn, &cast_fn)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(typeof_fn) || !PyCallable_Check(cast_fn)) {
+        PyErr_SetString(PyExc_TypeError, "cffi_learned(): typeof and cast must be callable");
+        return NULL;
+    }
+    Py_INCREF(uintptr);
+    Py_XSETREF(cffi_uintptr, uintptr);
+    Py_INCREF(typeof_fn);
+    Py_XSETREF(cffi_typeof, typeof_fn);
+    Py_INCREF(cast_fn);
+    Py_XSETREF(cffi_cast, cast_fn);
+    Py_INCREF(plain);
+    Py_XSETREF(cffi_plain, plain); /* last: it turns the fast path on */
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Registry_methods[] = {
     {"track", (PyCFunction)(void (*)(void))Registry_track,
      METH_FASTCALL | METH_KEYWORDS,
@@ -1684,6 +2176,7 @@ set_doc(PyObject *module, PyObject *args)
     PyMethodDef *table = strcmp(owner, "module") == 0         ? module_methods
                          : strcmp(owner, "RegistryCore") == 0 ? Registry_methods
                          : strcmp(owner, "Node") == 0         ? Node_methods
+                         : strcmp(owner, "cffi") == 0         ? cffi_methods
                                                               : NULL;
     for (PyMethodDef *m = table; m != NULL && m->ml_name != NULL; m++) {
         if (strcmp(m->ml_name, name) != 0) {
@@ -1732,6 +2225,12 @@ static PyMethodDef module_methods[] = {
      "Give a compiled function the docstring of the Python function it stands for."},
     {"set_generation", set_generation, METH_O,
      "Mirror exitsafe._sync.generation (the fork generation) into the compiled core."},
+    {"setup_pointers", setup_pointers, METH_VARARGS,
+     "Connect the compiled pointer release to the adapters' address table (once)."},
+    {"setup_cffi", setup_cffi, METH_VARARGS,
+     "Connect exitsafe.cffi's compiled track to the adapter; returns that function."},
+    {"cffi_learned", cffi_learned, METH_VARARGS,
+     "What the cffi adapter learnt from a pointer it accepted (turns its fast path on)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1755,7 +2254,7 @@ PyInit__speedups(void)
     NodeType.tp_new = PyBaseObject_Type.tp_new;
     RegistryType.tp_new = PyBaseObject_Type.tp_new;
     if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0 || PyType_Ready(&LiveTableType) < 0
-        || PyType_Ready(&RecordType) < 0
+        || PyType_Ready(&RecordType) < 0 || PyType_Ready(&PointerReleaseType) < 0
         || PyType_Ready(&RegistryType) < 0) {
         return NULL;
     }
@@ -1763,7 +2262,9 @@ PyInit__speedups(void)
         || !(str_trim = intern("trim")) || !(str_ledger = intern("_ledger"))
         || !(kw_kind = intern("kind")) || !(kw_depends_on = intern("depends_on"))
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
-        || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))) {
+        || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
+        || !(kw_registry = intern("registry")) || !(kw_lib = intern("lib"))
+        || !(str_CData = intern("CData")) || !(kind_names = PyTuple_Pack(1, kw_kind))) {
         return NULL;
     }
     for (long i = 0; i < SMALL_INTS; i++) {
@@ -1782,7 +2283,9 @@ PyInit__speedups(void)
     Py_INCREF(&NodeType);
     Py_INCREF(&RegistryType);
     Py_INCREF(&LiveTableType);
-    if (PyModule_AddObject(m, "LiveTable", (PyObject *)&LiveTableType) < 0
+    Py_INCREF(&PointerReleaseType);
+    if (PyModule_AddObject(m, "PointerRelease", (PyObject *)&PointerReleaseType) < 0
+        || PyModule_AddObject(m, "LiveTable", (PyObject *)&LiveTableType) < 0
         || PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0
         || PyModule_AddObject(m, "Node", (PyObject *)&NodeType) < 0
         || PyModule_AddObject(m, "RegistryCore", (PyObject *)&RegistryType) < 0) {

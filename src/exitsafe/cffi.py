@@ -35,6 +35,7 @@ from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
 from ._adopt import registry_arg, resolve
+from ._core import speedups
 from ._guard import Guarded
 from ._handle import Handle
 
@@ -140,6 +141,8 @@ class _CffiAdapter(Adapter):
             self._pointer_ctypes.clear()
         self._pointer_ctypes.add(ctype)
         self._plain_cdata = ffi.CData
+        if speedups is not None:  # the compiled track checks the same, from now on
+            speedups.cffi_learned(ffi.CData, self._uintptr, backend.typeof, backend.cast)
 
     def describe_library(self, lib: object, ffi: Any) -> LibraryInfo:
         if lib is None or isinstance(lib, (str, bytes, int)):
@@ -529,3 +532,15 @@ def borrowing(lib: object) -> BorrowingLibrary:
         ```
     """
     return BorrowingLibrary(lib)
+
+
+if speedups is not None:
+    # The compiled core's track: the common case (a pointer of a cdata class and C type
+    # the adapter accepted before, no pinned library, no dependency, no option but `kind`
+    # and `registry`) without a Python frame; anything else calls the function above,
+    # which checks and explains everything.
+    speedups.set_doc("cffi", "track", track.__doc__ or "")
+    _track_py = track
+    track = speedups.setup_cffi(  # the same function, compiled
+        _track_py, _ADAPTER.pin_table(), _FFI_TYPES, _ADAPTER._pointer_ctypes
+    )

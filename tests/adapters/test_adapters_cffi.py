@@ -134,6 +134,89 @@ def test_same_pointer_cannot_be_tracked_twice(abi, reg):
     es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
 
 
+compiled_only = pytest.mark.skipif(
+    exitsafe.CORE != "compiled", reason="the compiled core is not in use here"
+)
+
+
+@compiled_only
+def test_the_compiled_track_stands_for_the_python_function():
+    import inspect
+
+    track = es_cffi.track
+    assert (track.__name__, track.__module__) == ("track", "exitsafe.cffi")
+    assert "Use instead of `ffi.gc(ptr, release)`" in (track.__doc__ or "")
+    params = list(inspect.signature(track).parameters)
+    assert params == [
+        "ffi", "ptr", "release", "registry", "lib", "kind", "depends_on", "exit_policy",
+        "name", "timeout",
+    ]
+
+
+def _warm(ffi, lib, reg):
+    """Track and release one pointer of each C type: the compiled path takes it from then on."""
+    ctx = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    es_cffi.track(ffi, lib.toy_obj_new(ctx.raw), lib.toy_obj_free, registry=reg).release()
+    ctx.release()
+
+
+def test_track_after_warm_up_keeps_every_rule(abi, reg):
+    # The same rules whichever path runs: one owner per address, the address free again
+    # after the release, handle_of, the kind, the registry, and the errors.
+    ffi, lib = abi
+    _warm(ffi, lib, reg)
+    before = lib.toy_live()
+    p = lib.toy_ctx_new()
+    h = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg, kind="ctx")
+    assert (h.kind, h.registry, h.raw) == ("ctx", reg, p)
+    assert es_cffi.handle_of(p, registry=reg) is h
+    with pytest.raises(AlreadyTrackedError) as info:
+        es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
+    assert info.value.handle is h
+    with pytest.raises(TypeError, match="registry must be"):
+        es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry="default")
+    h.release()
+    assert es_cffi.handle_of(p, registry=reg) is None
+    assert lib.toy_live() == before + 1  # (the context the refused call made)
+    again = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free)  # the default registry
+    assert again.registry is exitsafe.default_registry()
+    again.release()
+    with pytest.raises(ValueError, match="NULL"):
+        es_cffi.track(ffi, ffi.cast("toy_ctx *", 0), lib.toy_ctx_free, registry=reg)
+    with pytest.raises(TypeError, match="release must be callable"):
+        es_cffi.track(ffi, lib.toy_ctx_new(), 42, registry=reg)
+
+
+def test_a_release_that_raises_leaves_the_address_free(abi, reg):
+    ffi, lib = abi
+    _warm(ffi, lib, reg)
+    p = lib.toy_ctx_new()
+
+    def failing(ptr):
+        lib.toy_ctx_free(ptr)
+        raise RuntimeError("driver error")
+
+    h = es_cffi.track(ffi, p, failing, registry=reg)
+    with pytest.raises(RuntimeError, match="driver error"):
+        h.release()
+    assert es_cffi.handle_of(p, registry=reg) is None
+    assert [e.outcome for e in reg.ledger()][-1] == "release_failed"
+
+
+def test_a_pointer_tracked_in_a_closed_registry_is_not_owned(abi, reg):
+    ffi, lib = abi
+    _warm(ffi, lib, reg)
+    closed = exitsafe.Registry("adapters-closed")
+    closed.teardown()
+    p = lib.toy_ctx_new()
+    late = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=closed)
+    assert late.state == "leaked"
+    # the address was not bound to the leaked handle: another registry may own it
+    h = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
+    assert es_cffi.handle_of(p, registry=reg) is h
+    h.release()
+
+
 def test_handle_of_maps_any_cdata_with_the_address_back(abi, reg):
     ffi, lib = abi
     p = lib.toy_ctx_new()

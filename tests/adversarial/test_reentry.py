@@ -31,7 +31,7 @@ CFFI_LOOP = """
 
     class Wrapper:
         def __init__(self):
-            self.h = es_cffi.track(ffi, libc.malloc(16), release, kind="buffer")
+            self.h = es_cffi.track(ffi, libc.malloc(16), release, kind="buffer", name="b")
             self.cycle = self  # only the cyclic garbage collector can free it
 
         def __del__(self):
@@ -39,10 +39,12 @@ CFFI_LOOP = """
                 record("reentered")
             self.h.release()  # the binding's finalizer, asking exitsafe
 
+    # (A name takes the Python path of the compiled core too: its sections run Python
+    # code, where the collection is forced.  The compiled path's sections run none.)
     force_in_sections(gc.collect)
     for i in range(N):
         Wrapper()
-        es_cffi.track(ffi, libc.malloc(16), release).release()
+        es_cffi.track(ffi, libc.malloc(16), release, name="c").release()
     stop_forcing()
     gc.collect()
     print(len(exitsafe.default_registry()))
