@@ -1628,7 +1628,11 @@ weak_target(PyObject *ref)
 typedef struct {
     PyObject_HEAD
     PyObject *release, *address, *keep, *handle;
+    vectorcallfunc vectorcall; /* called as release(raw) without an argument tuple */
 } PointerReleaseObject;
+
+static PyObject *PointerRelease_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
+                                           PyObject *kwnames);
 
 static PyTypeObject PointerReleaseType;
 
@@ -1647,6 +1651,7 @@ pointer_release_alloc(PyTypeObject *type, PyObject *release, PyObject *address, 
     self->keep = keep;
     Py_INCREF(Py_None);
     self->handle = Py_None;
+    self->vectorcall = PointerRelease_vectorcall;
     return (PyObject *)self;
 }
 
@@ -1745,15 +1750,14 @@ pointer_forget(PointerReleaseObject *self)
 }
 
 static PyObject *
-PointerRelease_call(PointerReleaseObject *self, PyObject *args, PyObject *kwds)
+PointerRelease_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    PyObject *raw;
-    if ((kwds != NULL && PyDict_GET_SIZE(kwds)) || !PyArg_UnpackTuple(args, "release", 1, 1, &raw)) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "a pointer's release takes one positional argument");
-        }
+    PointerReleaseObject *self = (PointerReleaseObject *)op;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "a pointer's release takes one positional argument");
         return NULL;
     }
+    PyObject *raw = args[0];
     if (pointer_forget(self) < 0) {
         return NULL;
     }
@@ -1781,8 +1785,9 @@ static PyTypeObject PointerReleaseType = {
     .tp_name = "exitsafe._speedups.PointerRelease",
     .tp_basicsize = sizeof(PointerReleaseObject),
     .tp_dealloc = (destructor)PointerRelease_dealloc,
-    .tp_call = (ternaryfunc)PointerRelease_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(PointerReleaseObject, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "PointerRelease(release, address, keep)\n--\n\n"
               "The release function of a tracked pointer: forget its address in the "
               "adapters' table, then call release(raw) (see exitsafe._adapter).",
@@ -1880,6 +1885,16 @@ pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *a
  * exitsafe.cffi._CffiAdapter.pointer_address), and the Python function for the rest. */
 static PyObject *cffi_track_py, *cffi_pins, *cffi_ffi_types, *cffi_pointer_ctypes;
 static PyObject *cffi_plain, *cffi_uintptr, *cffi_typeof, *cffi_cast;
+/* A weak reference to the last FFI object found to make cdata of class cffi_plain (its
+ * `CData`), or NULL: most programs track with one FFI, and an attribute lookup per call
+ * would cost a fifth of the fast path. */
+static PyObject *cffi_last_ffi;
+/* cffi's own conversion of a cdata to the C pointer it holds (`_cffi_to_c_pointer`, entry 11
+ * of the table every compiled cffi module uses, from the capsule `_cffi_backend._C_API`),
+ * once checked against an address computed in Python; else NULL (then `cast` is used). */
+typedef char *(*to_c_pointer_fn)(PyObject *, PyObject *);
+static to_c_pointer_fn cffi_to_c_pointer;
+#define CFFI_TO_C_POINTER 11
 static PyObject *str_CData, *kw_registry, *kw_lib;
 
 static PyObject *
@@ -1920,27 +1935,48 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     }
     /* the checks the adapter learnt: an FFI it accepted, whose cdata class is that of the
      * pointer, and a C type it accepted; any failure or error: the Python path explains */
-    if (PySet_Contains(cffi_ffi_types, (PyObject *)Py_TYPE(ffi)) != 1) {
-        PyErr_Clear();
-        goto slow;
-    }
-    PyObject *cdata_class = PyObject_GetAttr(ffi, str_CData);
-    Py_XDECREF(cdata_class); /* compared by identity only; the class lives on */
-    if (cdata_class != cffi_plain) {
-        PyErr_Clear();
-        goto slow;
+    PyObject *last = cffi_last_ffi ? weak_target(cffi_last_ffi) : NULL;
+    Py_XDECREF(last); /* compared by identity only: ffi is alive (an argument) */
+    if (last != ffi) {
+        if (PySet_Contains(cffi_ffi_types, (PyObject *)Py_TYPE(ffi)) != 1) {
+            PyErr_Clear();
+            goto slow;
+        }
+        PyObject *cdata_class = PyObject_GetAttr(ffi, str_CData);
+        Py_XDECREF(cdata_class); /* compared by identity only; the class lives on */
+        if (cdata_class != cffi_plain) {
+            PyErr_Clear();
+            goto slow;
+        }
+#ifndef Py_GIL_DISABLED
+        /* (without the GIL another thread could be reading the reference replaced here:
+         * there, every call looks the class up) */
+        PyObject *ref = PyWeakref_NewRef(ffi, NULL);
+        if (ref == NULL) {
+            PyErr_Clear(); /* an FFI without weak references: checked at every call */
+        }
+        Py_XSETREF(cffi_last_ffi, ref);
+#endif
     }
     PyObject *ctype = PyObject_Vectorcall(cffi_typeof, &ptr, 1, NULL);
     int pointer = ctype ? PySet_Contains(cffi_pointer_ctypes, ctype) : -1;
-    Py_XDECREF(ctype);
     if (pointer != 1) {
+        Py_XDECREF(ctype);
         PyErr_Clear();
         goto slow;
     }
-    PyObject *cast_args[2] = {cffi_uintptr, ptr};
-    PyObject *number = PyObject_Vectorcall(cffi_cast, cast_args, 2, NULL);
-    PyObject *address = number ? PyNumber_Long(number) : NULL;
-    Py_XDECREF(number);
+    PyObject *address;
+    if (cffi_to_c_pointer != NULL) {
+        char *value = cffi_to_c_pointer(ptr, ctype); /* the pointer, of its own C type */
+        address = value != NULL ? PyLong_FromVoidPtr(value) : NULL;
+    }
+    else {
+        PyObject *cast_args[2] = {cffi_uintptr, ptr};
+        PyObject *number = PyObject_Vectorcall(cffi_cast, cast_args, 2, NULL);
+        address = number ? PyNumber_Long(number) : NULL;
+        Py_XDECREF(number);
+    }
+    Py_DECREF(ctype);
     if (address == NULL || PyObject_IsTrue(address) != 1) { /* NULL: explained there */
         Py_XDECREF(address);
         PyErr_Clear();
@@ -1969,10 +2005,8 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         Py_DECREF(address);
         goto slow; /* (a TypeError, from the Python path) */
     }
-    PyObject *keep = PyTuple_Pack(2, ffi, Py_None);
-    PyObject *handle = keep ? pointer_track((RegistryObject *)reg, ptr, release, address, keep, kind)
-                            : NULL;
-    Py_XDECREF(keep);
+    /* keep: what the release call needs referenced; the Python path keeps (ffi, lib) */
+    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, ffi, kind);
     Py_DECREF(reg);
     Py_DECREF(address);
     if (handle != NULL || PyErr_Occurred()) {
@@ -2052,19 +2086,35 @@ setup_cffi(PyObject *module, PyObject *args)
     return fn;
 }
 
-/* cffi_learned(plain, uintptr, typeof, cast): the cdata class of plain pointers, the C type
- * uintptr_t and the backend's typeof and cast, once the adapter accepted a pointer. */
+/* cffi_learned(plain, uintptr, typeof, cast, api, sample, address): the cdata class of plain
+ * pointers, the C type uintptr_t, the backend's typeof and cast and its C API capsule, once
+ * the adapter accepted the pointer `sample` at `address`. */
 static PyObject *
 cffi_learned(PyObject *module, PyObject *args)
 {
-    PyObject *plain, *uintptr, *typeof_fn, *cast_fn;
-    if (!PyArg_ParseTuple(args, "O!OOO:cffi_learned", &PyType_Type, &plain, &uintptr,
-                          &typeof_fn, &cast_fn)) {
+    PyObject *plain, *uintptr, *typeof_fn, *cast_fn, *api, *sample, *address;
+    if (!PyArg_ParseTuple(args, "O!OOOOOO!:cffi_learned", &PyType_Type, &plain, &uintptr,
+                          &typeof_fn, &cast_fn, &api, &sample, &PyLong_Type, &address)) {
         return NULL;
     }
     if (!PyCallable_Check(typeof_fn) || !PyCallable_Check(cast_fn)) {
         PyErr_SetString(PyExc_TypeError, "cffi_learned(): typeof and cast must be callable");
         return NULL;
+    }
+    if (cffi_to_c_pointer == NULL && PyCapsule_IsValid(api, "cffi")) {
+        /* take cffi's conversion only if it finds the address the Python checks found */
+        void **exports = (void **)PyCapsule_GetPointer(api, "cffi");
+        PyObject *ctype = exports ? PyObject_Vectorcall(typeof_fn, &sample, 1, NULL) : NULL;
+        if (ctype != NULL && exports[CFFI_TO_C_POINTER] != NULL) {
+            to_c_pointer_fn fn = (to_c_pointer_fn)exports[CFFI_TO_C_POINTER];
+            char *value = fn(sample, ctype);
+            void *expected = PyLong_AsVoidPtr(address);
+            if (!PyErr_Occurred() && value != NULL && value == (char *)expected) {
+                cffi_to_c_pointer = fn;
+            }
+        }
+        Py_XDECREF(ctype);
+        PyErr_Clear(); /* whatever failed: the cast stays in use */
     }
     Py_INCREF(uintptr);
     Py_XSETREF(cffi_uintptr, uintptr);

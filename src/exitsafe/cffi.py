@@ -125,10 +125,10 @@ class _CffiAdapter(Adapter):
                 f"(did the C call fail?)"
             )
         address = int(ffi.cast("uintptr_t", ptr))
-        self._learn(ptr, ffi, ctype)
+        self._learn(ptr, ffi, ctype, address)
         return address
 
-    def _learn(self, ptr: object, ffi: Any, ctype: Any) -> None:
+    def _learn(self, ptr: object, ffi: Any, ctype: Any, address: int) -> None:
         """Remember an accepted pointer's class and C type, for cffi's C backend only."""
         backend = sys.modules.get("_cffi_backend")
         if backend is None or ffi.CData is not getattr(backend, "_CDataBase", None):
@@ -142,7 +142,10 @@ class _CffiAdapter(Adapter):
         self._pointer_ctypes.add(ctype)
         self._plain_cdata = ffi.CData
         if speedups is not None:  # the compiled track checks the same, from now on
-            speedups.cffi_learned(ffi.CData, self._uintptr, backend.typeof, backend.cast)
+            speedups.cffi_learned(
+                ffi.CData, self._uintptr, backend.typeof, backend.cast,
+                getattr(backend, "_C_API", None), ptr, address,
+            )
 
     def describe_library(self, lib: object, ffi: Any) -> LibraryInfo:
         if lib is None or isinstance(lib, (str, bytes, int)):

@@ -185,6 +185,12 @@ def test_track_after_warm_up_keeps_every_rule(abi, reg):
         es_cffi.track(ffi, ffi.cast("toy_ctx *", 0), lib.toy_ctx_free, registry=reg)
     with pytest.raises(TypeError, match="release must be callable"):
         es_cffi.track(ffi, lib.toy_ctx_new(), 42, registry=reg)
+    # an FFI of cffi's other backend does not make cdata of this class: refused
+    from cffi.backend_ctypes import CTypesBackend
+
+    other = cffi.FFI(backend=CTypesBackend())
+    with pytest.raises(TypeError, match="needs a cffi cdata pointer"):
+        es_cffi.track(other, ffi.cast("toy_ctx *", 0x1000), lib.toy_ctx_free, registry=reg)
 
 
 def test_a_release_that_raises_leaves_the_address_free(abi, reg):
