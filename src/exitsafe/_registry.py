@@ -1033,6 +1033,7 @@ if speedups is not None:
         affine=_threads.pending,
         run_mine=_run_mine_quietly,
         released=Outcome.RELEASED,
+        released_at_exit=Outcome.RELEASED_AT_EXIT,
         default_list=_process_module._default,
         default_registry=_process_module.default_registry,
     )

@@ -243,7 +243,7 @@ static PyObject *track_py, *drop_owner_py, *retain_py, *collected_py;
 static PyObject *release_chain_py, *release_failed_py, *collected_failed_py;
 static PyObject *registered_after_close_py;
 static PyObject *sync_wait, *deferred_list, *run_deferred, *affine_dict, *run_mine;
-static PyObject *released_str;
+static PyObject *released_str, *released_at_exit_str;
 static Py_ssize_t generation; /* exitsafe._sync.generation, mirrored */
 
 static PyObject *str_handle, *str_library, *str_trim, *str_ledger;
@@ -877,14 +877,16 @@ needs_python(NodeObject *n)
 
 /* ------------------------------------------------------------------ ReleasedRecord */
 
-/* The ledger record of a handle released outside the teardown: the sequence
- * (seq, kind, name, "released", None, False) that the ledger's other records hold as
- * tuples, without the tuple's garbage-collector tracking (it holds only ints and strs:
- * nothing to visit, and the collector need not count it). */
+/* The ledger record of a released handle: the sequence (seq, kind, name, "released", None,
+ * False), or (seq, kind, name, "released_at_exit", None, True) for one the exit teardown
+ * released, that the ledger's other records hold as tuples, without the tuple's
+ * garbage-collector tracking (it holds only ints and strs: nothing to visit, and the
+ * collector need not count it). */
 typedef struct {
     PyObject_HEAD
     Py_ssize_t seq; /* made an int when read: most records are never read */
     PyObject *kind, *name;
+    char at_exit;
 } RecordObject;
 
 static Py_ssize_t
@@ -902,9 +904,9 @@ Record_item(PyObject *op, Py_ssize_t i)
     case 0: return PyLong_FromSsize_t(self->seq);
     case 1: value = self->kind; break;
     case 2: value = self->name; break;
-    case 3: value = released_str; break;
+    case 3: value = self->at_exit ? released_at_exit_str : released_str; break;
     case 4: value = Py_None; break;
-    case 5: value = Py_False; break;
+    case 5: value = self->at_exit ? Py_True : Py_False; break;
     default:
         PyErr_SetString(PyExc_IndexError, "record index out of range");
         return NULL;
@@ -976,20 +978,19 @@ static PyTypeObject RecordType = {
     .tp_as_sequence = &Record_as_sequence,
     .tp_richcompare = Record_richcompare,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A ledger record (seq, kind, name, 'released', None, False), untracked.",
+    .tp_doc = "A ledger record (seq, kind, name, 'released' or 'released_at_exit', None, "
+              "at_exit), untracked.",
 };
 
 /* Record `released` for n (claimed by this thread) in its registry; the caller holds the
  * lock.  Each parent loses a dependent; those left with no owner, dependent or borrow
  * while the registry is open are claimed and appended to `ready`.  Returns -1 with an
  * exception set on an internal failure (the section must still be left). */
+/* Append n's record (`released`, or `released_at_exit` if at_exit) to reg's ledger; the
+ * caller holds the lock.  Returns -1 with an exception set on a failure. */
 static int
-record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *ready,
-                NodeObject **owned)
+append_record(RegistryObject *reg, NodeObject *n, int at_exit)
 {
-    iset(&n->state, RELEASED);
-    n->releaser = 0;
-    *owned = live_unlink(n); /* (a handle: held weakly, nothing to drop) */
     PyObject *name = extra_field(n, offsetof(NodeExtra, name));
     PyObject *kind = n->kind ? n->kind : Py_None;
     PyObject *record;
@@ -1004,11 +1005,15 @@ record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *
         r->kind = kind;
         Py_INCREF(name);
         r->name = name;
+        r->at_exit = (char)at_exit;
         record = (PyObject *)r;
     }
     else {
         PyObject *seq = PyLong_FromSsize_t(n->seq);
-        record = seq ? PyTuple_Pack(6, seq, kind, name, released_str, Py_None, Py_False) : NULL;
+        record = seq ? PyTuple_Pack(6, seq, kind, name,
+                                    at_exit ? released_at_exit_str : released_str, Py_None,
+                                    at_exit ? Py_True : Py_False)
+                     : NULL;
         Py_XDECREF(seq);
         if (record == NULL) {
             return -1;
@@ -1029,6 +1034,19 @@ record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *
             return -1;
         }
         Py_DECREF(t);
+    }
+    return 0;
+}
+
+static int
+record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *ready,
+                NodeObject **owned)
+{
+    iset(&n->state, RELEASED);
+    n->releaser = 0;
+    *owned = live_unlink(n); /* (a handle: held weakly, nothing to drop) */
+    if (append_record(reg, n, 0) < 0) {
+        return -1;
     }
     Py_ssize_t count = PyTuple_GET_SIZE(n->parents);
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -2127,6 +2145,196 @@ cffi_learned(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ the exit teardown */
+
+static PyObject *str_release;
+
+/* release_steps(order, start, decided, default_policy, elsewhere, released) -> (index, exc)
+ *
+ * The teardown executor's common step (exitsafe._teardown.run), for order[start:]: a
+ * handle with the policy "release", no taint, no borrow, no timeout, of this process,
+ * claimed by this teardown (not in `elsewhere`): its release function is called and
+ * decided[node] = released (the pair (released_at_exit, None)), its state RELEASED.  It
+ * stops before the first node that needs the general step, returning (its index, None),
+ * or after a release function raised, returning (that node's index, the exception), which
+ * the caller records.  The caller runs it only when no override, deadline, step timeout
+ * or trace applies to the teardown. */
+static PyObject *
+release_steps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2])
+        || !PyTuple_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "release_steps(order: list, start, decided: dict, default_policy, "
+                        "elsewhere, released: tuple)");
+        return NULL;
+    }
+    PyObject *order = args[0], *decided = args[2], *default_policy = args[3];
+    PyObject *elsewhere = args[4], *released = args[5];
+    Py_ssize_t i = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (i == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int check_elsewhere = PyAnySet_Check(elsewhere) && PySet_GET_SIZE(elsewhere) > 0;
+    if (i < 0) {
+        i = 0;
+    }
+    for (; i < PyList_GET_SIZE(order); i++) {
+        PyObject *op = PyList_GET_ITEM(order, i);
+        if (!PyObject_TypeCheck(op, &NodeType)) {
+            break;
+        }
+        NodeObject *n = (NodeObject *)op;
+        if (check_elsewhere) {
+            int in = PySet_Contains(elsewhere, op);
+            if (in < 0) {
+                return NULL;
+            }
+            if (in) {
+                break;
+            }
+        }
+        PyObject *policy = extra_field(n, offsetof(NodeExtra, policy));
+        if (policy == Py_None) {
+            policy = default_policy;
+        }
+        if (policy != str_release
+            && !(PyUnicode_CheckExact(policy) && PyUnicode_Compare(policy, str_release) == 0)) {
+            break;
+        }
+        if (ival(n->role) == HOOK_ROLE || extra_field(n, offsetof(NodeExtra, taint)) != Py_None
+            || ival(n->borrows) != 0 || extra_field(n, offsetof(NodeExtra, timeout)) != Py_None
+            || n->gen != generation || n->fn == NULL || n->raw == NULL) {
+            break;
+        }
+        PyObject *fn = n->fn, *raw = n->raw;
+        Py_INCREF(op);
+        Py_INCREF(fn);
+        Py_INCREF(raw);
+        PyObject *r = PyObject_CallOneArg(fn, raw);
+        Py_DECREF(fn);
+        Py_DECREF(raw);
+        if (r == NULL) {
+            Py_DECREF(op);
+            PyObject *exc = take_exception();
+            return Py_BuildValue("(nN)", i, exc);
+        }
+        Py_DECREF(r);
+        int rc = PyDict_SetItem(decided, op, released);
+        iset(&n->state, RELEASED);
+        Py_DECREF(op);
+        if (rc < 0) {
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(nO)", i, Py_None);
+}
+
+/* record_exit_outcomes(registry, items, start, stop, elsewhere, finish, trash)
+ *
+ * The end of a teardown (exitsafe._closing._close), in one of its sections: for each
+ * (node, (outcome, detail)) of items[start:stop], what Registry._finish(node, outcome,
+ * detail, True, trash, node not in elsewhere) does.  A handle released by the teardown
+ * itself is recorded here (state, ledger record, its parents' dependent counts, what it
+ * drops into `trash`); every other outcome, a hook, or a registry with unusual fields
+ * calls `finish` (Registry._finish).  The caller holds the lock. */
+static PyObject *
+record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "record_exit_outcomes(registry, items: list, start, stop, elsewhere, "
+                        "finish, trash: list)");
+        return NULL;
+    }
+    PyObject *regobj = args[0], *items = args[1], *elsewhere = args[4], *finish = args[5];
+    PyObject *trash = args[6];
+    Py_ssize_t start = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    Py_ssize_t stop = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if ((start == -1 || stop == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    int fast_registry = is_fast_registry(regobj) && LOAD(((RegistryObject *)regobj)->phase)
+                                                      != PHASE_OPEN;
+    int check_elsewhere = PyAnySet_Check(elsewhere) && PySet_GET_SIZE(elsewhere) > 0;
+    if (start < 0) {
+        start = 0;
+    }
+    for (Py_ssize_t i = start; i < stop && i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2
+            || !PyTuple_CheckExact(PyTuple_GET_ITEM(item, 1))
+            || PyTuple_GET_SIZE(PyTuple_GET_ITEM(item, 1)) != 2) {
+            PyErr_SetString(PyExc_TypeError, "record_exit_outcomes(): items are (node, (outcome, "
+                                             "detail)) pairs");
+            return NULL;
+        }
+        PyObject *op = PyTuple_GET_ITEM(item, 0);
+        PyObject *outcome = PyTuple_GET_ITEM(PyTuple_GET_ITEM(item, 1), 0);
+        PyObject *detail = PyTuple_GET_ITEM(PyTuple_GET_ITEM(item, 1), 1);
+        int mine = 1;
+        if (check_elsewhere) {
+            int in = PySet_Contains(elsewhere, op);
+            if (in < 0) {
+                return NULL;
+            }
+            mine = !in;
+        }
+        NodeObject *n = (NodeObject *)op;
+        if (fast_registry && mine && detail == Py_None && PyObject_TypeCheck(op, &NodeType)
+            && n->registry == regobj && ival(n->role) != HOOK_ROLE && n->parents != NULL
+            && PyTuple_CheckExact(n->parents)
+            && (outcome == released_at_exit_str
+                || (PyUnicode_CheckExact(outcome)
+                    && PyUnicode_Compare(outcome, released_at_exit_str) == 0))) {
+            RegistryObject *reg = (RegistryObject *)regobj;
+            iset(&n->state, RELEASED);
+            n->releaser = 1; /* ENDED_AT_EXIT */
+            NodeObject *owned = live_unlink(n);
+            if (owned != NULL && PyList_Append(trash, (PyObject *)owned) < 0) {
+                Py_DECREF(owned);
+                return NULL;
+            }
+            Py_XDECREF((PyObject *)owned); /* (the trash list holds it) */
+            if (append_record(reg, n, 1) < 0) {
+                return NULL;
+            }
+            PyObject *parents = n->parents;
+            Py_ssize_t count = PyTuple_GET_SIZE(parents);
+            for (Py_ssize_t k = 0; k < count; k++) {
+                NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, k);
+                iset_counter(&parent->children, ival(parent->children) - 1);
+                if (parent->children == NULL) {
+                    return NULL;
+                }
+            }
+            /* what it drops goes to the trash, cleared after the section */
+            if ((n->raw && PyList_Append(trash, n->raw) < 0)
+                || (n->fn && PyList_Append(trash, n->fn) < 0)
+                || PyList_Append(trash, parents) < 0) {
+                return NULL;
+            }
+            PyObject *old_raw = n->raw, *old_fn = n->fn;
+            Py_INCREF(Py_None);
+            n->raw = Py_None;
+            Py_INCREF(Py_None);
+            n->fn = Py_None;
+            n->parents = PyTuple_New(0); /* the shared empty tuple */
+            Py_XDECREF(old_raw); /* (each also held by the trash list) */
+            Py_XDECREF(old_fn);
+            Py_DECREF(parents);
+            continue;
+        }
+        PyObject *fargs[6] = {op, outcome, detail, Py_True, trash, mine ? Py_True : Py_False};
+        PyObject *r = PyObject_Vectorcall(finish, fargs, 6, NULL);
+        if (r == NULL) {
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Registry_methods[] = {
     {"track", (PyCFunction)(void (*)(void))Registry_track,
      METH_FASTCALL | METH_KEYWORDS,
@@ -2176,6 +2384,7 @@ static struct {
     {"default_list", &default_list, &PyList_Type},
     {"default_registry", &default_registry_py, NULL},
     {"released", &released_str, &PyUnicode_Type},
+    {"released_at_exit", &released_at_exit_str, &PyUnicode_Type},
 };
 #define SETUP_SLOTS ((Py_ssize_t)(sizeof(setup_slots) / sizeof(setup_slots[0])))
 
@@ -2275,6 +2484,10 @@ static PyMethodDef module_methods[] = {
      "Give a compiled function the docstring of the Python function it stands for."},
     {"set_generation", set_generation, METH_O,
      "Mirror exitsafe._sync.generation (the fork generation) into the compiled core."},
+    {"release_steps", (PyCFunction)(void (*)(void))release_steps, METH_FASTCALL,
+     "The teardown's common steps, from an index of its order (see exitsafe._teardown.run)."},
+    {"record_exit_outcomes", (PyCFunction)(void (*)(void))record_exit_outcomes, METH_FASTCALL,
+     "Record a teardown's outcomes in a section (see exitsafe._closing._close)."},
     {"setup_pointers", setup_pointers, METH_VARARGS,
      "Connect the compiled pointer release to the adapters' address table (once)."},
     {"setup_cffi", setup_cffi, METH_VARARGS,
@@ -2314,7 +2527,7 @@ PyInit__speedups(void)
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
         || !(kw_registry = intern("registry")) || !(kw_lib = intern("lib"))
-        || !(str_CData = intern("CData")) || !(kind_names = PyTuple_Pack(1, kw_kind))) {
+        || !(str_CData = intern("CData")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))) {
         return NULL;
     }
     for (long i = 0; i < SMALL_INTS; i++) {

@@ -1,6 +1,6 @@
 """Types of the optional compiled core (src/exitsafe/_speedups.c)."""
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 class Lock:
     def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
@@ -45,4 +45,12 @@ def setup_cffi(
 def cffi_learned(
     plain: type, uintptr: object, typeof: Any, cast: Any, api: object, sample: object,
     address: int, /,
+) -> None: ...
+def release_steps(
+    order: list[Any], start: int, decided: dict[Any, tuple[str, Any]], default_policy: Any,
+    elsewhere: Any, released: tuple[str, None], /,
+) -> tuple[int, Optional[BaseException]]: ...
+def record_exit_outcomes(
+    registry: Any, items: list[Any], start: int, stop: int, elsewhere: Any,
+    finish: Callable[..., object], trash: list[object], /,
 ) -> None: ...
