@@ -148,27 +148,36 @@ class Closing:
     ) -> None:
         """Record every claimed node's outcome (``leaked_interrupted`` if undecided), close."""
         # In the order the teardown decided, then whatever it never reached.
-        records = list(decided.items())
-        detail = "the teardown was interrupted before it reached this handle"
-        records += [
-            (node, (Outcome.LEAKED_INTERRUPTED, detail))
-            for node in nodes
-            if node not in decided and node not in elsewhere
-        ]
         trash: list[object] = []
         chunk = 4096  # record in sections of this many nodes, so other threads get a turn
+        position: Optional[int] = 0
+        while speedups is not None and position is not None:
+            # The loop below, with the common records made in C (decided is not changed).
+            _sync.enter()
+            try:
+                position = speedups.record_exit_outcomes(
+                    self, decided, position, chunk, elsewhere, self._finish, trash
+                )
+            finally:
+                _release()
+            trash.clear()
+        records: list[tuple[_Node, tuple[str, Optional[str]]]] = (
+            [] if speedups is not None else list(decided.items())
+        )
+        if len(decided) < len(nodes):
+            detail = "the teardown was interrupted before it reached this handle"
+            records += [
+                (node, (Outcome.LEAKED_INTERRUPTED, detail))
+                for node in nodes
+                if node not in decided and node not in elsewhere
+            ]
         for start in range(0, len(records), chunk):
             _sync.enter()
             try:
-                if speedups is not None:  # the same loop, the common records made in C
-                    speedups.record_exit_outcomes(
-                        self, records, start, start + chunk, elsewhere, self._finish, trash
-                    )
-                else:
-                    for node, (outcome, why) in records[start : start + chunk]:
-                        # The teardown settled its own nodes; for one it gave up waiting
-                        # for, the releasing thread may have recorded its outcome first.
-                        self._finish(node, outcome, why, True, trash, node not in elsewhere)
+                for node, (outcome, why) in records[start : start + chunk]:
+                    # The teardown settled its own nodes; for one it gave up waiting for,
+                    # the releasing thread may have recorded its outcome first.
+                    self._finish(node, outcome, why, True, trash, node not in elsewhere)
             finally:
                 _release()
             trash.clear()

@@ -16,6 +16,8 @@ nodes found are moved below ``child`` (one side of Pearce and Kelly's algorithm)
 
 from __future__ import annotations
 
+from ._core import speedups
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -136,7 +138,12 @@ def teardown_order(nodes: Sequence[Node]) -> list[Node]:
 
     Each node's ``parents`` is read exactly once: a release finishing on another thread
     may clear it meanwhile, and the counts of both passes must come from the same edges.
+    The compiled core runs the same algorithm for its handles (``speedups.teardown_order``).
     """
+    if speedups is not None:
+        planned = speedups.teardown_order(nodes)
+        if planned is not None:
+            return planned  # type: ignore[no-any-return]
     remaining: dict[Node, int] = dict.fromkeys(nodes, 0)
     edges: dict[Node, tuple[Node, ...]] = {}
     for node in nodes:

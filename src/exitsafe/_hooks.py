@@ -263,11 +263,11 @@ class HookRegistration:
                 for hook in hooks:
                     hook._state = RELEASING
                     hook._releaser = me
-                workers = [
+                workers = [  # (a worker is a teardown hook: none without hooks)
                     n._fn.fn
                     for n in self._nodes()
                     if isinstance(n._fn, _Call) and isinstance(n._fn.fn, _threads.WorkerStop)
-                ]
+                ] if self._hooks else []
         finally:
             _sync.leave()
         if done:

@@ -2230,109 +2230,330 @@ release_steps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nO)", i, Py_None);
 }
 
-/* record_exit_outcomes(registry, items, start, stop, elsewhere, finish, trash)
+static int record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
+                      int fast_registry, int check_elsewhere, PyObject *elsewhere,
+                      PyObject *finish, PyObject *trash);
+
+/* record_exit_outcomes(registry, decided, position, count, elsewhere, finish, trash)
+ *     -> the next position, or None when every outcome is recorded
  *
- * The end of a teardown (exitsafe._closing._close), in one of its sections: for each
- * (node, (outcome, detail)) of items[start:stop], what Registry._finish(node, outcome,
- * detail, True, trash, node not in elsewhere) does.  A handle released by the teardown
- * itself is recorded here (state, ledger record, its parents' dependent counts, what it
- * drops into `trash`); every other outcome, a hook, or a registry with unusual fields
- * calls `finish` (Registry._finish).  The caller holds the lock. */
+ * The end of a teardown (exitsafe._closing._close), in one of its sections: for `count`
+ * entries node -> (outcome, detail) of the dict `decided` from `position` (0 first, then
+ * what the previous call returned; the dict must not change meanwhile), what
+ * Registry._finish(node, outcome, detail, True, trash, node not in elsewhere) does.  A
+ * handle released by the teardown itself is recorded here (state, ledger record, its
+ * parents' dependent counts, what it drops into `trash`); every other outcome, a hook, or a
+ * registry with unusual fields calls `finish` (Registry._finish).  The caller holds the
+ * lock. */
 static PyObject *
 record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[6])) {
+    if (nargs != 7 || !PyDict_CheckExact(args[1]) || !PyList_CheckExact(args[6])) {
         PyErr_SetString(PyExc_TypeError,
-                        "record_exit_outcomes(registry, items: list, start, stop, elsewhere, "
-                        "finish, trash: list)");
+                        "record_exit_outcomes(registry, decided: dict, position, count, "
+                        "elsewhere, finish, trash: list)");
         return NULL;
     }
-    PyObject *regobj = args[0], *items = args[1], *elsewhere = args[4], *finish = args[5];
+    PyObject *regobj = args[0], *decided = args[1], *elsewhere = args[4], *finish = args[5];
     PyObject *trash = args[6];
-    Py_ssize_t start = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
-    Py_ssize_t stop = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
-    if ((start == -1 || stop == -1) && PyErr_Occurred()) {
+    Py_ssize_t position = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    Py_ssize_t count = PyNumber_AsSsize_t(args[3], PyExc_OverflowError);
+    if ((position == -1 || count == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (position < 0) {
+        PyErr_SetString(PyExc_ValueError, "record_exit_outcomes(): position must be >= 0");
         return NULL;
     }
     int fast_registry = is_fast_registry(regobj) && LOAD(((RegistryObject *)regobj)->phase)
                                                       != PHASE_OPEN;
     int check_elsewhere = PyAnySet_Check(elsewhere) && PySet_GET_SIZE(elsewhere) > 0;
-    if (start < 0) {
-        start = 0;
-    }
-    for (Py_ssize_t i = start; i < stop && i < PyList_GET_SIZE(items); i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2
-            || !PyTuple_CheckExact(PyTuple_GET_ITEM(item, 1))
-            || PyTuple_GET_SIZE(PyTuple_GET_ITEM(item, 1)) != 2) {
-            PyErr_SetString(PyExc_TypeError, "record_exit_outcomes(): items are (node, (outcome, "
-                                             "detail)) pairs");
+    PyObject *op, *value;
+    for (Py_ssize_t done = 0; done < count; done++) {
+        if (!PyDict_Next(decided, &position, &op, &value)) {
+            Py_RETURN_NONE;
+        }
+        if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError,
+                            "record_exit_outcomes(): decided maps nodes to (outcome, detail)");
             return NULL;
         }
-        PyObject *op = PyTuple_GET_ITEM(item, 0);
-        PyObject *outcome = PyTuple_GET_ITEM(PyTuple_GET_ITEM(item, 1), 0);
-        PyObject *detail = PyTuple_GET_ITEM(PyTuple_GET_ITEM(item, 1), 1);
-        int mine = 1;
-        if (check_elsewhere) {
-            int in = PySet_Contains(elsewhere, op);
-            if (in < 0) {
-                return NULL;
+        Py_INCREF(op); /* (the dict holds them; kept through the calls below all the same) */
+        Py_INCREF(value);
+        PyObject *outcome = PyTuple_GET_ITEM(value, 0);
+        PyObject *detail = PyTuple_GET_ITEM(value, 1);
+        int rc = record_one(regobj, op, outcome, detail, fast_registry, check_elsewhere,
+                            elsewhere, finish, trash);
+        Py_DECREF(op);
+        Py_DECREF(value);
+        if (rc < 0) {
+            return NULL;
+        }
+    }
+    return PyLong_FromSsize_t(position);
+}
+
+/* One outcome of record_exit_outcomes. */
+static int
+record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
+           int fast_registry, int check_elsewhere, PyObject *elsewhere, PyObject *finish,
+           PyObject *trash)
+{
+    int mine = 1;
+    if (check_elsewhere) {
+        int in = PySet_Contains(elsewhere, op);
+        if (in < 0) {
+            return -1;
+        }
+        mine = !in;
+    }
+    NodeObject *n = (NodeObject *)op;
+    if (fast_registry && mine && detail == Py_None && PyObject_TypeCheck(op, &NodeType)
+        && n->registry == regobj && ival(n->role) != HOOK_ROLE && n->parents != NULL
+        && PyTuple_CheckExact(n->parents)
+        && (outcome == released_at_exit_str
+            || (PyUnicode_CheckExact(outcome)
+                && PyUnicode_Compare(outcome, released_at_exit_str) == 0))) {
+        RegistryObject *reg = (RegistryObject *)regobj;
+        iset(&n->state, RELEASED);
+        n->releaser = 1; /* ENDED_AT_EXIT */
+        NodeObject *owned = live_unlink(n);
+        if (owned != NULL && PyList_Append(trash, (PyObject *)owned) < 0) {
+            Py_DECREF(owned);
+            return -1;
+        }
+        Py_XDECREF((PyObject *)owned); /* (the trash list holds it) */
+        if (append_record(reg, n, 1) < 0) {
+            return -1;
+        }
+        PyObject *parents = n->parents;
+        Py_ssize_t count = PyTuple_GET_SIZE(parents);
+        for (Py_ssize_t k = 0; k < count; k++) {
+            NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, k);
+            iset_counter(&parent->children, ival(parent->children) - 1);
+            if (parent->children == NULL) {
+                return -1;
             }
-            mine = !in;
+        }
+        /* what it drops goes to the trash, cleared after the section */
+        if ((n->raw && PyList_Append(trash, n->raw) < 0)
+            || (n->fn && PyList_Append(trash, n->fn) < 0)
+            || PyList_Append(trash, parents) < 0) {
+            return -1;
+        }
+        PyObject *old_raw = n->raw, *old_fn = n->fn;
+        Py_INCREF(Py_None);
+        n->raw = Py_None;
+        Py_INCREF(Py_None);
+        n->fn = Py_None;
+        n->parents = PyTuple_New(0); /* the shared empty tuple */
+        Py_XDECREF(old_raw); /* (each also held by the trash list) */
+        Py_XDECREF(old_fn);
+        Py_DECREF(parents);
+        return 0;
+    }
+    PyObject *fargs[6] = {op, outcome, detail, Py_True, trash, mine ? Py_True : Py_False};
+    PyObject *r = PyObject_Vectorcall(finish, fargs, 6, NULL);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* claim(nodes, me) -> the set of the nodes some thread was already releasing
+ *
+ * exitsafe._teardown.claim for a list of nodes: every live one is marked as being released
+ * by the thread `me` (the teardown's).  Called under the lock, in the section that begins
+ * the teardown; it allocates only the set it returns. */
+static PyObject *
+claim_nodes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "claim(nodes: list, me: int)");
+        return NULL;
+    }
+    unsigned long me = PyLong_AsUnsignedLong(args[1]);
+    if (me == (unsigned long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *nodes = args[0];
+    PyObject *elsewhere = PySet_New(NULL);
+    if (elsewhere == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+        PyObject *op = PyList_GET_ITEM(nodes, i);
+        if (!PyObject_TypeCheck(op, &NodeType)) {
+            Py_DECREF(elsewhere);
+            PyErr_SetString(PyExc_TypeError, "claim(): nodes must be handles");
+            return NULL;
         }
         NodeObject *n = (NodeObject *)op;
-        if (fast_registry && mine && detail == Py_None && PyObject_TypeCheck(op, &NodeType)
-            && n->registry == regobj && ival(n->role) != HOOK_ROLE && n->parents != NULL
-            && PyTuple_CheckExact(n->parents)
-            && (outcome == released_at_exit_str
-                || (PyUnicode_CheckExact(outcome)
-                    && PyUnicode_Compare(outcome, released_at_exit_str) == 0))) {
-            RegistryObject *reg = (RegistryObject *)regobj;
-            iset(&n->state, RELEASED);
-            n->releaser = 1; /* ENDED_AT_EXIT */
-            NodeObject *owned = live_unlink(n);
-            if (owned != NULL && PyList_Append(trash, (PyObject *)owned) < 0) {
-                Py_DECREF(owned);
-                return NULL;
-            }
-            Py_XDECREF((PyObject *)owned); /* (the trash list holds it) */
-            if (append_record(reg, n, 1) < 0) {
-                return NULL;
-            }
-            PyObject *parents = n->parents;
-            Py_ssize_t count = PyTuple_GET_SIZE(parents);
-            for (Py_ssize_t k = 0; k < count; k++) {
-                NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, k);
-                iset_counter(&parent->children, ival(parent->children) - 1);
-                if (parent->children == NULL) {
-                    return NULL;
-                }
-            }
-            /* what it drops goes to the trash, cleared after the section */
-            if ((n->raw && PyList_Append(trash, n->raw) < 0)
-                || (n->fn && PyList_Append(trash, n->fn) < 0)
-                || PyList_Append(trash, parents) < 0) {
-                return NULL;
-            }
-            PyObject *old_raw = n->raw, *old_fn = n->fn;
-            Py_INCREF(Py_None);
-            n->raw = Py_None;
-            Py_INCREF(Py_None);
-            n->fn = Py_None;
-            n->parents = PyTuple_New(0); /* the shared empty tuple */
-            Py_XDECREF(old_raw); /* (each also held by the trash list) */
-            Py_XDECREF(old_fn);
-            Py_DECREF(parents);
-            continue;
+        if (ival(n->state) == LIVE) {
+            iset(&n->state, RELEASING);
+            n->releaser = me;
         }
-        PyObject *fargs[6] = {op, outcome, detail, Py_True, trash, mine ? Py_True : Py_False};
-        PyObject *r = PyObject_Vectorcall(finish, fargs, 6, NULL);
-        if (r == NULL) {
+        else if (PySet_Add(elsewhere, op) < 0) {
+            Py_DECREF(elsewhere);
             return NULL;
         }
-        Py_DECREF(r);
     }
-    Py_RETURN_NONE;
+    return elsewhere;
+}
+
+/* teardown_order(nodes) -> list, or None
+ *
+ * exitsafe._graph.teardown_order in C, the same Kahn's algorithm and the same order: among
+ * the ready nodes hooks first, then handles, then libraries, newest first within a role;
+ * each node's parents read once; parents outside `nodes` ignored.  Returns None (the
+ * caller then runs the Python function) for anything but distinct compiled handles. */
+typedef struct {
+    PyObject *node;    /* borrowed from the sequence */
+    PyObject *parents; /* its parents, read once (a strong reference) */
+    Py_ssize_t count;  /* its dependents among the nodes not yet ordered */
+} PlanSlot;
+
+static inline size_t
+plan_hash(PyObject *node, size_t mask)
+{
+    size_t h = (size_t)(uintptr_t)node >> 4;
+    h *= (size_t)0x9E3779B97F4A7C15ULL;
+    return (h ^ (h >> 29)) & mask;
+}
+
+static PlanSlot *
+plan_find(PlanSlot *slots, size_t mask, PyObject *node)
+{
+    for (size_t i = plan_hash(node, mask);; i = (i + 1) & mask) {
+        if (slots[i].node == node) {
+            return &slots[i];
+        }
+        if (slots[i].node == NULL) {
+            return NULL;
+        }
+    }
+}
+
+static PyObject *
+plan_teardown_order(PyObject *module, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "teardown_order() needs a sequence of nodes");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    size_t cap = 8;
+    while (cap < (size_t)n * 2) {
+        cap <<= 1;
+    }
+    size_t mask = cap - 1;
+    PlanSlot *slots = PyMem_Calloc(cap, sizeof(PlanSlot));
+    PyObject **stack = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n > 0 ? n : 1) * 3);
+    PyObject *order = NULL;
+    int fallback = 0;
+    if (slots == NULL || stack == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *node = items[i];
+        if (!PyObject_TypeCheck(node, &NodeType)) {
+            fallback = 1;
+            goto done;
+        }
+        NodeObject *nd = (NodeObject *)node;
+        long role = ival(nd->role);
+        if (role < HOOK_ROLE || role > LIBRARY_ROLE || nd->parents == NULL
+            || !PyTuple_CheckExact(nd->parents)) {
+            fallback = 1;
+            goto done;
+        }
+        size_t k = plan_hash(node, mask);
+        while (slots[k].node != NULL && slots[k].node != node) {
+            k = (k + 1) & mask;
+        }
+        if (slots[k].node == node) { /* a node given twice: the Python function decides */
+            fallback = 1;
+            goto done;
+        }
+        slots[k].node = node;
+        Py_INCREF(nd->parents);
+        slots[k].parents = nd->parents;
+    }
+    /* count each node's dependents among the nodes, from the parents read above */
+    for (size_t k = 0; k < cap; k++) {
+        PyObject *parents = slots[k].parents;
+        for (Py_ssize_t j = 0; parents != NULL && j < PyTuple_GET_SIZE(parents); j++) {
+            PlanSlot *parent = plan_find(slots, mask, PyTuple_GET_ITEM(parents, j));
+            if (parent != NULL) {
+                parent->count++;
+            }
+        }
+    }
+    /* three stacks (hooks, handles, libraries) in one array of 3n */
+    PyObject **stacks[3] = {stack, stack + n, stack + 2 * n};
+    Py_ssize_t depth[3] = {0, 0, 0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PlanSlot *slot = plan_find(slots, mask, items[i]);
+        if (slot->count == 0) {
+            long role = ival(((NodeObject *)items[i])->role);
+            stacks[role][depth[role]++] = items[i];
+        }
+    }
+    order = PyList_New(n);
+    if (order == NULL) {
+        goto done;
+    }
+    Py_ssize_t placed = 0;
+    for (;;) {
+        PyObject *node;
+        if (depth[HOOK_ROLE]) {
+            node = stacks[HOOK_ROLE][--depth[HOOK_ROLE]];
+        }
+        else if (depth[HANDLE_ROLE]) {
+            node = stacks[HANDLE_ROLE][--depth[HANDLE_ROLE]];
+        }
+        else if (depth[LIBRARY_ROLE]) {
+            node = stacks[LIBRARY_ROLE][--depth[LIBRARY_ROLE]];
+        }
+        else {
+            break;
+        }
+        if (placed >= n) { /* cannot happen: each node is ready once */
+            break;
+        }
+        Py_INCREF(node);
+        PyList_SET_ITEM(order, placed++, node);
+        PyObject *parents = plan_find(slots, mask, node)->parents;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(parents); j++) {
+            PlanSlot *parent = plan_find(slots, mask, PyTuple_GET_ITEM(parents, j));
+            if (parent != NULL && --parent->count == 0) {
+                long role = ival(((NodeObject *)parent->node)->role);
+                stacks[role][depth[role]++] = parent->node;
+            }
+        }
+    }
+    if (placed != n) {
+        Py_CLEAR(order);
+        PyErr_SetString(PyExc_AssertionError,
+                        "exitsafe: the handle graph has a cycle; this is a bug");
+    }
+done:
+    if (slots != NULL) {
+        for (size_t k = 0; k < cap; k++) {
+            Py_XDECREF(slots[k].parents);
+        }
+    }
+    PyMem_Free(slots);
+    PyMem_Free(stack);
+    Py_DECREF(seq);
+    if (fallback) {
+        Py_XDECREF(order);
+        Py_RETURN_NONE;
+    }
+    return order;
 }
 
 static PyMethodDef Registry_methods[] = {
@@ -2484,6 +2705,10 @@ static PyMethodDef module_methods[] = {
      "Give a compiled function the docstring of the Python function it stands for."},
     {"set_generation", set_generation, METH_O,
      "Mirror exitsafe._sync.generation (the fork generation) into the compiled core."},
+    {"claim", (PyCFunction)(void (*)(void))claim_nodes, METH_FASTCALL,
+     "Claim a teardown's live nodes for its thread (see exitsafe._teardown.claim)."},
+    {"teardown_order", plan_teardown_order, METH_O,
+     "The teardown's order of distinct compiled handles, or None (see exitsafe._graph)."},
     {"release_steps", (PyCFunction)(void (*)(void))release_steps, METH_FASTCALL,
      "The teardown's common steps, from an index of its order (see exitsafe._teardown.run)."},
     {"record_exit_outcomes", (PyCFunction)(void (*)(void))record_exit_outcomes, METH_FASTCALL,

@@ -54,6 +54,9 @@ def claim(nodes: list[Node], me: int) -> set[Node]:
     Called under the lock in the section that begins the teardown.  Returns the nodes
     some thread was already releasing: the teardown waits for them instead.
     """
+    if speedups is not None and type(nodes) is list:
+        claimed_elsewhere: set[Node] = speedups.claim(nodes, me)  # the same loop, in C
+        return claimed_elsewhere
     elsewhere = set()
     for node in nodes:
         if node._state == LIVE:

@@ -463,3 +463,48 @@ def test_a_cycle_through_a_rarely_set_field_is_collected():
     gc.collect()
     assert alive() is None
     assert released == ["raw"]
+
+
+@compiled_only
+def test_a_release_failing_amid_the_compiled_steps_leaks_its_parents_only():
+    registry = exitsafe.Registry("cores-steps")
+    order = []
+    parent = registry.track("parent", order.append, name="parent")
+    other = registry.track("other", order.append, name="other")
+
+    def failing(raw):
+        order.append(raw)
+        raise OSError("device lost")
+
+    child = registry.track("child", failing, depends_on=parent, name="child")
+    last = registry.track("last", order.append, name="last")
+    registry.teardown()
+    assert (parent.state, other.state, child.state, last.state) == (
+        "leaked", "released", "leaked", "released"
+    )
+    outcomes = {e.name: e.outcome for e in registry.ledger()}
+    assert outcomes == {
+        "last": "released_at_exit",
+        "child": "release_failed",
+        "other": "released_at_exit",
+        "parent": "leaked_dependent",
+    }
+    assert order == ["last", "child", "other"]
+    records = registry._ledger.records
+    assert ("released_at_exit" in {r[3] for r in records}) and all(len(r) == 6 for r in records)
+    assert tuple(records[0]) == (4, "handle", "last", "released_at_exit", None, True)
+    assert records[0] == (4, "handle", "last", "released_at_exit", None, True)
+
+
+@compiled_only
+def test_compiled_teardown_helpers_refuse_bad_arguments():
+    from exitsafe._core import speedups
+
+    with pytest.raises(TypeError):
+        speedups.release_steps([], 0, {}, "release", set())
+    with pytest.raises(TypeError):
+        speedups.release_steps((), 0, {}, "release", set(), ("released_at_exit", None))
+    with pytest.raises(TypeError):
+        speedups.record_exit_outcomes(None, [object()], 0, 1, set(), print, [])
+    # plain objects in the order stop the compiled steps at once: the Python step decides
+    assert speedups.release_steps([object()], 0, {}, "release", set(), ("r", None)) == (0, None)
