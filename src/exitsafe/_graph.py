@@ -144,6 +144,11 @@ def teardown_order(nodes: Sequence[Node]) -> list[Node]:
         planned = speedups.teardown_order(nodes)
         if planned is not None:
             return planned  # type: ignore[no-any-return]
+    return python_teardown_order(nodes)
+
+
+def python_teardown_order(nodes: Sequence[Node]) -> list[Node]:
+    """`teardown_order` in Python (the compiled core's is checked against it)."""
     remaining: dict[Node, int] = dict.fromkeys(nodes, 0)
     edges: dict[Node, tuple[Node, ...]] = {}
     for node in nodes:

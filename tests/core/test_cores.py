@@ -12,6 +12,8 @@ import textwrap
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import exitsafe
 from exitsafe import _core
@@ -508,3 +510,46 @@ def test_compiled_teardown_helpers_refuse_bad_arguments():
         speedups.record_exit_outcomes(None, [object()], 0, 1, set(), print, [])
     # plain objects in the order stop the compiled steps at once: the Python step decides
     assert speedups.release_steps([object()], 0, {}, "release", set(), ("r", None)) == (0, None)
+
+
+@compiled_only
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    roles=st.lists(st.sampled_from(["handle", "library", "hook"]), min_size=0, max_size=24),
+    edges=st.lists(st.tuples(st.integers(0, 23), st.integers(0, 23)), max_size=40),
+    drop=st.sets(st.integers(0, 23), max_size=4),
+)
+def test_compiled_planner_orders_as_the_python_one(roles, edges, drop):
+    # Random graphs of handles, libraries and hooks (edges from newer to older nodes, so no
+    # cycle), some nodes left out of the set to order: the same order, element by element.
+    from exitsafe import _graph
+    from exitsafe._core import speedups
+
+    registry = exitsafe.Registry("cores-planner")
+    nodes = []
+    for i, role in enumerate(roles):
+        parents = sorted({p for c, p in edges if c == i and p < i})
+        deps = [nodes[p] for p in parents if nodes[p]._role != 0]  # hooks are not parents
+        if role == "hook":
+            nodes.append(registry.on_teardown(lambda: None, before=deps[:1]))
+        elif role == "library":
+            nodes.append(registry.pin(object(), name=f"lib{i}"))
+        else:
+            nodes.append(registry.track(i, lambda raw: None, depends_on=deps))
+    subset = [n for i, n in enumerate(nodes) if i not in drop]
+    assert speedups.teardown_order(subset) == _graph.python_teardown_order(subset)
+    registry.teardown()
+
+
+@compiled_only
+def test_compiled_planner_leaves_other_inputs_to_python():
+    from exitsafe._core import speedups
+
+    registry = exitsafe.Registry("cores-planner-other")
+    h = registry.track(1, lambda raw: None)
+    assert speedups.teardown_order([h, h]) is None  # given twice
+    assert speedups.teardown_order([h, object()]) is None  # not a handle
+    assert speedups.teardown_order([]) == []
+    with pytest.raises(TypeError):
+        speedups.teardown_order(42)
+    h.release()
