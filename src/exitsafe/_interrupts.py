@@ -55,7 +55,10 @@ def _record(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def _main_thread_ident() -> Optional[int]:
-    import threading
+    get = getattr(_thread, "_get_main_thread_ident", None)  # CPython 3.12+
+    if get is not None:
+        return int(get())
+    import threading  # (about 5 ms when nothing imported it yet: only where needed)
 
     return threading.main_thread().ident
 
@@ -123,27 +126,28 @@ def after_fork_in_child() -> None:
 
 
 def _swap() -> None:
+    # _signal, not signal: the same functions, without importing enum at every exit
     try:
-        import signal
+        import _signal  # type: ignore[import-not-found]
 
-        candidates = {int(signal.SIGINT), *installed}
+        candidates = {int(_signal.SIGINT), *installed}
         for signum in candidates:
-            current = signal.getsignal(signum)
+            current = _signal.getsignal(signum)
             ours = getattr(current, "__exitsafe_signal_handler__", False)
-            if ours or (signum == signal.SIGINT and current is signal.default_int_handler):
+            if ours or (signum == _signal.SIGINT and current is _signal.default_int_handler):
                 _saved[signum] = current
-                signal.signal(signum, _record)
+                _signal.signal(signum, _record)
     except (ValueError, OSError):  # not the main interpreter, or a platform refusal:
         pass  # nothing is held, signals keep their usual behaviour
 
 
 def _restore() -> None:
-    import signal
+    import _signal
 
     for signum, handler in list(_saved.items()):
         try:
-            if signal.getsignal(signum) is _record:  # unless the program changed it since
-                signal.signal(signum, handler)
+            if _signal.getsignal(signum) is _record:  # unless the program changed it since
+                _signal.signal(signum, handler)
         except (ValueError, OSError):  # see _swap
             pass
     _saved.clear()
@@ -225,3 +229,8 @@ class _EndBySignal:
 
 
 _end_by: Optional[_EndBySignal] = None
+
+
+def signals_to_take_over() -> bool:
+    """Whether signals sent again by exitsafe's handlers wait for the exit (see `resent`)."""
+    return bool(resent)

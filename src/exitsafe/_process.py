@@ -128,11 +128,14 @@ def teardown_all(reason: str) -> None:
 def at_exit() -> None:
     """The `atexit` callback: the exit teardown (then, in a forked child set to
     leave quietly, the end: see `exitsafe._children`)."""
-    from ._interrupts import end_by_uncaught_keyboard_interrupt, held
+    from ._interrupts import end_by_uncaught_keyboard_interrupt, held, signals_to_take_over
 
     _exit_phase[0] = "exiting"
     try:
-        with held(at_exit=True):
+        if registries() or signals_to_take_over():
+            with held(at_exit=True):
+                teardown_all("atexit")
+        else:  # nothing to tear down, no signal to hold back: only the ledger, if asked
             teardown_all("atexit")
     finally:
         _exit_phase[0] = "exited"

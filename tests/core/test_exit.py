@@ -87,6 +87,30 @@ def test_ledger_json_written_at_exit(tmp_path):
     assert default["counts"] == {"released": 1, "released_at_exit": 1, "leaked_policy": 1}
 
 
+def test_a_program_without_handles_exits_without_importing_more(tmp_path):
+    # The exit of a program that imported exitsafe and tracked nothing: no teardown to
+    # run, no signal to hold back, so threading and signal (about 7 ms) stay unimported;
+    # the ledger asked for is still written (json brings enum, which is why it is not
+    # checked here).
+    ledger = tmp_path / "ledger.json"
+    run = _run(
+        """
+        import atexit, sys
+        # registered before exitsafe's exit hook: runs after it
+        atexit.register(
+            lambda: print(sorted(m for m in ("threading", "signal") if m in sys.modules))
+        )
+        import exitsafe
+        """,
+        tmp_path,
+        prelude=False,
+        env={"EXITSAFE_LEDGER": str(ledger)},
+    )
+    assert_clean(run)
+    assert run.stdout.split("\n")[0] == "[]"
+    assert json.loads(ledger.read_text())["registries"] == []
+
+
 def test_at_exit_leak_override_never_calls_native_code(tmp_path):
     proc, order = run_program(
         """
