@@ -232,8 +232,8 @@ class Config:
     thread_repeats: int = 7
     import_repeats: int = 30
     importtime_runs: int = 5
-    exit_n: int = 100_000
-    exit_repeats: int = 5
+    exit_n: int = 1_000_000  # the exit bar is set at 10^6 handles
+    exit_repeats: int = 3
 
     @classmethod
     def make(cls, quick: bool) -> Config:

@@ -19,7 +19,10 @@ import cffi
 
 import exitsafe
 
-from ._util import Config, Section, Table
+from ._util import Bar, Config, Section, Table
+
+#: Memory per live handle with the compiled core, at most.
+BAR_BYTES_PER_HANDLE = 200
 
 
 def _noop(raw: object) -> None:
@@ -128,4 +131,15 @@ def run(cfg: Config) -> Section:
         " (100,000 by default; trimmed when twice that is reached)"
     )
     data = {"n": cfg.memory_n, "repeats": repeats, "results": results}
-    return Section("memory", data, [table])
+    bars = []
+    if exitsafe.CORE == "compiled":  # the bar is the compiled core's (the bars)
+        bars.append(
+            Bar(
+                f"memory per live handle <= {BAR_BYTES_PER_HANDLE} B (compiled core)",
+                results["exitsafe_track"]["live_bytes_per_handle"],
+                BAR_BYTES_PER_HANDLE,
+                "<=",
+                "B",
+            )
+        )
+    return Section("memory", data, [table], bars)
