@@ -2134,14 +2134,19 @@ cffi_learned(PyObject *module, PyObject *args)
         Py_XDECREF(ctype);
         PyErr_Clear(); /* whatever failed: the cast stays in use */
     }
+    if (cffi_plain != NULL) {
+        /* learnt once: the same objects every time (one cffi backend per process), and
+         * never replaced under a reader on another thread */
+        Py_RETURN_NONE;
+    }
     Py_INCREF(uintptr);
-    Py_XSETREF(cffi_uintptr, uintptr);
+    cffi_uintptr = uintptr;
     Py_INCREF(typeof_fn);
-    Py_XSETREF(cffi_typeof, typeof_fn);
+    cffi_typeof = typeof_fn;
     Py_INCREF(cast_fn);
-    Py_XSETREF(cffi_cast, cast_fn);
+    cffi_cast = cast_fn;
     Py_INCREF(plain);
-    Py_XSETREF(cffi_plain, plain); /* last: it turns the fast path on */
+    STORE(cffi_plain, plain); /* last: it turns the fast path on */
     Py_RETURN_NONE;
 }
 
@@ -2479,8 +2484,19 @@ plan_teardown_order(PyObject *module, PyObject *arg)
             goto done;
         }
         slots[k].node = node;
+#ifdef Py_GIL_DISABLED
+        /* another thread finishing a release may replace the tuple meanwhile: read it as
+         * the attribute (a safe load), not the field */
+        slots[k].parents = PyObject_GetAttrString(node, "_parents");
+        if (slots[k].parents == NULL || !PyTuple_CheckExact(slots[k].parents)) {
+            PyErr_Clear();
+            fallback = 1;
+            goto done;
+        }
+#else
         Py_INCREF(nd->parents);
         slots[k].parents = nd->parents;
+#endif
     }
     /* count each node's dependents among the nodes, from the parents read above */
     for (size_t k = 0; k < cap; k++) {
