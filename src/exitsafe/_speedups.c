@@ -1182,18 +1182,37 @@ release_claimed(RegistryObject *reg, NodeObject *first, unsigned long me, PyObje
     return rc;
 }
 
+/* The entry of the compiled paths of a handle: its registry has the usual fields, is open,
+ * this thread is not inside a section (a finalizer that interrupted one) and took the lock
+ * at once.  Returns the registry, the lock held; or NULL (nothing taken): the Python path.
+ * The phase is read again under the lock. */
+static inline RegistryObject *
+enter_fast(NodeObject *n, unsigned long me)
+{
+    PyObject *regobj = n->registry;
+    if (!is_fast_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
+        || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
+        return NULL;
+    }
+    RegistryObject *reg = (RegistryObject *)regobj;
+    if (reg->phase != PHASE_OPEN) {
+        lock_drop(the_lock);
+        return NULL;
+    }
+    return reg;
+}
+
 static PyObject *
 Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *regobj = self->registry;
     unsigned long me = PyThread_get_thread_ident();
-    if (!is_fast_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
-        || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
+    RegistryObject *reg = enter_fast(self, me);
+    if (reg == NULL) {
         goto slow;
     }
-    RegistryObject *reg = (RegistryObject *)regobj;
     long refs = ival(self->refs);
-    if (reg->phase != PHASE_OPEN || ival(self->state) != LIVE || refs <= 0
+    if (ival(self->state) != LIVE || refs <= 0
         || (refs == 1 && ival(self->children) && reg->strict != NULL
             && reg->strict != Py_False)) {
         lock_drop(the_lock);
@@ -1236,8 +1255,7 @@ Node_retain_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *regobj = self->registry;
     unsigned long me = PyThread_get_thread_ident();
-    if (!is_fast_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
-        || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
+    if (enter_fast(self, me) == NULL) {
         goto slow;
     }
     long refs = ival(self->refs);
@@ -1273,18 +1291,8 @@ node_collected(NodeObject *n)
 {
     PyObject *regobj = n->registry;
     unsigned long me = PyThread_get_thread_ident();
-    if (!is_fast_registry(regobj) || LOAD(((RegistryObject *)regobj)->phase) != PHASE_OPEN
-        || LOAD(the_lock->owner) == me || !lock_try(the_lock, me)) {
-        PyObject *r = call2(collected_py, regobj, (PyObject *)n);
-        if (r == NULL) {
-            return -1;
-        }
-        Py_DECREF(r);
-        return 0;
-    }
-    RegistryObject *reg = (RegistryObject *)regobj;
-    if (reg->phase != PHASE_OPEN) {
-        lock_drop(the_lock);
+    RegistryObject *reg = enter_fast(n, me);
+    if (reg == NULL) { /* the Python path: Registry._collected */
         PyObject *r = call2(collected_py, regobj, (PyObject *)n);
         if (r == NULL) {
             return -1;
