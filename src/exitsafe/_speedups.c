@@ -522,6 +522,12 @@ live_append(LiveTableObject *table, NodeObject *node, int owned)
     if (owned) {
         Py_INCREF(node);
     }
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
+    else {
+        /* held weakly: nodes() may meet it while another thread destroys it (see there) */
+        PyUnstable_EnableTryIncRef((PyObject *)node);
+    }
+#endif
     LINK_LOCK();
     node->link.prev = table->head.prev;
     node->link.next = &table->head;
@@ -651,10 +657,20 @@ LiveTable_nodes(LiveTableObject *self, PyObject *Py_UNUSED(ignored))
         Py_ssize_t i = 0;
         for (LiveLink *l = self->head.next; l != &self->head; l = l->next) {
             PyObject *node = (PyObject *)NODE_OF(l);
-            Py_INCREF(node);
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
+            /* Without the GIL, a handle held weakly may have lost its last reference on
+             * another thread, whose dealloc waits for this mutex to unlink it: skip it
+             * rather than revive it.  (3.13t has no public way to tell: a known hazard.) */
+            if (!PyUnstable_TryIncRef(node)) {
+                continue;
+            }
+#else
+            Py_INCREF(node); /* with the GIL a dying handle is unlinked before we run */
+#endif
             PyList_SET_ITEM(list, i++, node);
         }
         LINK_UNLOCK();
+        Py_SET_SIZE(list, i); /* (fewer only where handles were being destroyed) */
         return list;
     }
 }
