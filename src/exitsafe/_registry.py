@@ -1019,6 +1019,7 @@ if speedups is not None:
     speedups.setup(
         lock=_sync.LOCK,
         handle_type=Handle,
+        registry_type=Registry,
         track=Registry._track_py,  # type: ignore[attr-defined]
         drop_owner=Registry._drop_owner,
         retain=Registry._retain,

@@ -239,6 +239,7 @@ static PyTypeObject LockType = {
 /* Set once by setup() (exitsafe._registry at import); all strong references. */
 static LockObject *the_lock;
 static PyTypeObject *handle_type;
+static PyTypeObject *registry_type; /* exitsafe.Registry itself (not a subclass) */
 static PyObject *track_py, *drop_owner_py, *retain_py, *collected_py;
 static PyObject *release_chain_py, *release_failed_py, *collected_failed_py;
 static PyObject *registered_after_close_py;
@@ -752,17 +753,39 @@ Node_clear(NodeObject *self)
 }
 
 /* The getters and setters of the NodeExtra fields; `closure` is the field's offset. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LOAD_ACQUIRE(p) __atomic_load_n(&(p), __ATOMIC_ACQUIRE)
+#define STORE_RELEASE(p, v) __atomic_store_n(&(p), (v), __ATOMIC_RELEASE)
+#else
+#define LOAD_ACQUIRE(p) (p)
+#define STORE_RELEASE(p, v) ((p) = (v))
+#endif
+
+/* Python reads and writes of these fields take the handle's critical section on
+ * free-threaded builds (as member descriptors do), so that a first setter's allocation and
+ * a value being replaced are never seen half done. */
+#ifdef Py_GIL_DISABLED
+#define EXTRA_BEGIN(self) Py_BEGIN_CRITICAL_SECTION((PyObject *)(self))
+#define EXTRA_END() Py_END_CRITICAL_SECTION()
+#else
+#define EXTRA_BEGIN(self) {
+#define EXTRA_END() }
+#endif
+
 static PyObject *
 Node_get_extra(NodeObject *self, void *closure)
 {
     PyObject *value = NULL;
-    if (self->extra != NULL) {
-        value = *(PyObject **)((char *)self->extra + (size_t)closure);
+    EXTRA_BEGIN(self);
+    NodeExtra *x = LOAD_ACQUIRE(self->extra);
+    if (x != NULL) {
+        value = *(PyObject **)((char *)x + (size_t)closure);
     }
     if (value == NULL) {
         value = Py_None;
     }
     Py_INCREF(value);
+    EXTRA_END();
     return value;
 }
 
@@ -773,28 +796,36 @@ Node_set_extra(NodeObject *self, PyObject *value, void *closure)
         PyErr_SetString(PyExc_AttributeError, "a handle's fields cannot be deleted");
         return -1;
     }
+    PyObject *old = NULL;
+    int rc = 0;
+    EXTRA_BEGIN(self);
     NodeExtra *x = self->extra;
-    if (x == NULL) {
-        if (value == Py_None) {
-            return 0;
-        }
+    if (x == NULL && value != Py_None) {
         x = PyMem_Calloc(1, sizeof(NodeExtra));
         if (x == NULL) {
             PyErr_NoMemory();
-            return -1;
+            rc = -1;
         }
-        self->extra = x;
+        else {
+            STORE_RELEASE(self->extra, x); /* published zeroed */
+        }
     }
-    PyObject **slot = (PyObject **)((char *)x + (size_t)closure);
-    Py_INCREF(value);
-    Py_XSETREF(*slot, value);
-    return 0;
+    if (x != NULL) {
+        PyObject **slot = (PyObject **)((char *)x + (size_t)closure);
+        Py_INCREF(value);
+        old = *slot;
+        STORE_RELEASE(*slot, value);
+    }
+    EXTRA_END();
+    Py_XDECREF(old); /* outside the section: it may run code */
+    return rc;
 }
 
 static inline PyObject *
 extra_field(NodeObject *n, size_t offset) /* borrowed; never NULL */
 {
-    PyObject *value = n->extra ? *(PyObject **)((char *)n->extra + offset) : NULL;
+    NodeExtra *x = LOAD_ACQUIRE(n->extra);
+    PyObject *value = x ? LOAD_ACQUIRE(*(PyObject **)((char *)x + offset)) : NULL;
     return value ? value : Py_None;
 }
 
@@ -1917,7 +1948,14 @@ pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *a
     }
     Py_DECREF(releaser);
     if (bound < 0) {
+        /* the address must not stay reserved for good: cancel, then raise */
+        PyObject *exc = take_exception();
         Py_DECREF(handle);
+        if (pointer_cancel(address) < 0) {
+            Py_XDECREF(exc);
+            return NULL;
+        }
+        raise_exception(exc);
         return NULL;
     }
     return handle;
@@ -1946,7 +1984,7 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *kind = str_handle, *regarg = Py_None;
     if (nargs != 3 || cffi_track_py == NULL || the_lock == NULL || ptr_entries == NULL
-        || cffi_plain == NULL) {
+        ) {
         goto slow;
     }
     for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -1970,7 +2008,8 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         }
     }
     PyObject *ffi = args[0], *ptr = args[1], *release = args[2];
-    if (!PyUnicode_CheckExact(kind) || Py_TYPE(ptr) != (PyTypeObject *)cffi_plain
+    PyObject *plain = LOAD_ACQUIRE(cffi_plain); /* (set last, with a release store) */
+    if (plain == NULL || !PyUnicode_CheckExact(kind) || Py_TYPE(ptr) != (PyTypeObject *)plain
         || PyDict_GET_SIZE(cffi_pins) || !PyCallable_Check(release)
         || LOAD(the_lock->owner) == PyThread_get_thread_ident()) {
         goto slow;
@@ -1986,7 +2025,7 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         }
         PyObject *cdata_class = PyObject_GetAttr(ffi, str_CData);
         Py_XDECREF(cdata_class); /* compared by identity only; the class lives on */
-        if (cdata_class != cffi_plain) {
+        if (cdata_class != plain) {
             PyErr_Clear();
             goto slow;
         }
@@ -2042,10 +2081,12 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         reg = regarg;
         Py_INCREF(reg);
     }
-    if (!is_registry(reg)) {
+    if (Py_TYPE(reg) != registry_type) {
+        /* not a Registry (a TypeError, from the Python path), or a subclass, which may
+         * override track(): the Python path calls it */
         Py_DECREF(reg);
         Py_DECREF(address);
-        goto slow; /* (a TypeError, from the Python path) */
+        goto slow;
     }
     /* keep: what the release call needs referenced; the Python path keeps (ffi, lib) */
     PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, ffi, kind);
@@ -2158,19 +2199,25 @@ cffi_learned(PyObject *module, PyObject *args)
         Py_XDECREF(ctype);
         PyErr_Clear(); /* whatever failed: the cast stays in use */
     }
-    if (cffi_plain != NULL) {
+#ifdef Py_GIL_DISABLED
+    static PyMutex learning; /* two first learners at once: one sets, the other returns */
+    PyMutex_Lock(&learning);
+#endif
+    if (LOAD_ACQUIRE(cffi_plain) == NULL) {
         /* learnt once: the same objects every time (one cffi backend per process), and
          * never replaced under a reader on another thread */
-        Py_RETURN_NONE;
+        Py_INCREF(uintptr);
+        cffi_uintptr = uintptr;
+        Py_INCREF(typeof_fn);
+        cffi_typeof = typeof_fn;
+        Py_INCREF(cast_fn);
+        cffi_cast = cast_fn;
+        Py_INCREF(plain);
+        STORE_RELEASE(cffi_plain, plain); /* last: it turns the fast path on */
     }
-    Py_INCREF(uintptr);
-    cffi_uintptr = uintptr;
-    Py_INCREF(typeof_fn);
-    cffi_typeof = typeof_fn;
-    Py_INCREF(cast_fn);
-    cffi_cast = cast_fn;
-    Py_INCREF(plain);
-    STORE(cffi_plain, plain); /* last: it turns the fast path on */
+#ifdef Py_GIL_DISABLED
+    PyMutex_Unlock(&learning);
+#endif
     Py_RETURN_NONE;
 }
 
@@ -2181,7 +2228,8 @@ static PyObject *str_release;
 /* release_steps(order, start, decided, default_policy, elsewhere, released) -> (index, exc)
  *
  * The teardown executor's common step (exitsafe._teardown.run), for order[start:]: a
- * handle with the policy "release", no taint, no borrow, no timeout, of this process,
+ * handle with the policy "release", no taint, no affinity, no borrow, no timeout, of this
+ * process,
  * claimed by this teardown (not in `elsewhere`): its release function is called and
  * decided[node] = released (the pair (released_at_exit, None)), its state RELEASED.  It
  * stops before the first node that needs the general step, returning (its index, None),
@@ -2232,8 +2280,10 @@ release_steps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         if (ival(n->role) == HOOK_ROLE || extra_field(n, offsetof(NodeExtra, taint)) != Py_None
+            || extra_field(n, offsetof(NodeExtra, affinity)) != Py_None
             || ival(n->borrows) != 0 || extra_field(n, offsetof(NodeExtra, timeout)) != Py_None
             || n->gen != generation || n->fn == NULL || n->raw == NULL) {
+            PyErr_Clear(); /* (a field that is not an int: the general step explains) */
             break;
         }
         PyObject *fn = n->fn, *raw = n->raw;
@@ -2337,8 +2387,13 @@ record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
         mine = !in;
     }
     NodeObject *n = (NodeObject *)op;
-    if (fast_registry && mine && detail == Py_None && PyObject_TypeCheck(op, &NodeType)
-        && n->registry == regobj && ival(n->role) != HOOK_ROLE && n->parents != NULL
+    int fast = fast_registry && mine && detail == Py_None && PyObject_TypeCheck(op, &NodeType)
+               && n->registry == regobj && ival(n->role) != HOOK_ROLE;
+    if (PyErr_Occurred()) { /* a role that is not an int: Registry._finish decides */
+        PyErr_Clear();
+        fast = 0;
+    }
+    if (fast && n->parents != NULL
         && PyTuple_CheckExact(n->parents)
         && (outcome == released_at_exit_str
             || (PyUnicode_CheckExact(outcome)
@@ -2494,8 +2549,14 @@ plan_teardown_order(PyObject *module, PyObject *arg)
         }
         NodeObject *nd = (NodeObject *)node;
         long role = ival(nd->role);
-        if (role < HOOK_ROLE || role > LIBRARY_ROLE || nd->parents == NULL
-            || !PyTuple_CheckExact(nd->parents)) {
+#ifdef Py_GIL_DISABLED
+        int odd = role < HOOK_ROLE || role > LIBRARY_ROLE; /* parents: checked below */
+#else
+        int odd = role < HOOK_ROLE || role > LIBRARY_ROLE || nd->parents == NULL
+                  || !PyTuple_CheckExact(nd->parents);
+#endif
+        if (odd) {
+            PyErr_Clear(); /* (a role that is not an int) */
             fallback = 1;
             goto done;
         }
@@ -2629,6 +2690,7 @@ static struct {
 } setup_slots[] = {
     {"lock", (PyObject **)&the_lock, &LockType},
     {"handle_type", (PyObject **)&handle_type, &PyType_Type},
+    {"registry_type", (PyObject **)&registry_type, &PyType_Type},
     {"track", &track_py, NULL},
     {"drop_owner", &drop_owner_py, NULL},
     {"retain", &retain_py, NULL},
@@ -2671,6 +2733,11 @@ setup(PyObject *module, PyObject *args, PyObject *kwds)
     }
     if (!PyType_IsSubtype((PyTypeObject *)values[1], &NodeType)) {
         PyErr_SetString(PyExc_TypeError, "setup(): handle_type must be a subclass of Node");
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)values[2], &RegistryType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "setup(): registry_type must be a subclass of RegistryCore");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < SETUP_SLOTS; i++) {

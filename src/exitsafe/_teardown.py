@@ -169,6 +169,7 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
                     and policy == "release"
                     and node._role != HOOK
                     and node._taint is None
+                    and node._affinity is None
                     and not node._borrows
                     and node._timeout is None
                     and node._gen == _sync.generation  # read per step: a step may fork

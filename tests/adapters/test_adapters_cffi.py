@@ -502,3 +502,24 @@ def test_api_mode_track_callback_and_lookup(api_module, reg):
     assert lib.toy_live() == 0
     assert cb.state == "leaked"
     assert lib.toy_call(raw, 3) == 0
+
+
+def test_a_registry_subclass_overriding_track_sees_every_pointer(abi):
+    # The compiled path calls the registry's track itself only for exitsafe.Registry; a
+    # subclass that overrides track() gets every call (a review finding).
+    ffi, lib = abi
+    calls = []
+
+    class Audited(exitsafe.Registry):
+        def track(self, raw, release, **options):
+            calls.append(raw)
+            return super().track(raw, release, **options)
+
+    reg = Audited("adapters-audited")
+    handles = [
+        es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg) for _ in range(3)
+    ]
+    assert len(calls) == 3
+    for h in handles:
+        h.release()
+    reg.teardown()

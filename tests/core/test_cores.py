@@ -553,3 +553,18 @@ def test_compiled_planner_leaves_other_inputs_to_python():
     with pytest.raises(TypeError):
         speedups.teardown_order(42)
     h.release()
+
+
+@compiled_only
+def test_compiled_planner_hands_an_odd_record_to_python_without_an_error():
+    from exitsafe._core import speedups
+
+    registry = exitsafe.Registry("cores-planner-odd")
+    h = registry.track(1, lambda raw: None)
+    role = h._role
+    h._role = 2**70  # private misuse: not a C long
+    try:
+        assert speedups.teardown_order([h]) is None  # and no exception left set
+    finally:
+        h._role = role
+    h.release()

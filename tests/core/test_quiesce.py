@@ -260,7 +260,13 @@ def test_affine_release_runs_at_the_owners_next_exitsafe_call(reg):
     assert where == ["released"]
 
 
-def test_teardown_leaks_affine_handles_of_a_live_owner_and_runs_those_of_a_gone_one(reg):
+@pytest.mark.parametrize("step_timeout", [None, LONG], ids=["common-step", "timed-step"])
+def test_teardown_leaks_affine_handles_of_a_live_owner_and_runs_those_of_a_gone_one(
+    step_timeout,
+):
+    # Without a step timeout the teardown takes its common step (in C with the compiled
+    # core): it must leave an affine handle to the general step too (a review finding).
+    reg = Registry("quiesce-affinity", ledger_limit=None, step_timeout=step_timeout)
     log: list[str] = []
     owner_ready, finish = threading.Event(), threading.Event()
     made: dict[str, exitsafe.Handle] = {}
