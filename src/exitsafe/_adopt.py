@@ -138,21 +138,15 @@ class ClaimTable:
         """Reserve ``key``; raise [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if a live
         handle owns it, with the message ``describe(key, that handle)`` (``None``: another
         thread is registering the key right now)."""
-        if _sync.reentered():
-            raise _sync.refused("track()")
-        _sync.enter()
-        try:
-            entries = self._entries
-            entry = entries.get(key)
+        with _sync.section("track()"):
+            entry = self._entries.get(key)
             if entry is not None:
                 if entry[1] is _RESERVED:
                     raise AlreadyTrackedError(describe(key, None), None)
                 existing = self.get(key, identity if identity is not None else entry[0])
                 if existing is not None:
                     raise AlreadyTrackedError(describe(key, existing), existing)
-            entries[key] = (identity, _RESERVED)
-        finally:
-            _sync.leave()
+            self._entries[key] = (identity, _RESERVED)
 
     def bind(self, key: object, handle: Handle) -> None:
         """Record the handle of a claimed key (or drop the claim if it is not live)."""
@@ -171,18 +165,13 @@ class ClaimTable:
 
     def forget(self, key: object, handle: Optional[Handle]) -> None:
         """Remove ``key`` if ``handle`` (or a dead handle) still owns it."""
-        if _sync.reentered():
-            raise _sync.refused("release")
-        _sync.enter()
-        try:
-            entries = self._entries
-            entry = entries.get(key)
-            if entry is not None and entry[1] is not _RESERVED:
-                current = entry[1] if self._strong else entry[1]()
-                if current is None or current is handle:
-                    del entries[key]
-        finally:
-            _sync.leave()
+        with _sync.section("release"):
+            entry = self._entries.get(key)
+            if entry is None or entry[1] is _RESERVED:
+                return
+            current = entry[1] if self._strong else entry[1]()
+            if current is None or current is handle:
+                del self._entries[key]
 
 
 _RESERVED = object()

@@ -128,21 +128,14 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
     release_steps = speedups.release_steps if speedups is not None and fast and not trace else None
     released_pair = (_RELEASED_AT_EXIT, None)
     position = 0  # index in order of the next step
+    raised: Optional[BaseException] = None
     try:
         while position < total:
             if release_steps is not None:
-                position, exc = release_steps(
+                # raised: the release function of order[position] raised (recorded below)
+                position, raised = release_steps(
                     order, position, decided, default_policy, elsewhere, released_pair
                 )
-                if exc is not None:  # that node's release function raised
-                    failed = order[position]
-                    position += 1
-                    failure = repr(exc)
-                    _log_failure("release", failed, failure)
-                    decided[failed] = (Outcome.RELEASE_FAILED, failure)
-                    failed._state = LEAKED
-                    failed._taint_parents(Outcome.RELEASE_FAILED)
-                    continue
                 if position >= total:
                     break
             node = order[position]
@@ -157,7 +150,10 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
                     )
                 )
             detail: Optional[str] = None
-            if elsewhere and node in elsewhere:
+            if raised is not None:  # its release ran in the compiled steps, and raised
+                outcome, detail = Outcome.RELEASE_FAILED, repr(raised)
+                _log_failure("release", node, detail)
+            elif elsewhere and node in elsewhere:
                 verdict = _wait_in_flight(node, settings)
                 if verdict is None:
                     continue  # finished on its thread, which recorded its outcome
