@@ -2,10 +2,11 @@
 in a loop while the main thread ends.
 
 The worker spends most of its time in ``queue.finish()`` / the kernel enqueue, native
-code with the GIL released.  When the interpreter finalizes under it, the worker's
-return into Python ends it with ``pthread_exit()`` on CPython <= 3.13 (forced unwinding
-through pyopencl's C++/nanobind frames: "terminate called without an active exception",
-SIGABRT), and pyopencl's own objects (context, queue, buffers) are released by module
+code with the GIL released, and its batches are short, so it comes back into Python
+many times while the interpreter finalizes.  The first such return ends it with
+``pthread_exit()`` on CPython <= 3.13 (forced unwinding through pyopencl's
+C++/nanobind frames: "terminate called without an active exception", SIGABRT), and
+pyopencl's own objects (context, queue, buffers) are released by module
 finalization while the worker may still be inside pocl.
 """
 
@@ -15,7 +16,7 @@ import threading
 import numpy as np
 import pyopencl as cl
 
-N = 1 << 20
+N = 1 << 14  # short batches: the worker re-enters Python many times while the interpreter finalizes
 SOURCE = """
 __kernel void relax(__global float *a) {
     int i = get_global_id(0);
