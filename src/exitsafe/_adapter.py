@@ -219,6 +219,7 @@ class Adapter:
         exit_policy: Optional[ExitPolicy],
         name: Optional[str],
         timeout: Optional[float],
+        affinity: Optional[str] = None,
     ) -> Handle:
         """Own the native object at ``ptr``: the body of ``exitsafe.<ffi>.track``."""
         if not callable(release):
@@ -240,6 +241,7 @@ class Adapter:
                 exit_policy=exit_policy,
                 name=name,
                 timeout=timeout,
+                affinity=affinity,
             )
         except BaseException:
             addresses.cancel(address)

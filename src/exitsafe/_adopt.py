@@ -526,6 +526,7 @@ def adopt(
     neutralize: Optional[Attrs] = None,
     null: Any = None,
     timeout: Optional[float] = None,
+    affinity: Optional[str] = None,
 ) -> Handle:
     """Hand `obj`, an object of another library, to exitsafe: it is closed exactly once, in
     dependency order, when its handle is released or at teardown, or leaked by policy.
@@ -559,6 +560,10 @@ def adopt(
         null: the value `neutralize` sets.
         timeout: seconds the close may take at teardown before it is abandoned and the
             handle leaked; `None`: the registry's step timeout.
+        affinity: `"creator"` or `"main"` runs the close only on that thread (GL contexts,
+            some GPU and GUI objects): a close due elsewhere is queued for that thread's
+            next exitsafe call or [`run_pending()`][exitsafe.run_pending]; see
+            [`Registry.track`][exitsafe.Registry.track].  `None`: any thread.
 
     Returns:
         The handle standing for `obj`, holding one owner.
@@ -614,6 +619,7 @@ def adopt(
             exit_policy=exit_policy,
             name=name,
             timeout=timeout,
+            affinity=affinity,
         )
     except BaseException:
         _adopted.cancel(key)

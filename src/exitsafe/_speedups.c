@@ -2003,7 +2003,7 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         }
         else if (value != Py_None
                  || !(kw_is(key, kw_lib) || kw_is(key, kw_name) || kw_is(key, kw_exit_policy)
-                      || kw_is(key, kw_timeout))) {
+                      || kw_is(key, kw_timeout) || kw_is(key, kw_affinity))) {
             goto slow;
         }
     }

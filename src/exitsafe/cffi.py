@@ -252,6 +252,7 @@ def track(
     exit_policy: Optional[ExitPolicy] = None,
     name: Optional[str] = None,
     timeout: Optional[float] = None,
+    affinity: Optional[str] = None,
 ) -> Handle:
     """Own the native object `ptr` points to: `release(ptr)` runs exactly once, or never.
 
@@ -280,6 +281,10 @@ def track(
         name: the display name in the ledger and the trace; default `"<kind>#<n>"`.
         timeout: seconds the release may take at teardown before it is abandoned and the
             handle leaked; `None`: the registry's step timeout.
+        affinity: `"creator"` or `"main"` runs the release only on that thread (GL contexts,
+            some GPU and GUI objects): a release due elsewhere is queued for that thread's
+            next exitsafe call or [`run_pending()`][exitsafe.run_pending]; see
+            [`Registry.track`][exitsafe.Registry.track].  `None`: any thread.
 
     Returns:
         A [`Handle`][exitsafe.Handle] holding one owner, not a cdata: `handle.raw` is the
@@ -304,7 +309,7 @@ def track(
     _check_ffi(ffi)
     return _ADAPTER.track(
         ffi, ptr, release, registry=registry, lib=lib, kind=kind, depends_on=depends_on,
-        exit_policy=exit_policy, name=name, timeout=timeout,
+        exit_policy=exit_policy, name=name, timeout=timeout, affinity=affinity,
     )
 
 

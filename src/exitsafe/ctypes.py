@@ -187,6 +187,7 @@ def track(
     exit_policy: Optional[ExitPolicy] = None,
     name: Optional[str] = None,
     timeout: Optional[float] = None,
+    affinity: Optional[str] = None,
 ) -> Handle:
     """Own the native object at `ptr`: `release(ptr)` runs exactly once, or never if leaked.
 
@@ -214,6 +215,10 @@ def track(
         name: the display name in the ledger and the trace; default `"<kind>#<n>"`.
         timeout: seconds the release may take at teardown before it is abandoned and the
             handle leaked; `None`: the registry's step timeout.
+        affinity: `"creator"` or `"main"` runs the release only on that thread (GL contexts,
+            some GPU and GUI objects): a release due elsewhere is queued for that thread's
+            next exitsafe call or [`run_pending()`][exitsafe.run_pending]; see
+            [`Registry.track`][exitsafe.Registry.track].  `None`: any thread.
 
     Returns:
         A [`Handle`][exitsafe.Handle] holding one owner; `handle.raw` raises
@@ -234,7 +239,7 @@ def track(
     library = lib if lib is not None else _library_of(release)
     return _ADAPTER.track(
         None, ptr, release, registry=registry, lib=library, kind=kind, depends_on=depends_on,
-        exit_policy=exit_policy, name=name, timeout=timeout,
+        exit_policy=exit_policy, name=name, timeout=timeout, affinity=affinity,
     )
 
 
