@@ -44,13 +44,17 @@ CONTENDERS: Dict[str, Tuple[str, str]] = {
         "exitsafe.cffi.track + release",
         "ctrack(ffi, ptr, release).release()",
     ),
+    "ctypes_track_release": (
+        "exitsafe.ctypes.track + release",
+        "cttrack(address, release).release()",
+    ),
 }
 BASELINE = "cffi_gc_release"
 DROP_BASELINE = "cffi_gc_drop"
 
 PROGRAM = textwrap.dedent(
     """
-    import sys, weakref, cffi, exitsafe, exitsafe.cffi
+    import sys, weakref, cffi, exitsafe, exitsafe.cffi, exitsafe.ctypes
     ffi = cffi.FFI()
     ffi.dlopen(None)
     ptr = ffi.cast("void *", 0x1234)
@@ -64,6 +68,7 @@ PROGRAM = textwrap.dedent(
         target = Target()
         gc, rel, fin = ffi.gc, ffi.release, weakref.finalize
         track, mtrack, ctrack = reg.track, exitsafe.track, exitsafe.cffi.track
+        cttrack, address = exitsafe.ctypes.track, 0x1234
         for _ in range(n):
             BODY
     main(int(sys.argv[1]))
@@ -100,7 +105,7 @@ def measure(names: List[str]) -> Dict[str, Dict[str, float]]:
     for name in names:
         _, body = CONTENDERS[name]
         print(f"instructions: {name}", file=sys.stderr, flush=True)
-        if not name.startswith(("track", "module", "cffi_track")):
+        if not name.startswith(("track", "module", "cffi_track", "ctypes_track")):
             results[name] = {"baseline": per_operation(body, pure=True)}
             continue
         row = {"python": per_operation(body, pure=True)}

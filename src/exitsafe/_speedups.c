@@ -1977,35 +1977,76 @@ static to_c_pointer_fn cffi_to_c_pointer;
 #define CFFI_TO_C_POINTER 11
 static PyObject *str_CData, *kw_registry, *kw_lib;
 
-static PyObject *
-cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+/* The keyword arguments of an adapter's track (`kwvalues`, named by `kwnames`) that the
+ * compiled path handles: `kind` and `registry` (stored in *kind and *regarg), an empty
+ * `depends_on`, and `lib`, `name`, `exit_policy`, `timeout`, `affinity` left None.  Whether
+ * the call can take the compiled path. */
+static int
+adapter_fast_kwargs(PyObject *const *kwvalues, PyObject *kwnames, PyObject **kind,
+                    PyObject **regarg)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *kind = str_handle, *regarg = Py_None;
-    if (nargs != 3 || cffi_track_py == NULL || the_lock == NULL || ptr_entries == NULL
-        ) {
-        goto slow;
-    }
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-        PyObject *value = args[nargs + i];
+        PyObject *value = kwvalues[i];
         if (kw_is(key, kw_kind)) {
-            kind = value;
+            *kind = value;
         }
         else if (kw_is(key, kw_registry)) {
-            regarg = value;
+            *regarg = value;
         }
         else if (kw_is(key, kw_depends_on)) {
             if (!((PyTuple_CheckExact(value) || PyList_CheckExact(value)) && Py_SIZE(value) == 0)) {
-                goto slow;
+                return 0;
             }
         }
         else if (value != Py_None
                  || !(kw_is(key, kw_lib) || kw_is(key, kw_name) || kw_is(key, kw_exit_policy)
                       || kw_is(key, kw_timeout) || kw_is(key, kw_affinity))) {
-            goto slow;
+            return 0;
         }
+    }
+    return 1;
+}
+
+/* The registry an adapter's track owns the pointer in (`registry=` or the default one):
+ * 1 with a new reference in *reg, 0 when the Python path must decide (not exactly an
+ * exitsafe.Registry: a TypeError there, or a subclass that may override track()), -1 with
+ * an exception. */
+static int
+adapter_registry(PyObject *regarg, PyObject **reg)
+{
+    if (regarg == Py_None) {
+        if (PyList_GET_SIZE(default_list)) {
+            *reg = PyList_GET_ITEM(default_list, 0);
+            Py_INCREF(*reg);
+        }
+        else {
+            *reg = PyObject_CallNoArgs(default_registry_py); /* created on first use */
+            if (*reg == NULL) {
+                return -1;
+            }
+        }
+    }
+    else {
+        *reg = regarg;
+        Py_INCREF(*reg);
+    }
+    if (Py_TYPE(*reg) != registry_type) {
+        Py_CLEAR(*reg);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *kind = str_handle, *regarg = Py_None;
+    if (nargs != 3 || cffi_track_py == NULL || the_lock == NULL || ptr_entries == NULL
+        || !adapter_fast_kwargs(args + nargs, kwnames, &kind, &regarg)) {
+        goto slow;
     }
     PyObject *ffi = args[0], *ptr = args[1], *release = args[2];
     PyObject *plain = LOAD_ACQUIRE(cffi_plain); /* (set last, with a release store) */
@@ -2064,28 +2105,12 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         goto slow;
     }
     PyObject *reg;
-    if (regarg == Py_None) {
-        if (PyList_GET_SIZE(default_list)) {
-            reg = PyList_GET_ITEM(default_list, 0);
-            Py_INCREF(reg);
-        }
-        else {
-            reg = PyObject_CallNoArgs(default_registry_py); /* created on first use */
-            if (reg == NULL) {
-                Py_DECREF(address);
-                return NULL;
-            }
-        }
-    }
-    else {
-        reg = regarg;
-        Py_INCREF(reg);
-    }
-    if (Py_TYPE(reg) != registry_type) {
-        /* not a Registry (a TypeError, from the Python path), or a subclass, which may
-         * override track(): the Python path calls it */
-        Py_DECREF(reg);
+    int found = adapter_registry(regarg, &reg);
+    if (found != 1) {
         Py_DECREF(address);
+        if (found < 0) {
+            return NULL;
+        }
         goto slow;
     }
     /* keep: what the release call needs referenced; the Python path keeps (ffi, lib) */
@@ -2101,11 +2126,112 @@ slow:
     return PyObject_Vectorcall(cffi_track_py, args, nargs, kwnames);
 }
 
+/* exitsafe.ctypes.track's compiled form: an address given as an int, or read in place from
+ * a c_void_p or POINTER(T) instance (subclasses included), no pinned library, and a
+ * release function that needs no wrapping (not a foreign function without `argtypes`,
+ * which the Python path wraps to pass an int as a pointer); the Python function for the
+ * rest.  Set by setup_ctypes(). */
+static PyObject *ctypes_track_py, *ctypes_pins, *ctypes_void_p, *ctypes_pointer,
+    *ctypes_funcptr;
+static PyObject *str_argtypes;
+
+/* The address `ptr` stands for as a new int, or NULL (with no exception) when the Python
+ * path must look at it: not an int, c_void_p or POINTER(T); NULL; negative; too large. */
+static PyObject *
+ctypes_address(PyObject *ptr)
+{
+    if (PyLong_CheckExact(ptr)) {
+        unsigned long long value = PyLong_AsUnsignedLongLong(ptr);
+        if ((value == (unsigned long long)-1 && PyErr_Occurred()) || value == 0
+            || value > (unsigned long long)UINTPTR_MAX) {
+            PyErr_Clear();
+            return NULL;
+        }
+        Py_INCREF(ptr); /* the Python path's key is the int itself */
+        return ptr;
+    }
+    if (!PyObject_TypeCheck(ptr, (PyTypeObject *)ctypes_void_p)
+        && !PyObject_TypeCheck(ptr, (PyTypeObject *)ctypes_pointer)) {
+        return NULL;
+    }
+    /* the pointer's own bytes, as the Python path reads them (c_void_p.from_buffer) */
+    Py_buffer view;
+    if (PyObject_GetBuffer(ptr, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    void *value = NULL;
+    int ok = view.len == (Py_ssize_t)sizeof(value);
+    if (ok) {
+        memcpy(&value, view.buf, sizeof(value));
+    }
+    PyBuffer_Release(&view);
+    return ok && value != NULL ? PyLong_FromVoidPtr(value) : NULL;
+}
+
+static PyObject *
+ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *kind = str_handle, *regarg = Py_None;
+    if (nargs != 2 || ctypes_track_py == NULL || the_lock == NULL || ptr_entries == NULL
+        || !adapter_fast_kwargs(args + nargs, kwnames, &kind, &regarg)) {
+        goto slow;
+    }
+    PyObject *ptr = args[0], *release = args[1];
+    if (!PyUnicode_CheckExact(kind) || PyDict_GET_SIZE(ctypes_pins) || !PyCallable_Check(release)
+        || LOAD(the_lock->owner) == PyThread_get_thread_ident()) {
+        goto slow;
+    }
+    if (PyObject_TypeCheck(release, (PyTypeObject *)ctypes_funcptr)) {
+        PyObject *argtypes = PyObject_GetAttr(release, str_argtypes);
+        Py_XDECREF(argtypes); /* compared with None only; the function holds it */
+        if (argtypes == NULL || argtypes == Py_None) {
+            PyErr_Clear();
+            goto slow;
+        }
+    }
+    PyObject *address = ctypes_address(ptr);
+    if (address == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL; /* out of memory */
+        }
+        goto slow;
+    }
+    PyObject *reg;
+    int found = adapter_registry(regarg, &reg);
+    if (found != 1) {
+        Py_DECREF(address);
+        if (found < 0) {
+            return NULL;
+        }
+        goto slow;
+    }
+    /* keep: nothing more (a foreign function references its library itself) */
+    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, Py_None, kind);
+    Py_DECREF(reg);
+    Py_DECREF(address);
+    if (handle != NULL || PyErr_Occurred()) {
+        return handle;
+    }
+    /* the address is taken: the Python path explains it */
+slow:
+    return PyObject_Vectorcall(ctypes_track_py, args, nargs, kwnames);
+}
+
 static PyMethodDef cffi_methods[] = {
     {"track", (PyCFunction)(void (*)(void))cffi_track, METH_FASTCALL | METH_KEYWORDS,
      "track(ffi, ptr, release, *, registry=None, lib=None, kind='handle', depends_on=(), "
-     "exit_policy=None, name=None, timeout=None)\n--\n\n"
+     "exit_policy=None, name=None, timeout=None, affinity=None)\n--\n\n"
      "Own the native object `ptr` points to (see exitsafe.cffi.track)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef ctypes_methods[] = {
+    {"track", (PyCFunction)(void (*)(void))ctypes_track, METH_FASTCALL | METH_KEYWORDS,
+     "track(ptr, release, *, registry=None, lib=None, kind='handle', depends_on=(), "
+     "exit_policy=None, name=None, timeout=None, affinity=None)\n--\n\n"
+     "Own the native object at `ptr` (see exitsafe.ctypes.track)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2166,6 +2292,43 @@ setup_cffi(PyObject *module, PyObject *args)
     Py_XSETREF(cffi_ffi_types, ffi_types);
     Py_INCREF(pointer_ctypes);
     Py_XSETREF(cffi_pointer_ctypes, pointer_ctypes);
+    return fn;
+}
+
+/* setup_ctypes(slow, pins, c_void_p, pointer_base, funcptr_base) -> the compiled
+ * exitsafe.ctypes.track (the types: ctypes.c_void_p, _ctypes._Pointer, _ctypes.CFuncPtr) */
+static PyObject *
+setup_ctypes(PyObject *module, PyObject *args)
+{
+    PyObject *slow, *pins, *void_p, *pointer, *funcptr;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!:setup_ctypes", &slow, &PyDict_Type, &pins,
+                          &PyType_Type, &void_p, &PyType_Type, &pointer, &PyType_Type,
+                          &funcptr)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "setup_ctypes(): slow must be callable");
+        return NULL;
+    }
+    PyObject *name = PyUnicode_FromString("exitsafe.ctypes");
+    if (name == NULL) {
+        return NULL;
+    }
+    PyObject *fn = PyCFunction_NewEx(&ctypes_methods[0], NULL, name);
+    Py_DECREF(name);
+    if (fn == NULL) {
+        return NULL;
+    }
+    Py_INCREF(pins);
+    Py_XSETREF(ctypes_pins, pins);
+    Py_INCREF(void_p);
+    Py_XSETREF(ctypes_void_p, void_p);
+    Py_INCREF(pointer);
+    Py_XSETREF(ctypes_pointer, pointer);
+    Py_INCREF(funcptr);
+    Py_XSETREF(ctypes_funcptr, funcptr);
+    Py_INCREF(slow);
+    Py_XSETREF(ctypes_track_py, slow); /* last: it turns the compiled path on */
     return fn;
 }
 
@@ -2764,6 +2927,7 @@ set_doc(PyObject *module, PyObject *args)
                          : strcmp(owner, "RegistryCore") == 0 ? Registry_methods
                          : strcmp(owner, "Node") == 0         ? Node_methods
                          : strcmp(owner, "cffi") == 0         ? cffi_methods
+                         : strcmp(owner, "ctypes") == 0       ? ctypes_methods
                                                               : NULL;
     for (PyMethodDef *m = table; m != NULL && m->ml_name != NULL; m++) {
         if (strcmp(m->ml_name, name) != 0) {
@@ -2824,6 +2988,8 @@ static PyMethodDef module_methods[] = {
      "Connect the compiled pointer release to the adapters' address table (once)."},
     {"setup_cffi", setup_cffi, METH_VARARGS,
      "Connect exitsafe.cffi's compiled track to the adapter; returns that function."},
+    {"setup_ctypes", setup_ctypes, METH_VARARGS,
+     "Connect exitsafe.ctypes' compiled track to the adapter; returns that function."},
     {"cffi_learned", cffi_learned, METH_VARARGS,
      "What the cffi adapter learnt from a pointer it accepted (turns its fast path on)."},
     {NULL, NULL, 0, NULL},
@@ -2859,7 +3025,7 @@ PyInit__speedups(void)
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
         || !(kw_registry = intern("registry")) || !(kw_lib = intern("lib"))
-        || !(str_CData = intern("CData")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))) {
+        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))) {
         return NULL;
     }
     for (long i = 0; i < SMALL_INTS; i++) {

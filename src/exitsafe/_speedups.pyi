@@ -42,6 +42,10 @@ def setup_cffi(
     slow: Callable[..., Any], pins: dict[object, Any], ffi_types: set[type],
     pointer_ctypes: set[object], /,
 ) -> Callable[..., Any]: ...
+def setup_ctypes(
+    slow: Callable[..., Any], pins: dict[object, Any], c_void_p: type, pointer_base: type,
+    funcptr_base: type, /,
+) -> Callable[..., Any]: ...
 def cffi_learned(
     plain: type, uintptr: object, typeof: Any, cast: Any, api: object, sample: object,
     address: int, /,

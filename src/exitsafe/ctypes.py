@@ -29,6 +29,7 @@ from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
 from ._adopt import registry_arg, resolve
+from ._core import speedups
 from ._guard import Guarded
 from ._handle import Handle
 from ._native import WINDOWS, close_library_handle, loader_ref, path_of_handle
@@ -454,3 +455,15 @@ def borrowing(lib: object) -> BorrowingLibrary:
         ```
     """
     return BorrowingLibrary(lib)
+
+
+if speedups is not None:
+    # The compiled core's track: the common case (an int address, or a c_void_p /
+    # POINTER(T) instance read in place; no pinned library; a release function that needs
+    # no wrapping; no dependency; no option but `kind` and `registry`) without a Python
+    # frame; anything else calls the function above, which checks and explains everything.
+    speedups.set_doc("ctypes", "track", track.__doc__ or "")
+    _track_py = track
+    track = speedups.setup_ctypes(  # the same function, compiled
+        _track_py, _ADAPTER.pin_table(), _c.c_void_p, _ctypes._Pointer, _ctypes.CFuncPtr
+    )

@@ -149,7 +149,7 @@ def test_the_compiled_track_stands_for_the_python_function():
     params = list(inspect.signature(track).parameters)
     assert params == [
         "ffi", "ptr", "release", "registry", "lib", "kind", "depends_on", "exit_policy",
-        "name", "timeout",
+        "name", "timeout", "affinity",
     ]
 
 

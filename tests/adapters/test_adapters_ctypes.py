@@ -227,3 +227,113 @@ def test_callback_rejects_bad_arguments(reg):
         es_ctypes.callback(ctypes.c_int, lambda: 0, registry=reg)
     with pytest.raises(TypeError, match="callable"):
         es_ctypes.callback(INT_FN, None, registry=reg)
+
+
+# ----------------------------------------------------- the compiled track (and its rules)
+
+
+@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+def test_the_compiled_track_stands_for_the_python_function():
+    import inspect
+
+    track = es_ctypes.track
+    assert (track.__name__, track.__module__) == ("track", "exitsafe.ctypes")
+    assert "The ctypes counterpart of `ffi.gc`" in (track.__doc__ or "")
+    params = list(inspect.signature(track).parameters)
+    assert params == [
+        "ptr", "release", "registry", "lib", "kind", "depends_on", "exit_policy", "name",
+        "timeout", "affinity",
+    ]
+
+
+class Opaque(ctypes.Structure):
+    pass
+
+
+class ContextPointer(vp):
+    """A binding's own pointer type, as many ctypes bindings declare them."""
+
+
+@pytest.mark.parametrize(
+    "form",
+    [int, vp, ContextPointer, lambda a: ctypes.cast(a, ctypes.POINTER(Opaque))],
+    ids=["int", "c_void_p", "c_void_p-subclass", "POINTER"],
+)
+def test_track_keeps_every_rule_for_each_pointer_form(ctoy, reg, form):
+    # The same rules whichever path runs (the compiled core reads these forms in C): the
+    # raw object, one owner per address whatever form names it, handle_of, the kind,
+    # the registry, the address free again after the release.
+    before = ctoy.toy_live()
+    address = ctoy.toy_ctx_new()
+    ptr = form(address)
+    h = es_ctypes.track(ptr, ctoy.toy_ctx_free, registry=reg, kind="ctx")
+    assert (h.kind, h.registry, h.raw) == ("ctx", reg, ptr)
+    assert es_ctypes.handle_of(address, registry=reg) is h
+    for other in (address, vp(address), ContextPointer(address)):
+        with pytest.raises(AlreadyTrackedError) as info:
+            es_ctypes.track(other, ctoy.toy_ctx_free, registry=reg)
+        assert info.value.handle is h
+    h.release()
+    assert h.state == "released" and ctoy.toy_live() == before
+    assert es_ctypes.handle_of(address, registry=reg) is None
+
+
+def test_track_checks_release_and_registry_and_uses_the_default_registry(ctoy, reg):
+    address = ctoy.toy_ctx_new()
+    with pytest.raises(TypeError, match="release must be callable"):
+        es_ctypes.track(address, 42, registry=reg)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="registry must be"):
+        es_ctypes.track(address, ctoy.toy_ctx_free, registry="default")  # type: ignore[arg-type]
+    h = es_ctypes.track(address, ctoy.toy_ctx_free)  # the refused calls claimed nothing
+    assert h.registry is exitsafe.default_registry()
+    h.release()
+
+
+def test_a_registry_subclass_overriding_track_is_called(ctoy):
+    calls: list[str] = []
+
+    class Audited(exitsafe.Registry):
+        def track(self, raw, release, **options):  # type: ignore[no-untyped-def, override]
+            calls.append(options.get("kind", "handle"))
+            return super().track(raw, release, **options)
+
+    audited = Audited("audited")
+    try:
+        es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=audited).release()
+    finally:
+        audited.teardown()
+    assert calls == ["handle"]
+
+
+def test_a_ctypes_release_that_raises_leaves_the_address_free(ctoy, reg):
+    address = ctoy.toy_ctx_new()
+
+    def failing(ptr):
+        ctoy.toy_ctx_free(ptr)
+        raise RuntimeError("driver error")
+
+    h = es_ctypes.track(vp(address), failing, registry=reg)
+    with pytest.raises(RuntimeError, match="driver error"):
+        h.release()
+    assert es_ctypes.handle_of(address, registry=reg) is None
+    assert [e.outcome for e in reg.ledger()][-1] == "release_failed"
+
+
+def test_a_ctypes_pointer_tracked_in_a_closed_registry_is_not_owned(ctoy, reg):
+    closed = exitsafe.Registry("adapters-closed")
+    closed.teardown()
+    address = ctoy.toy_ctx_new()
+    late = es_ctypes.track(address, ctoy.toy_ctx_free, registry=closed)
+    assert late.state == "leaked"
+    h = es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)  # not bound to the leaked one
+    assert es_ctypes.handle_of(address, registry=reg) is h
+    h.release()
+
+
+def test_garbage_collected_ctypes_handle_releases_once(ctoy, reg):
+    before = ctoy.toy_live()
+    h = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+    del h
+    gc.collect()
+    assert ctoy.toy_live() == before
+    assert [e.outcome for e in reg.ledger()] == ["released"]

@@ -65,7 +65,7 @@ CTYPES_LOOP = """
 
     class Wrapper:
         def __init__(self):
-            self.h = es_ctypes.track(ctypes.c_void_p(libc.malloc(16)), release)
+            self.h = es_ctypes.track(ctypes.c_void_p(libc.malloc(16)), release, name="b")
             self.cycle = self
 
         def __del__(self):
@@ -73,10 +73,11 @@ CTYPES_LOOP = """
                 record("reentered")
             self.h.release()
 
+    # (A name takes the Python path of the compiled core, as in the cffi loop.)
     force_in_sections(gc.collect)
     for i in range(N):
         Wrapper()
-        es_ctypes.track(libc.malloc(16), release).release()
+        es_ctypes.track(libc.malloc(16), release, name="c").release()
     stop_forcing()
     gc.collect()
     print(len(exitsafe.default_registry()))
