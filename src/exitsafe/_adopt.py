@@ -92,6 +92,12 @@ class AlreadyTrackedError(ExitsafeError, ValueError):
         self.handle = handle
 
 
+# The address and adoption tables' sections, made once: a section holds no state of its
+# own, so one instance serves every thread (a new one per call cost a frame each time).
+_TRACK_SECTION = _sync.section("track()")
+_RELEASE_SECTION = _sync.section("release")
+
+
 class ClaimTable:
     """Keys (an object's id, a native address) owned by at most one live handle.
 
@@ -138,7 +144,7 @@ class ClaimTable:
         """Reserve ``key``; raise [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if a live
         handle owns it, with the message ``describe(key, that handle)`` (``None``: another
         thread is registering the key right now)."""
-        with _sync.section("track()"):
+        with _TRACK_SECTION:
             entry = self._entries.get(key)
             if entry is not None:
                 if entry[1] is _RESERVED:
@@ -158,14 +164,14 @@ class ClaimTable:
 
     def cancel(self, key: object) -> None:
         """Drop a reservation whose registration failed."""
-        with _sync.section("track()"):
+        with _TRACK_SECTION:
             entry = self._entries.get(key)
             if entry is not None and entry[1] is _RESERVED:
                 del self._entries[key]
 
     def forget(self, key: object, handle: Optional[Handle]) -> None:
         """Remove ``key`` if ``handle`` (or a dead handle) still owns it."""
-        with _sync.section("release"):
+        with _RELEASE_SECTION:
             entry = self._entries.get(key)
             if entry is None or entry[1] is _RESERVED:
                 return

@@ -218,7 +218,8 @@ class section:
     Raises [`ReentrancyError`][exitsafe.ReentrancyError] (naming ``operation``) instead of
     waiting when the calling thread is already inside a section.  On leaving, runs
     queued work (outside the lock).  For paths that are not hot; the hot paths of the
-    registry inline the same steps.
+    registry inline the same steps.  An instance holds nothing but ``operation``, so one
+    made once may be entered by any number of threads.
     """
 
     __slots__ = ("operation",)
