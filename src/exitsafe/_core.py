@@ -2,9 +2,9 @@
 
 `speedups` is the compiled extension module ``exitsafe._speedups`` when it was built
 (``pip install`` builds it with the system's C compiler; the package installs without
-it when it cannot be built) and ``EXITSAFE_PURE_PYTHON`` is unset, empty or ``0``;
-otherwise ``None``, and exitsafe runs in pure Python.  Both cores keep the same
-semantics: the compiled one handles the common cases of ``Registry.track``,
+it when it cannot be built), ``EXITSAFE_PURE_PYTHON`` is unset, empty or ``0`` and this is
+the main interpreter; otherwise ``None``, and exitsafe runs in pure Python.  Both cores
+keep the same semantics: the compiled one handles the common cases of ``Registry.track``,
 ``Handle.release``, ``Handle.retain`` and the garbage collection of a handle, and hands
 every other case to the pure-Python code.  Decided once, at import.
 """
@@ -27,11 +27,17 @@ else:
         from . import _speedups as speedups
     except ImportError:  # not built (no compiler at install time): the pure-Python core
         speedups = None
+    else:
+        # The compiled core keeps its state in process-wide C variables, set up by the
+        # main interpreter's exitsafe; a subinterpreter runs the pure-Python core.
+        if not speedups.main_interpreter():
+            speedups = None
 
 CORE = "compiled" if speedups is not None else "python"
 """Which core runs exitsafe's hot path in this process: `"compiled"` (the C extension
 `exitsafe._speedups`, built by `pip install` when a C compiler is available) or
-`"python"` (not built, or `EXITSAFE_PURE_PYTHON=1` in the environment at import).
+`"python"` (not built, `EXITSAFE_PURE_PYTHON=1` in the environment at import, or a
+subinterpreter: the compiled core serves the main interpreter only).
 
 Both cores keep the same semantics, checked by running the whole test suite against
 each; only the cost per handle differs (see the performance page).

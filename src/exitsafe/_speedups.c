@@ -1629,22 +1629,35 @@ slow: {
 static PyObject *default_list;    /* exitsafe._process._default: [] or [the registry] */
 static PyObject *default_registry_py; /* exitsafe._process.default_registry */
 
+/* The default registry (a new reference), created on first use; NULL with an exception. */
+static PyObject *
+default_registry_ref(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *reg = PyList_GetItemRef(default_list, 0); /* (safe against a concurrent store) */
+    if (reg != NULL) {
+        return reg;
+    }
+    PyErr_Clear(); /* an IndexError: not created yet */
+#else
+    if (PyList_GET_SIZE(default_list)) {
+        PyObject *reg = PyList_GET_ITEM(default_list, 0);
+        Py_INCREF(reg);
+        return reg;
+    }
+#endif
+    return PyObject_CallNoArgs(default_registry_py);
+}
+
 static PyObject *
 module_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
     if (!ready()) {
         return NULL;
     }
-    PyObject *reg;
-    if (PyList_GET_SIZE(default_list)) {
-        reg = PyList_GET_ITEM(default_list, 0);
-        Py_INCREF(reg);
-    }
-    else {
-        reg = PyObject_CallNoArgs(default_registry_py); /* created on first use */
-        if (reg == NULL) {
-            return NULL;
-        }
+    PyObject *reg = default_registry_ref();
+    if (reg == NULL) {
+        return NULL;
     }
     PyObject *r;
     if (PyObject_TypeCheck(reg, &RegistryType)) {
@@ -2017,15 +2030,9 @@ static int
 adapter_registry(PyObject *regarg, PyObject **reg)
 {
     if (regarg == Py_None) {
-        if (PyList_GET_SIZE(default_list)) {
-            *reg = PyList_GET_ITEM(default_list, 0);
-            Py_INCREF(*reg);
-        }
-        else {
-            *reg = PyObject_CallNoArgs(default_registry_py); /* created on first use */
-            if (*reg == NULL) {
-                return -1;
-            }
+        *reg = default_registry_ref();
+        if (*reg == NULL) {
+            return -1;
         }
     }
     else {
@@ -2154,7 +2161,14 @@ ctypes_address(PyObject *ptr)
         && !PyObject_TypeCheck(ptr, (PyTypeObject *)ctypes_pointer)) {
         return NULL;
     }
-    /* the pointer's own bytes, as the Python path reads them (c_void_p.from_buffer) */
+    /* the pointer's own bytes, as the Python path reads them (c_void_p.from_buffer), and
+     * only through ctypes' own buffer: a subclass's __buffer__ (3.12+) is user code, which
+     * the Python path runs (and may refuse: a read-only buffer) */
+    PyBufferProcs *own = ((PyTypeObject *)ctypes_void_p)->tp_as_buffer;
+    PyBufferProcs *procs = Py_TYPE(ptr)->tp_as_buffer;
+    if (own == NULL || procs == NULL || procs->bf_getbuffer != own->bf_getbuffer) {
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(ptr, &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
@@ -2183,7 +2197,18 @@ ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         || LOAD(the_lock->owner) == PyThread_get_thread_ident()) {
         goto slow;
     }
-    if (PyObject_TypeCheck(release, (PyTypeObject *)ctypes_funcptr)) {
+    int funcptr = PyObject_TypeCheck(release, (PyTypeObject *)ctypes_funcptr);
+    if (!funcptr && !PyFunction_Check(release) && !PyCFunction_Check(release)
+        && !PyMethod_Check(release)) {
+        /* as the Python path's isinstance(), which believes a __class__ attribute
+         * (unittest.mock's spec=) */
+        funcptr = PyObject_IsInstance(release, ctypes_funcptr);
+        if (funcptr < 0) {
+            PyErr_Clear();
+            goto slow;
+        }
+    }
+    if (funcptr) {
         PyObject *argtypes = PyObject_GetAttr(release, str_argtypes);
         Py_XDECREF(argtypes); /* compared with None only; the function holds it */
         if (argtypes == NULL || argtypes == Py_None) {
@@ -2235,13 +2260,41 @@ static PyMethodDef ctypes_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The compiled core keeps its state in process-wide C variables, set once by exitsafe's
+ * modules at import in the main interpreter (exitsafe._core runs the pure-Python core in
+ * any other).  Whether a setup function may set `state` (NULL until set): 0 with an
+ * exception when called again or from another interpreter, whose objects would outlive it
+ * in those variables. */
+static int
+may_set_up(PyObject *state, const char *what)
+{
+    if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s: the compiled core serves the main interpreter only", what);
+        return 0;
+    }
+    if (state != NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: already set up", what);
+        return 0;
+    }
+    return 1;
+}
+
+/* main_interpreter() -> whether this is the main interpreter (the compiled core's) */
+static PyObject *
+main_interpreter(PyObject *module, PyObject *unused)
+{
+    return PyBool_FromLong(PyInterpreterState_Get() == PyInterpreterState_Main());
+}
+
 /* setup_pointers(entries, reserved, forget): the adapters' address table. */
 static PyObject *
 setup_pointers(PyObject *module, PyObject *args)
 {
     PyObject *entries, *reserved, *forget;
-    if (!PyArg_ParseTuple(args, "O!OO:setup_pointers", &PyDict_Type, &entries, &reserved,
-                          &forget)) {
+    if (!may_set_up(ptr_entries, "setup_pointers()")
+        || !PyArg_ParseTuple(args, "O!OO:setup_pointers", &PyDict_Type, &entries, &reserved,
+                             &forget)) {
         return NULL;
     }
     if (!PyCallable_Check(forget)) {
@@ -2267,7 +2320,7 @@ static PyObject *
 setup_cffi(PyObject *module, PyObject *args)
 {
     PyObject *slow, *pins, *ffi_types, *pointer_ctypes;
-    if (!PyArg_ParseTuple(args, "OO!O!O!:setup_cffi", &slow, &PyDict_Type, &pins, &PySet_Type,
+    if (!may_set_up(cffi_track_py, "setup_cffi()") || !PyArg_ParseTuple(args, "OO!O!O!:setup_cffi", &slow, &PyDict_Type, &pins, &PySet_Type,
                           &ffi_types, &PySet_Type, &pointer_ctypes)) {
         return NULL;
     }
@@ -2301,7 +2354,7 @@ static PyObject *
 setup_ctypes(PyObject *module, PyObject *args)
 {
     PyObject *slow, *pins, *void_p, *pointer, *funcptr;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!:setup_ctypes", &slow, &PyDict_Type, &pins,
+    if (!may_set_up(ctypes_track_py, "setup_ctypes()") || !PyArg_ParseTuple(args, "OO!O!O!O!:setup_ctypes", &slow, &PyDict_Type, &pins,
                           &PyType_Type, &void_p, &PyType_Type, &pointer, &PyType_Type,
                           &funcptr)) {
         return NULL;
@@ -2328,7 +2381,7 @@ setup_ctypes(PyObject *module, PyObject *args)
     Py_INCREF(funcptr);
     Py_XSETREF(ctypes_funcptr, funcptr);
     Py_INCREF(slow);
-    Py_XSETREF(ctypes_track_py, slow); /* last: it turns the compiled path on */
+    Py_XSETREF(ctypes_track_py, slow); /* (all set before the function exists) */
     return fn;
 }
 
@@ -2877,6 +2930,9 @@ static struct {
 static PyObject *
 setup(PyObject *module, PyObject *args, PyObject *kwds)
 {
+    if (!may_set_up((PyObject *)the_lock, "setup()")) {
+        return NULL;
+    }
     if (PyTuple_GET_SIZE(args) || kwds == NULL || PyDict_GET_SIZE(kwds) != SETUP_SLOTS) {
         PyErr_Format(PyExc_TypeError, "setup() takes exactly %zd keyword arguments",
                      SETUP_SLOTS);
@@ -2988,6 +3044,8 @@ static PyMethodDef module_methods[] = {
      "Connect the compiled pointer release to the adapters' address table (once)."},
     {"setup_cffi", setup_cffi, METH_VARARGS,
      "Connect exitsafe.cffi's compiled track to the adapter; returns that function."},
+    {"main_interpreter", main_interpreter, METH_NOARGS,
+     "Whether this is the main interpreter (the only one the compiled core serves)."},
     {"setup_ctypes", setup_ctypes, METH_VARARGS,
      "Connect exitsafe.ctypes' compiled track to the adapter; returns that function."},
     {"cffi_learned", cffi_learned, METH_VARARGS,

@@ -42,6 +42,7 @@ def setup_cffi(
     slow: Callable[..., Any], pins: dict[object, Any], ffi_types: set[type],
     pointer_ctypes: set[object], /,
 ) -> Callable[..., Any]: ...
+def main_interpreter() -> bool: ...
 def setup_ctypes(
     slow: Callable[..., Any], pins: dict[object, Any], c_void_p: type, pointer_base: type,
     funcptr_base: type, /,

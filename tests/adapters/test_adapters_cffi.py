@@ -523,3 +523,15 @@ def test_a_registry_subclass_overriding_track_sees_every_pointer(abi):
     for h in handles:
         h.release()
     reg.teardown()
+
+
+def test_track_inside_a_section_of_this_thread_is_refused_not_deadlocked(abi, reg):
+    from exitsafe import ReentrancyError, _sync
+
+    ffi, lib = abi
+    _warm(ffi, lib, reg)  # the compiled path would take the next pointer
+    p = lib.toy_ctx_new()
+    with _sync.section("a test's section"):
+        with pytest.raises(ReentrancyError, match="track"):
+            es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
+    es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg).release()  # nothing was claimed

@@ -6,6 +6,7 @@ import _ctypes
 import ctypes
 import gc
 import os
+import sys
 
 import pytest
 
@@ -337,3 +338,55 @@ def test_garbage_collected_ctypes_handle_releases_once(ctoy, reg):
     gc.collect()
     assert ctoy.toy_live() == before
     assert [e.outcome for e in reg.ledger()] == ["released"]
+
+
+def test_an_int_subclass_address_is_keyed_as_a_plain_int(ctoy, reg):
+    class Address(int):
+        def __hash__(self) -> int:  # a hash of its own: one address must still be one key
+            return id(self)
+
+    address = ctoy.toy_ctx_new()
+    h = es_ctypes.track(Address(address), ctoy.toy_ctx_free, registry=reg)
+    with pytest.raises(AlreadyTrackedError):
+        es_ctypes.track(Address(address), ctoy.toy_ctx_free, registry=reg)
+    assert es_ctypes.handle_of(Address(address), registry=reg) is h
+    assert es_ctypes.handle_of(address, registry=reg) is h
+    h.release()
+
+
+def test_a_stand_in_for_a_foreign_function_without_argtypes_gets_a_pointer(reg):
+    # isinstance() believes a __class__ attribute (unittest.mock's spec=): such a release
+    # is wrapped as a foreign function without argtypes is, whichever path runs
+    from unittest import mock
+
+    free = ctypes.CDLL(None).free
+    release = mock.Mock(spec=free)
+    release.argtypes = None
+    es_ctypes.track(0x1234, release, registry=reg).release()
+    (arg,), _ = release.call_args
+    assert isinstance(arg, vp) and arg.value == 0x1234
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ in Python is new in 3.12")
+def test_a_pointer_subclass_with_its_own_buffer_is_read_as_the_python_path_reads_it(reg):
+    class ReadOnly(vp):
+        def __buffer__(self, flags):  # type: ignore[no-untyped-def]
+            return memoryview((0x1234).to_bytes(ctypes.sizeof(vp), sys.byteorder))
+
+    # c_void_p.from_buffer refuses a read-only buffer: so must the compiled path
+    with pytest.raises(TypeError, match="not writable"):
+        es_ctypes.track(ReadOnly(0x5678), lambda raw: None, registry=reg)
+    assert len(reg) == 0
+
+
+def test_track_inside_a_section_of_this_thread_is_refused_not_deadlocked(ctoy, reg):
+    # What a finalizer calling track() sees when the collector ran it inside one of
+    # exitsafe's sections on this thread: the compiled path hands it to the Python path,
+    # which refuses it instead of waiting for itself.
+    from exitsafe import ReentrancyError, _sync
+
+    address = ctoy.toy_ctx_new()
+    with _sync.section("a test's section"):
+        with pytest.raises(ReentrancyError, match="track"):
+            es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
+    es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg).release()  # nothing was claimed

@@ -147,16 +147,24 @@ SIGNAL_IN_A_SECTION = """
             signal.raise_signal(signal.SIGTERM)
 
     go, done = threading.Event(), threading.Event()
+    # Every exit path lets the worker make its call, and waits for it (a non-daemon thread,
+    # joined before the exit teardown): the signal may end the main thread before the
+    # worker was ever scheduled, which is not what this test is about.
+    threading._register_atexit(go.set)
 
     def worker():
         go.wait()
         try:
             exitsafe.track("w", lambda raw: None).release()  # an exitsafe call right after
-        finally:
+        except BaseException as exc:  # the signal acted on this thread: what must not be
+            record(f"worker-got-{type(exc).__name__}")
+            raise
+        else:
             record("worker-went-on")
+        finally:
             done.set()
 
-    threading.Thread(target=worker, daemon=True).start()
+    threading.Thread(target=worker).start()
     spare = [exitsafe.track("spare", lambda raw: None)]
 
     def parent_release(raw):

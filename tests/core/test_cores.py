@@ -568,3 +568,76 @@ def test_compiled_planner_hands_an_odd_record_to_python_without_an_error():
     finally:
         h._role = role
     h.release()
+
+
+# ------------------------------------------------------- one process, several interpreters
+
+SUBINTERPRETER = textwrap.dedent(
+    """
+    import gc, sys
+    import exitsafe, exitsafe.ctypes
+
+    def legacy_interpreter():
+        # a subinterpreter sharing the main one's GIL, where ctypes can be imported
+        try:
+            import _interpreters as api  # 3.13+
+            return api, api.create("legacy")
+        except ImportError:
+            import _xxsubinterpreters as api  # 3.9-3.12
+            try:
+                return api, api.create(isolated=False)  # 3.12
+            except TypeError:
+                return api, api.create()  # 3.9-3.11: never isolated
+
+    api, sub = legacy_interpreter()
+    print("main", exitsafe.CORE, flush=True)
+    api.run_string(sub, '''
+    import exitsafe, exitsafe.ctypes
+    h = exitsafe.ctypes.track(0x4000, lambda raw: print("sub released", flush=True))
+    print("sub", exitsafe.CORE, flush=True)
+    h.release()
+    ''')
+    api.destroy(sub)
+    gc.collect()
+    # the main interpreter's exitsafe still works, with its own core
+    h = exitsafe.ctypes.track(0x5000, lambda raw: print("main released", flush=True))
+    h.release()
+    for i in range(1, 1001):
+        exitsafe.track(i, lambda raw: None).release()
+    print("main", exitsafe.CORE, len(exitsafe.default_registry()), flush=True)
+    """
+)
+
+
+def test_a_subinterpreter_runs_the_pure_python_core_and_leaves_the_main_one_working(tmp_path):
+    # The compiled core keeps its state in process-wide C variables: a subinterpreter that
+    # set them up would leave the main interpreter calling into its destroyed objects.
+    script = tmp_path / "sub.py"
+    script.write_text(SUBINTERPRETER)
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+    )
+    if "ImportError" in run.stderr and "interpreters" in run.stderr:
+        pytest.skip(f"no private API for a legacy subinterpreter here: {run.stderr[-300:]}")
+    assert run.returncode == 0, run.stderr
+    core = exitsafe.CORE
+    assert run.stdout.split("\n")[:5] == [
+        f"main {core}", "sub python", "sub released", "main released", f"main {core} 0",
+    ], run.stdout + run.stderr
+
+
+@compiled_only
+def test_the_compiled_core_is_set_up_once():
+    import exitsafe.cffi
+    import exitsafe.ctypes  # noqa: F401  (both set up at import: a second call is refused)
+    from exitsafe._core import speedups
+
+    assert speedups is not None and speedups.main_interpreter()
+    with pytest.raises(RuntimeError, match="already set up"):
+        speedups.setup_ctypes(print, {}, object, object, object)
+    with pytest.raises(RuntimeError, match="already set up"):
+        speedups.setup_pointers({}, object(), print)
+    with pytest.raises(RuntimeError, match="already set up"):
+        speedups.setup_cffi(print, {}, set(), set())
+    with pytest.raises(RuntimeError, match="already set up"):
+        speedups.setup()
