@@ -24,14 +24,13 @@ if os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0"):
     speedups = None
 else:
     try:
-        from . import _speedups as speedups
+        from . import _speedups
     except ImportError:  # not built (no compiler at install time): the pure-Python core
         speedups = None
     else:
         # The compiled core keeps its state in process-wide C variables, set up by the
         # main interpreter's exitsafe; a subinterpreter runs the pure-Python core.
-        if not speedups.main_interpreter():
-            speedups = None
+        speedups = _speedups if _speedups.main_interpreter() else None
 
 CORE = "compiled" if speedups is not None else "python"
 """Which core runs exitsafe's hot path in this process: `"compiled"` (the C extension

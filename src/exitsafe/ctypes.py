@@ -73,12 +73,12 @@ class _CtypesAdapter(Adapter):
         if isinstance(ptr, int):
             # The key is an exact int: an int subclass's own __eq__ / __hash__ must neither
             # run inside a section nor make one address two keys.
-            address = int.__index__(ptr)
-            if address == 0:
+            key = int.__index__(ptr)
+            if key == 0:
                 raise ValueError("track() got a NULL pointer (0): there is nothing to own")
-            if address < 0:
-                raise ValueError(f"track() got a negative address: {address}")
-            return address
+            if key < 0:
+                raise ValueError(f"track() got a negative address: {key}")
+            return key
         if isinstance(ptr, _ctypes.CFuncPtr):
             raise TypeError(
                 "track() got a ctypes function pointer; use exitsafe.ctypes.callback() for "
@@ -147,8 +147,8 @@ class _CtypesAdapter(Adapter):
         if found is not None or isinstance(obj, bool):
             return found
         if isinstance(obj, int):
-            address = int.__index__(obj)  # an exact int, as track() keys it
-            return addresses.get(address) if address > 0 else None
+            key = int.__index__(obj)  # an exact int, as track() keys it
+            return addresses.get(key) if key > 0 else None
         if isinstance(obj, _POINTERS):
             address = _c.cast(obj, _c.c_void_p).value
             return addresses.get(address) if address else None
