@@ -129,7 +129,7 @@ def renumber(nodes: Sequence[Node]) -> None:
 
 
 def teardown_order(nodes: Sequence[Node]) -> list[Node]:
-    """Order ``nodes`` (given oldest first) so that every node precedes its parents.
+    """Order ``nodes`` (distinct, given oldest first) so that every node precedes its parents.
 
     Kahn's algorithm over the reversed edges, O(nodes + edges).  Among the nodes that
     are ready, hooks go before handles and handles before libraries; within one role

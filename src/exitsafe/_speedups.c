@@ -2707,11 +2707,14 @@ claim_nodes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * exitsafe._graph.teardown_order in C, the same Kahn's algorithm and the same order: among
  * the ready nodes hooks first, then handles, then libraries, newest first within a role;
  * each node's parents read once; parents outside `nodes` ignored.  Returns None (the
- * caller then runs the Python function) for anything but distinct compiled handles. */
+ * caller then runs the Python function) for anything but compiled handles, or a node
+ * given twice that another one depends on.  `nodes` must be distinct (a live table's are):
+ * a repeated node nothing depends on is not looked for, since only the nodes named as
+ * parents are hashed (a process ending with 10^6 independent handles hashes none). */
 typedef struct {
-    PyObject *node;    /* borrowed from the sequence */
-    PyObject *parents; /* its parents, read once (a strong reference) */
-    Py_ssize_t count;  /* its dependents among the nodes not yet ordered */
+    PyObject *node;   /* a node named as a parent (borrowed from a parents tuple) */
+    Py_ssize_t index; /* its index in `nodes`, or -1 while not found there */
+    Py_ssize_t count; /* its dependents among the nodes not yet ordered */
 } PlanSlot;
 
 static inline size_t
@@ -2722,15 +2725,21 @@ plan_hash(PyObject *node, size_t mask)
     return (h ^ (h >> 29)) & mask;
 }
 
+/* The slot of `node`, inserted (index -1, count 0) if `insert`; NULL if absent. */
 static PlanSlot *
-plan_find(PlanSlot *slots, size_t mask, PyObject *node)
+plan_slot(PlanSlot *slots, size_t mask, PyObject *node, int insert)
 {
     for (size_t i = plan_hash(node, mask);; i = (i + 1) & mask) {
         if (slots[i].node == node) {
             return &slots[i];
         }
         if (slots[i].node == NULL) {
-            return NULL;
+            if (!insert) {
+                return NULL;
+            }
+            slots[i].node = node;
+            slots[i].index = -1;
+            return &slots[i];
         }
     }
 }
@@ -2744,19 +2753,18 @@ plan_teardown_order(PyObject *module, PyObject *arg)
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    size_t cap = 8;
-    while (cap < (size_t)n * 2) {
-        cap <<= 1;
-    }
-    size_t mask = cap - 1;
-    PlanSlot *slots = PyMem_Calloc(cap, sizeof(PlanSlot));
-    PyObject **stack = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n > 0 ? n : 1) * 3);
+    size_t room = (size_t)(n > 0 ? n : 1);
+    PyObject **parents_of = PyMem_Calloc(room, sizeof(PyObject *)); /* read once, strong */
+    Py_ssize_t *stack = PyMem_Malloc(sizeof(Py_ssize_t) * room * 3);
+    PlanSlot *slots = NULL;
+    size_t mask = 0;
     PyObject *order = NULL;
     int fallback = 0;
-    if (slots == NULL || stack == NULL) {
+    if (parents_of == NULL || stack == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    size_t edges = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *node = items[i];
         if (!PyObject_TypeCheck(node, &NodeType)) {
@@ -2765,58 +2773,66 @@ plan_teardown_order(PyObject *module, PyObject *arg)
         }
         NodeObject *nd = (NodeObject *)node;
         long role = ival(nd->role);
-#ifdef Py_GIL_DISABLED
-        int odd = role < HOOK_ROLE || role > LIBRARY_ROLE; /* parents: checked below */
-#else
-        int odd = role < HOOK_ROLE || role > LIBRARY_ROLE || nd->parents == NULL
-                  || !PyTuple_CheckExact(nd->parents);
-#endif
-        if (odd) {
+        if (role < HOOK_ROLE || role > LIBRARY_ROLE) {
             PyErr_Clear(); /* (a role that is not an int) */
             fallback = 1;
             goto done;
         }
-        size_t k = plan_hash(node, mask);
-        while (slots[k].node != NULL && slots[k].node != node) {
-            k = (k + 1) & mask;
-        }
-        if (slots[k].node == node) { /* a node given twice: the Python function decides */
-            fallback = 1;
-            goto done;
-        }
-        slots[k].node = node;
 #ifdef Py_GIL_DISABLED
         /* another thread finishing a release may replace the tuple meanwhile: read it as
          * the attribute (a safe load), not the field */
-        slots[k].parents = PyObject_GetAttrString(node, "_parents");
-        if (slots[k].parents == NULL || !PyTuple_CheckExact(slots[k].parents)) {
+        PyObject *parents = PyObject_GetAttrString(node, "_parents");
+        if (parents == NULL) {
             PyErr_Clear();
+        }
+#else
+        PyObject *parents = nd->parents;
+        Py_XINCREF(parents);
+#endif
+        parents_of[i] = parents;
+        if (parents == NULL || !PyTuple_CheckExact(parents)) {
             fallback = 1;
             goto done;
         }
-#else
-        Py_INCREF(nd->parents);
-        slots[k].parents = nd->parents;
-#endif
+        edges += (size_t)PyTuple_GET_SIZE(parents);
     }
-    /* count each node's dependents among the nodes, from the parents read above */
-    for (size_t k = 0; k < cap; k++) {
-        PyObject *parents = slots[k].parents;
-        for (Py_ssize_t j = 0; parents != NULL && j < PyTuple_GET_SIZE(parents); j++) {
-            PlanSlot *parent = plan_find(slots, mask, PyTuple_GET_ITEM(parents, j));
-            if (parent != NULL) {
-                parent->count++;
+    if (edges) {
+        /* the nodes named as parents: their dependents among `nodes`, their index there */
+        size_t cap = 8;
+        while (cap < edges * 2) {
+            cap <<= 1;
+        }
+        mask = cap - 1;
+        slots = PyMem_Calloc(cap, sizeof(PlanSlot));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *parents = parents_of[i];
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(parents); j++) {
+                plan_slot(slots, mask, PyTuple_GET_ITEM(parents, j), 1)->count++;
+            }
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PlanSlot *slot = plan_slot(slots, mask, items[i], 0);
+            if (slot != NULL) {
+                if (slot->index >= 0) { /* given twice: the Python function decides */
+                    fallback = 1;
+                    goto done;
+                }
+                slot->index = i;
             }
         }
     }
-    /* three stacks (hooks, handles, libraries) in one array of 3n */
-    PyObject **stacks[3] = {stack, stack + n, stack + 2 * n};
+    /* three stacks of indices (hooks, handles, libraries) in one array of 3n */
+    Py_ssize_t *stacks[3] = {stack, stack + n, stack + 2 * n};
     Py_ssize_t depth[3] = {0, 0, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
-        PlanSlot *slot = plan_find(slots, mask, items[i]);
-        if (slot->count == 0) {
+        PlanSlot *slot = slots != NULL ? plan_slot(slots, mask, items[i], 0) : NULL;
+        if (slot == NULL || slot->count == 0) {
             long role = ival(((NodeObject *)items[i])->role);
-            stacks[role][depth[role]++] = items[i];
+            stacks[role][depth[role]++] = i;
         }
     }
     order = PyList_New(n);
@@ -2825,15 +2841,15 @@ plan_teardown_order(PyObject *module, PyObject *arg)
     }
     Py_ssize_t placed = 0;
     for (;;) {
-        PyObject *node;
+        Py_ssize_t i;
         if (depth[HOOK_ROLE]) {
-            node = stacks[HOOK_ROLE][--depth[HOOK_ROLE]];
+            i = stacks[HOOK_ROLE][--depth[HOOK_ROLE]];
         }
         else if (depth[HANDLE_ROLE]) {
-            node = stacks[HANDLE_ROLE][--depth[HANDLE_ROLE]];
+            i = stacks[HANDLE_ROLE][--depth[HANDLE_ROLE]];
         }
         else if (depth[LIBRARY_ROLE]) {
-            node = stacks[LIBRARY_ROLE][--depth[LIBRARY_ROLE]];
+            i = stacks[LIBRARY_ROLE][--depth[LIBRARY_ROLE]];
         }
         else {
             break;
@@ -2841,14 +2857,14 @@ plan_teardown_order(PyObject *module, PyObject *arg)
         if (placed >= n) { /* cannot happen: each node is ready once */
             break;
         }
-        Py_INCREF(node);
-        PyList_SET_ITEM(order, placed++, node);
-        PyObject *parents = plan_find(slots, mask, node)->parents;
+        Py_INCREF(items[i]);
+        PyList_SET_ITEM(order, placed++, items[i]);
+        PyObject *parents = parents_of[i];
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(parents); j++) {
-            PlanSlot *parent = plan_find(slots, mask, PyTuple_GET_ITEM(parents, j));
-            if (parent != NULL && --parent->count == 0) {
-                long role = ival(((NodeObject *)parent->node)->role);
-                stacks[role][depth[role]++] = parent->node;
+            PlanSlot *parent = plan_slot(slots, mask, PyTuple_GET_ITEM(parents, j), 0);
+            if (parent != NULL && parent->index >= 0 && --parent->count == 0) {
+                long role = ival(((NodeObject *)items[parent->index])->role);
+                stacks[role][depth[role]++] = parent->index;
             }
         }
     }
@@ -2858,11 +2874,12 @@ plan_teardown_order(PyObject *module, PyObject *arg)
                         "exitsafe: the handle graph has a cycle; this is a bug");
     }
 done:
-    if (slots != NULL) {
-        for (size_t k = 0; k < cap; k++) {
-            Py_XDECREF(slots[k].parents);
+    if (parents_of != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_XDECREF(parents_of[i]);
         }
     }
+    PyMem_Free(parents_of);
     PyMem_Free(slots);
     PyMem_Free(stack);
     Py_DECREF(seq);

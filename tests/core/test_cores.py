@@ -547,11 +547,13 @@ def test_compiled_planner_leaves_other_inputs_to_python():
 
     registry = exitsafe.Registry("cores-planner-other")
     h = registry.track(1, lambda raw: None)
-    assert speedups.teardown_order([h, h]) is None  # given twice
+    child = registry.track(2, lambda raw: None, depends_on=[h])
+    assert speedups.teardown_order([h, child, h]) is None  # a parent given twice
     assert speedups.teardown_order([h, object()]) is None  # not a handle
     assert speedups.teardown_order([]) == []
     with pytest.raises(TypeError):
         speedups.teardown_order(42)
+    child.release()
     h.release()
 
 
