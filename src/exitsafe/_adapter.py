@@ -174,6 +174,11 @@ class Adapter:
         #: key -> the pin of a library, held strongly: a pin lives until released
         #: explicitly or by the teardown, not when its handle is dropped.
         self._pins: dict[object, _Pin] = {}
+        #: For the compiled cffi track: id(release) -> (release, (pin,)), the pin `track`
+        #: found for a release function given without `lib=` (the compiled path checks the
+        #: pin is still live and of the registry asked for).  Emptied whenever a pin is made
+        #: or forgotten, and beyond 1,024 entries.
+        self._release_pins: dict[int, tuple[object, tuple[Handle]]] = {}
         register_lookup(self.lookup)
 
     # ------------------------------------------------------------------ per FFI
@@ -227,7 +232,15 @@ class Adapter:
         address = self.pointer_address(ptr, ctx)
         reg = registry_arg(registry)
         parents = resolve(depends_on, reg, "depends_on")
-        pin = self.pin_of(lib, reg) if lib is not None else self.pin_for_release(release, ctx, reg)
+        if lib is not None:
+            pin = self.pin_of(lib, reg)
+        else:
+            pin = self.pin_for_release(release, ctx, reg)
+            if pin is not None:
+                found = self._release_pins
+                if len(found) > 1024:
+                    found.clear()
+                found[id(release)] = (release, (pin,))
         if pin is not None and pin not in parents:
             parents += (pin,)
         addresses.claim(address, None, _already_tracked)
@@ -288,6 +301,11 @@ class Adapter:
 
     def _forget_pin(self, key: object) -> None:
         self._pins.pop(key, None)  # one atomic pop
+        self._release_pins.clear()
+
+    def release_pin_table(self) -> dict[int, tuple[object, tuple[Handle]]]:
+        """The pins found for release functions, for the compiled core.  Never replaced."""
+        return self._release_pins
 
     def pin(
         self,
@@ -320,6 +338,7 @@ class Adapter:
         )
         if handle.state == "live":
             self._pins[info.key] = _Pin(lib, handle, info.base, close)  # one atomic store
+            self._release_pins.clear()  # a release function may belong to this library
         elif info.loader_ref is not None:
             keep_forever(info.loader_ref)  # registered after teardown: keep it mapped
         return handle

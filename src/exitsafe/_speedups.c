@@ -1904,13 +1904,15 @@ pointer_cancel(PyObject *address)
     return rc;
 }
 
-/* Own `address` for a new handle: track `raw` in `reg` with a PointerRelease, claiming
- * the address first (the caller checked it is free only under the lock, here).  Returns
+/* Own `address` for a new handle: track `raw` in `reg` with a PointerRelease (depending on
+ * the handles of the tuple `deps`, or on nothing if NULL), claiming the address first (the caller checked it is free only under the lock, here).  Returns
  * the handle, or NULL with an exception, or NULL without one when the address is taken
  * (the Python path then explains it: AlreadyTrackedError, or a dead owner replaced). */
+static PyObject *kind_deps_names; /* ("kind", "depends_on") */
+
 static PyObject *
 pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *address,
-              PyObject *keep, PyObject *kind)
+              PyObject *keep, PyObject *kind, PyObject *deps)
 {
     unsigned long me = PyThread_get_thread_ident();
     if (enter_section(me) < 0) {
@@ -1928,8 +1930,8 @@ pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *a
     PyObject *releaser = pointer_release_new(release, address, keep);
     PyObject *handle = NULL;
     if (releaser != NULL) {
-        PyObject *targs[3] = {raw, releaser, kind};
-        handle = Registry_track(reg, targs, 2, kind_names);
+        PyObject *targs[4] = {raw, releaser, kind, deps};
+        handle = Registry_track(reg, targs, 2, deps != NULL ? kind_deps_names : kind_names);
     }
     if (handle == NULL) {
         /* as the Python path: cancel the claim, then raise what the registration raised */
@@ -1977,6 +1979,42 @@ pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *a
 /* exitsafe.cffi.track's compiled form: what the cffi adapter learnt (see
  * exitsafe.cffi._CffiAdapter.pointer_address), and the Python function for the rest. */
 static PyObject *cffi_track_py, *cffi_pins, *cffi_ffi_types, *cffi_pointer_ctypes;
+/* id(release) -> (release, (pin,)): the pin the Python path found for a release function
+ * given without `lib=` (exitsafe._adapter.Adapter.release_pin_table) */
+static PyObject *cffi_release_pins;
+
+/* The dependencies a cffi track of `release` takes when libraries are pinned: 1 with
+ * *deps NULL (none: `release` is a Python function, builtin or method, never a cdata
+ * function of a pinned library) or a new reference to the tuple (pin,) the Python path
+ * found for this release function before; 0 when only the Python path can tell. */
+static int
+cffi_release_deps(PyObject *release, PyObject **deps)
+{
+    *deps = NULL;
+    if (PyFunction_Check(release) || PyCFunction_Check(release) || PyMethod_Check(release)) {
+        return 1; /* (the Python path: not isinstance(release, ffi.CData)) */
+    }
+#ifdef Py_GIL_DISABLED
+    return 0; /* (an entry read from the dict would be borrowed: the Python path) */
+#else
+    PyObject *key = PyLong_FromVoidPtr(release);
+    PyObject *entry = key ? PyDict_GetItemWithError(cffi_release_pins, key) : NULL;
+    Py_XDECREF(key);
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+        || PyTuple_GET_ITEM(entry, 0) != release) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *found = PyTuple_GET_ITEM(entry, 1);
+    if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 1
+        || !PyObject_TypeCheck(PyTuple_GET_ITEM(found, 0), &NodeType)) {
+        return 0;
+    }
+    Py_INCREF(found);
+    *deps = found;
+    return 1;
+#endif
+}
 static PyObject *cffi_plain, *cffi_uintptr, *cffi_typeof, *cffi_cast;
 /* A weak reference to the last FFI object found to make cdata of class cffi_plain (its
  * `CData`), or NULL: most programs track with one FFI, and an attribute lookup per call
@@ -2058,7 +2096,7 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     PyObject *ffi = args[0], *ptr = args[1], *release = args[2];
     PyObject *plain = LOAD_ACQUIRE(cffi_plain); /* (set last, with a release store) */
     if (plain == NULL || !PyUnicode_CheckExact(kind) || Py_TYPE(ptr) != (PyTypeObject *)plain
-        || PyDict_GET_SIZE(cffi_pins) || !PyCallable_Check(release)
+        || !PyCallable_Check(release)
         || LOAD(the_lock->owner) == PyThread_get_thread_ident()) {
         goto slow;
     }
@@ -2120,8 +2158,26 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         }
         goto slow;
     }
+    /* with libraries pinned: the pin this release function needs, still live, of `reg` */
+    PyObject *deps = NULL;
+    if (PyDict_GET_SIZE(cffi_pins)) {
+        int known = cffi_release_deps(release, &deps);
+        if (known && deps != NULL) {
+            NodeObject *pin = (NodeObject *)PyTuple_GET_ITEM(deps, 0);
+            known = pin->registry == reg && ival(pin->state) == LIVE;
+            PyErr_Clear(); /* (a state that is not an int: the Python path) */
+        }
+        if (!known) {
+            Py_XDECREF(deps);
+            Py_DECREF(reg);
+            Py_DECREF(address);
+            goto slow;
+        }
+    }
     /* keep: what the release call needs referenced; the Python path keeps (ffi, lib) */
-    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, ffi, kind);
+    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, ffi, kind,
+                                     deps);
+    Py_XDECREF(deps);
     Py_DECREF(reg);
     Py_DECREF(address);
     if (handle != NULL || PyErr_Occurred()) {
@@ -2233,7 +2289,8 @@ ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         goto slow;
     }
     /* keep: nothing more (a foreign function references its library itself) */
-    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, Py_None, kind);
+    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, Py_None, kind,
+                                     NULL);
     Py_DECREF(reg);
     Py_DECREF(address);
     if (handle != NULL || PyErr_Occurred()) {
@@ -2315,13 +2372,16 @@ setup_pointers(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* setup_cffi(slow, pins, ffi_types, pointer_ctypes) -> the compiled exitsafe.cffi.track */
+/* setup_cffi(slow, pins, release_pins, ffi_types, pointer_ctypes) -> the compiled
+ * exitsafe.cffi.track */
 static PyObject *
 setup_cffi(PyObject *module, PyObject *args)
 {
-    PyObject *slow, *pins, *ffi_types, *pointer_ctypes;
-    if (!may_set_up(cffi_track_py, "setup_cffi()") || !PyArg_ParseTuple(args, "OO!O!O!:setup_cffi", &slow, &PyDict_Type, &pins, &PySet_Type,
-                          &ffi_types, &PySet_Type, &pointer_ctypes)) {
+    PyObject *slow, *pins, *release_pins, *ffi_types, *pointer_ctypes;
+    if (!may_set_up(cffi_track_py, "setup_cffi()")
+        || !PyArg_ParseTuple(args, "OO!O!O!O!:setup_cffi", &slow, &PyDict_Type, &pins,
+                             &PyDict_Type, &release_pins, &PySet_Type, &ffi_types,
+                             &PySet_Type, &pointer_ctypes)) {
         return NULL;
     }
     if (!PyCallable_Check(slow)) {
@@ -2341,6 +2401,8 @@ setup_cffi(PyObject *module, PyObject *args)
     Py_XSETREF(cffi_track_py, slow);
     Py_INCREF(pins);
     Py_XSETREF(cffi_pins, pins);
+    Py_INCREF(release_pins);
+    Py_XSETREF(cffi_release_pins, release_pins);
     Py_INCREF(ffi_types);
     Py_XSETREF(cffi_ffi_types, ffi_types);
     Py_INCREF(pointer_ctypes);
@@ -3100,7 +3162,8 @@ PyInit__speedups(void)
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
         || !(kw_registry = intern("registry")) || !(kw_lib = intern("lib"))
-        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))) {
+        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))
+        || !(kind_deps_names = PyTuple_Pack(2, kw_kind, kw_depends_on))) {
         return NULL;
     }
     for (long i = 0; i < SMALL_INTS; i++) {

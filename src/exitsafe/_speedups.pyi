@@ -39,8 +39,8 @@ def setup_pointers(
     entries: dict[object, Any], reserved: object, forget: Callable[[object, Any], None], /
 ) -> None: ...
 def setup_cffi(
-    slow: Callable[..., Any], pins: dict[object, Any], ffi_types: set[type],
-    pointer_ctypes: set[object], /,
+    slow: Callable[..., Any], pins: dict[object, Any], release_pins: dict[int, Any],
+    ffi_types: set[type], pointer_ctypes: set[object], /,
 ) -> Callable[..., Any]: ...
 def main_interpreter() -> bool: ...
 def setup_ctypes(

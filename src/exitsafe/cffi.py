@@ -544,11 +544,13 @@ def borrowing(lib: object) -> BorrowingLibrary:
 
 if speedups is not None:
     # The compiled core's track: the common case (a pointer of a cdata class and C type
-    # the adapter accepted before, no pinned library, no dependency, no option but `kind`
-    # and `registry`) without a Python frame; anything else calls the function above,
-    # which checks and explains everything.
+    # the adapter accepted before; no pinned library, or the pin this release function
+    # was found to need before; no other dependency; no option but `kind` and `registry`)
+    # without a Python frame; anything else calls the function above, which checks and
+    # explains everything.
     speedups.set_doc("cffi", "track", track.__doc__ or "")
     _track_py = track
     track = speedups.setup_cffi(  # the same function, compiled
-        _track_py, _ADAPTER.pin_table(), _FFI_TYPES, _ADAPTER._pointer_ctypes
+        _track_py, _ADAPTER.pin_table(), _ADAPTER.release_pin_table(), _FFI_TYPES,
+        _ADAPTER._pointer_ctypes,
     )

@@ -535,3 +535,52 @@ def test_track_inside_a_section_of_this_thread_is_refused_not_deadlocked(abi, re
         with pytest.raises(ReentrancyError, match="track"):
             es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
     es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg).release()  # nothing was claimed
+
+
+def test_a_pinned_librarys_release_function_keeps_its_pin_on_every_track(toy_copy, reg):
+    # The first track of a release function finds its library's pin (the Python path);
+    # the next ones (the compiled path, which remembers that pin) depend on it too, until
+    # the pin ends; a Python release function never depends on a pin.
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=reg)
+    first = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    later = [
+        es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg) for _ in range(3)
+    ]
+    assert {h.depends_on for h in (first, *later)} == {(pin,)}
+    plain = es_cffi.track(ffi, lib.toy_ctx_new(), lambda p: lib.toy_ctx_free(p), registry=reg)
+    assert plain.depends_on == ()
+    plain.release()
+    pin.release()  # waits for its dependents: the library stays mapped
+    assert pin.state == "live" and is_mapped(toy_copy)
+    for h in (first, *later):
+        h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+
+def test_a_remembered_pin_serves_its_own_registry_only_and_not_once_ended(abi, reg):
+    ffi, lib = abi
+    other = exitsafe.Registry("adapters-other")
+    try:
+        pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
+        es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg).release()
+        elsewhere = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=other)
+        assert elsewhere.depends_on == ()  # no pin in that registry
+        elsewhere.release()
+        other_pin = es_cffi.pin(ffi, lib, registry=other, close=False)
+        h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=other)
+        assert h.depends_on == (other_pin,)
+        h.release()
+        pin.release()
+        assert pin.state == "released"
+        h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+        assert h.depends_on == ()  # its pin ended: nothing to depend on
+        h.release()
+        again = es_cffi.pin(ffi, lib, registry=reg, close=False)  # a new pin: found again
+        h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+        assert h.depends_on == (again,)
+        h.release()
+    finally:
+        other.teardown()
