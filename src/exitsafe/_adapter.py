@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from _weakref import ref as _weakref
 
+from . import _sync
 from ._adopt import ClaimTable, hook_after_leak, register_lookup, registry_arg, resolve
 from ._core import speedups
 from ._handle import Handle, enter_borrow, exit_borrow
@@ -39,6 +40,10 @@ addresses = ClaimTable(strong=False)
 
 #: id(callback function pointer) -> its live handle, held strongly until it is retired.
 _callbacks: dict[int, Handle] = {}
+
+#: The section that changes an adapter's pin table (a pin made, or forgotten by its release
+#: function, which never runs inside a section).
+_PIN_TABLE_SECTION = _sync.section("pin()")
 
 
 class LibraryInfo:
@@ -68,15 +73,20 @@ class LibraryInfo:
 
 
 class _Pin:
-    """One pinned library: the object, its pin handle, its base address, its close flag."""
+    """One pinned library: the object, its pin handle, its base address, its close flag and
+    the pin's release function."""
 
-    __slots__ = ("base", "close", "handle", "lib")
+    __slots__ = ("base", "close", "closer", "handle", "lib")
 
-    def __init__(self, lib: object, handle: Handle, base: Optional[int], close: bool) -> None:
+    def __init__(
+        self, lib: object, handle: Handle, base: Optional[int], close: bool,
+        closer: _LibraryCloser,
+    ) -> None:
         self.lib = lib
         self.handle = handle
         self.base = base
         self.close = close
+        self.closer = closer
 
 
 class _PointerRelease:
@@ -118,16 +128,19 @@ if speedups is not None:
 class _LibraryCloser:
     """The release function of a pin: forget the pin, close the library (or keep it)."""
 
-    __slots__ = ("adapter", "close", "info")
+    __slots__ = ("adapter", "close", "info", "key")
 
-    def __init__(self, adapter: Adapter, info: LibraryInfo, close: bool) -> None:
+    def __init__(self, adapter: Adapter, info: LibraryInfo, close: bool, key: object) -> None:
         self.adapter = adapter
         self.info = info
         self.close = close
+        self.key = key  # its entry in the adapter's pin table
 
     def __call__(self, lib: object) -> None:
         info = self.info
-        self.adapter._forget_pin(info.key)
+        # Another live pin of the same object (a newer one, or one of another registry)
+        # keeps it open: its own close closes it later.
+        still_pinned = self.adapter._forget_pin(self.key, self, lib)
         if not self.close:
             # Never unloaded by exitsafe's doing: keep the object and the extra
             # loader reference for the life of the process.
@@ -135,7 +148,7 @@ class _LibraryCloser:
             return
         ref, info.loader_ref = info.loader_ref, None
         try:
-            if info.close is not None:
+            if info.close is not None and not still_pinned:
                 info.close(lib)
         finally:
             if ref is not None:
@@ -171,8 +184,9 @@ class Adapter:
     name = ""
 
     def __init__(self) -> None:
-        #: key -> the pin of a library, held strongly: a pin lives until released
-        #: explicitly or by the teardown, not when its handle is dropped.
+        #: (library key, id(registry)) -> the pin of a library in a registry, held
+        #: strongly: a pin lives until released explicitly or by the teardown, not when its
+        #: handle is dropped.  Written under exitsafe's lock.
         self._pins: dict[object, _Pin] = {}
         #: For the compiled cffi track: id(release) -> (release, (pin,)), the pin `track`
         #: found for a release function given without `lib=` (the compiled path checks the
@@ -276,7 +290,7 @@ class Adapter:
         return None if entry is None else entry.handle
 
     def _live_pin(self, lib: object, registry: Registry) -> Optional[_Pin]:
-        entry = self._pins.get(self.pin_key(lib))
+        entry = self._pins.get((self.pin_key(lib), id(registry)))
         if entry is None or (entry.lib is not lib and not isinstance(lib, int)):
             return None
         handle = entry.handle
@@ -299,9 +313,16 @@ class Adapter:
     def has_pins(self) -> bool:
         return bool(self._pins)
 
-    def _forget_pin(self, key: object) -> None:
-        self._pins.pop(key, None)  # one atomic pop
-        self._release_pins.clear()
+    def _forget_pin(self, key: object, closer: _LibraryCloser, lib: object) -> bool:
+        """Forget the pin whose release function is ``closer`` (a newer pin of the same
+        library in the same registry may have taken its key); whether another pin of the
+        object ``lib`` is still in the table."""
+        with _PIN_TABLE_SECTION:
+            entry = self._pins.get(key)
+            if entry is not None and entry.closer is closer:
+                del self._pins[key]
+            self._release_pins.clear()
+            return any(other.lib is lib for other in self._pins.values())
 
     def release_pin_table(self) -> dict[int, tuple[object, tuple[Handle]]]:
         """The pins found for release functions, for the compiled core.  Never replaced."""
@@ -330,15 +351,18 @@ class Adapter:
                     f"cannot pin it again with close={close}"
                 )
             return existing.handle.retain()
+        key = (info.key, id(reg))
+        closer = _LibraryCloser(self, info, close, key)
         handle = reg.pin(
             lib,
-            close=_LibraryCloser(self, info, close),
+            close=closer,
             name=name if name is not None else f"library {info.label}",
             timeout=timeout,
         )
         if handle.state == "live":
-            self._pins[info.key] = _Pin(lib, handle, info.base, close)  # one atomic store
-            self._release_pins.clear()  # a release function may belong to this library
+            with _PIN_TABLE_SECTION:
+                self._pins[key] = _Pin(lib, handle, info.base, close, closer)
+                self._release_pins.clear()  # a release function may belong to this library
         elif info.loader_ref is not None:
             keep_forever(info.loader_ref)  # registered after teardown: keep it mapped
         return handle

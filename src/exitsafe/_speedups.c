@@ -1905,9 +1905,10 @@ pointer_cancel(PyObject *address)
 }
 
 /* Own `address` for a new handle: track `raw` in `reg` with a PointerRelease (depending on
- * the handles of the tuple `deps`, or on nothing if NULL), claiming the address first (the caller checked it is free only under the lock, here).  Returns
- * the handle, or NULL with an exception, or NULL without one when the address is taken
- * (the Python path then explains it: AlreadyTrackedError, or a dead owner replaced). */
+ * the handles of the tuple `deps`, or on nothing if NULL), claiming the address first (the
+ * caller checked it is free only under the lock, here).  Returns the handle, or NULL with
+ * an exception, or NULL without one when the address is taken (the Python path then
+ * explains it: AlreadyTrackedError, or a dead owner replaced). */
 static PyObject *kind_deps_names; /* ("kind", "depends_on") */
 
 static PyObject *

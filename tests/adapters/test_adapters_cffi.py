@@ -584,3 +584,52 @@ def test_a_remembered_pin_serves_its_own_registry_only_and_not_once_ended(abi, r
         h.release()
     finally:
         other.teardown()
+
+
+@pytest.mark.parametrize("make_track", ["compiled", "python"])
+def test_a_pin_ending_late_keeps_the_newer_pin_of_its_library(abi, reg, make_track):
+    # A pin released while a handle still needs it ends only with that handle; a new pin of
+    # the same library made meanwhile must stay the one later handles depend on (the old
+    # pin's end used to drop the new pin's entry: later handles then depended on nothing).
+    ffi, lib = abi
+    python_track = getattr(es_cffi, "_track_py", es_cffi.track)  # (the compiled core's)
+    track = python_track if make_track == "python" else es_cffi.track
+    old = es_cffi.pin(ffi, lib, registry=reg, close=False)
+    first = track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    old.release()  # waits for first
+    new = es_cffi.pin(ffi, lib, registry=reg, close=False)
+    assert new is not old
+    first.release()
+    assert old.state == "released" and new.state == "live"
+    later = track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert later.depends_on == (new,)
+    assert es_cffi.pinned(lib, registry=reg) is new
+    later.release()
+    new.release()
+
+
+def test_pins_of_one_library_in_two_registries_keep_each_other_open(toy_copy, reg):
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_copy)
+    other = exitsafe.Registry("adapters-other-pin")
+    try:
+        mine = es_cffi.pin(ffi, lib, registry=reg)
+        theirs = es_cffi.pin(ffi, lib, registry=other)
+        h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+        g = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=other)
+        assert (h.depends_on, g.depends_on) == ((mine,), (theirs,))
+        h.release()
+        mine.release()  # the other registry's pin still holds the library open
+        assert mine.state == "released" and lib.toy_live() >= 1 and is_mapped(toy_copy)
+        assert es_cffi.pinned(lib, registry=other) is theirs
+        g2 = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=other)
+        assert g2.depends_on == (theirs,)
+        g2.release()
+        g.release()
+        theirs.release()  # the last pin closes it
+        assert not is_mapped(toy_copy)
+        with pytest.raises(ValueError):
+            lib.toy_live()
+    finally:
+        other.teardown()
