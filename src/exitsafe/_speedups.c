@@ -2373,6 +2373,25 @@ setup_pointers(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* An adapter's compiled track, the function `def` of the module named `module`, once the
+ * Python function `slow` it hands every other case to is checked (`what` names the setup
+ * function in the error); NULL with an exception. */
+static PyObject *
+adapter_track_function(PyObject *slow, const char *what, PyMethodDef *def, const char *module)
+{
+    if (!PyCallable_Check(slow)) {
+        PyErr_Format(PyExc_TypeError, "%s: slow must be callable", what);
+        return NULL;
+    }
+    PyObject *name = PyUnicode_FromString(module);
+    if (name == NULL) {
+        return NULL;
+    }
+    PyObject *fn = PyCFunction_NewEx(def, NULL, name);
+    Py_DECREF(name);
+    return fn;
+}
+
 /* setup_cffi(slow, pins, release_pins, ffi_types, pointer_ctypes) -> the compiled
  * exitsafe.cffi.track */
 static PyObject *
@@ -2385,16 +2404,8 @@ setup_cffi(PyObject *module, PyObject *args)
                              &PySet_Type, &pointer_ctypes)) {
         return NULL;
     }
-    if (!PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError, "setup_cffi(): slow must be callable");
-        return NULL;
-    }
-    PyObject *name = PyUnicode_FromString("exitsafe.cffi");
-    if (name == NULL) {
-        return NULL;
-    }
-    PyObject *fn = PyCFunction_NewEx(&cffi_methods[0], NULL, name);
-    Py_DECREF(name);
+    PyObject *fn = adapter_track_function(slow, "setup_cffi()", &cffi_methods[0],
+                                          "exitsafe.cffi");
     if (fn == NULL) {
         return NULL;
     }
@@ -2417,21 +2428,14 @@ static PyObject *
 setup_ctypes(PyObject *module, PyObject *args)
 {
     PyObject *slow, *pins, *void_p, *pointer, *funcptr;
-    if (!may_set_up(ctypes_track_py, "setup_ctypes()") || !PyArg_ParseTuple(args, "OO!O!O!O!:setup_ctypes", &slow, &PyDict_Type, &pins,
-                          &PyType_Type, &void_p, &PyType_Type, &pointer, &PyType_Type,
-                          &funcptr)) {
+    if (!may_set_up(ctypes_track_py, "setup_ctypes()")
+        || !PyArg_ParseTuple(args, "OO!O!O!O!:setup_ctypes", &slow, &PyDict_Type, &pins,
+                             &PyType_Type, &void_p, &PyType_Type, &pointer, &PyType_Type,
+                             &funcptr)) {
         return NULL;
     }
-    if (!PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError, "setup_ctypes(): slow must be callable");
-        return NULL;
-    }
-    PyObject *name = PyUnicode_FromString("exitsafe.ctypes");
-    if (name == NULL) {
-        return NULL;
-    }
-    PyObject *fn = PyCFunction_NewEx(&ctypes_methods[0], NULL, name);
-    Py_DECREF(name);
+    PyObject *fn = adapter_track_function(slow, "setup_ctypes()", &ctypes_methods[0],
+                                          "exitsafe.ctypes");
     if (fn == NULL) {
         return NULL;
     }
