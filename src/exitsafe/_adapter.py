@@ -188,7 +188,7 @@ class Adapter:
         #: strongly: a pin lives until released explicitly or by the teardown, not when its
         #: handle is dropped.  Written under exitsafe's lock.
         self._pins: dict[object, _Pin] = {}
-        #: For the compiled cffi track: id(release) -> (release, (pin,)), the pin `track`
+        #: For the compiled tracks: id(release) -> (release, (pin,)), the pin `track`
         #: found for a release function given without `lib=` (the compiled path checks the
         #: pin is still live and of the registry asked for).  Emptied whenever a pin is made
         #: or forgotten, and beyond 1,024 entries.

@@ -1981,25 +1981,28 @@ pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *a
  * exitsafe.cffi._CffiAdapter.pointer_address), and the Python function for the rest. */
 static PyObject *cffi_track_py, *cffi_pins, *cffi_ffi_types, *cffi_pointer_ctypes;
 /* id(release) -> (release, (pin,)): the pin the Python path found for a release function
- * given without `lib=` (exitsafe._adapter.Adapter.release_pin_table) */
-static PyObject *cffi_release_pins;
+ * given without `lib=` (exitsafe._adapter.Adapter.release_pin_table), one per adapter */
+static PyObject *cffi_release_pins, *ctypes_release_pins;
 
-/* The dependencies a cffi track of `release` takes when libraries are pinned: 1 with
- * *deps NULL (none: `release` is a Python function, builtin or method, never a cdata
- * function of a pinned library) or a new reference to the tuple (pin,) the Python path
- * found for this release function before; 0 when only the Python path can tell. */
+/* The dependencies an adapter's track of `release` takes in `reg` while libraries are
+ * pinned, from the adapter's `table` of pins found by release function: 1 with *deps NULL
+ * when `foreign` is 0 (`release` is not one of the FFI's foreign functions, so it belongs
+ * to no library: the Python path finds no pin for it either), or with a new reference to
+ * the tuple (pin,) the Python path found for this very function before, that pin still
+ * live and of `reg`; 0 when only the Python path can tell. */
 static int
-cffi_release_deps(PyObject *release, PyObject **deps)
+adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *reg,
+                     PyObject **deps)
 {
     *deps = NULL;
-    if (PyFunction_Check(release) || PyCFunction_Check(release) || PyMethod_Check(release)) {
-        return 1; /* (the Python path: not isinstance(release, ffi.CData)) */
+    if (!foreign) {
+        return 1;
     }
 #ifdef Py_GIL_DISABLED
     return 0; /* (an entry read from the dict would be borrowed: the Python path) */
 #else
     PyObject *key = PyLong_FromVoidPtr(release);
-    PyObject *entry = key ? PyDict_GetItemWithError(cffi_release_pins, key) : NULL;
+    PyObject *entry = key ? PyDict_GetItemWithError(table, key) : NULL;
     Py_XDECREF(key);
     if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
         || PyTuple_GET_ITEM(entry, 0) != release) {
@@ -2009,6 +2012,15 @@ cffi_release_deps(PyObject *release, PyObject **deps)
     PyObject *found = PyTuple_GET_ITEM(entry, 1);
     if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 1
         || !PyObject_TypeCheck(PyTuple_GET_ITEM(found, 0), &NodeType)) {
+        return 0;
+    }
+    NodeObject *pin = (NodeObject *)PyTuple_GET_ITEM(found, 0);
+    int live = pin->registry == reg && ival(pin->state) == LIVE;
+    if (PyErr_Occurred()) { /* (a state that is not an int) */
+        PyErr_Clear();
+        return 0;
+    }
+    if (!live) {
         return 0;
     }
     Py_INCREF(found);
@@ -2159,21 +2171,17 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         }
         goto slow;
     }
-    /* with libraries pinned: the pin this release function needs, still live, of `reg` */
+    /* with libraries pinned: the pin this release function needs, still live, of `reg`
+     * (a Python function, builtin or method is not a cdata function of a library) */
     PyObject *deps = NULL;
-    if (PyDict_GET_SIZE(cffi_pins)) {
-        int known = cffi_release_deps(release, &deps);
-        if (known && deps != NULL) {
-            NodeObject *pin = (NodeObject *)PyTuple_GET_ITEM(deps, 0);
-            known = pin->registry == reg && ival(pin->state) == LIVE;
-            PyErr_Clear(); /* (a state that is not an int: the Python path) */
-        }
-        if (!known) {
-            Py_XDECREF(deps);
-            Py_DECREF(reg);
-            Py_DECREF(address);
-            goto slow;
-        }
+    if (PyDict_GET_SIZE(cffi_pins)
+        && !adapter_release_deps(cffi_release_pins, release,
+                                 !(PyFunction_Check(release) || PyCFunction_Check(release)
+                                   || PyMethod_Check(release)),
+                                 reg, &deps)) {
+        Py_DECREF(reg);
+        Py_DECREF(address);
+        goto slow;
     }
     /* keep: what the release call needs referenced; the Python path keeps (ffi, lib) */
     PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, ffi, kind,
@@ -2191,10 +2199,11 @@ slow:
 }
 
 /* exitsafe.ctypes.track's compiled form: an address given as an int, or read in place from
- * a c_void_p or POINTER(T) instance (subclasses included), no pinned library, and a
- * release function that needs no wrapping (not a foreign function without `argtypes`,
- * which the Python path wraps to pass an int as a pointer); the Python function for the
- * rest.  Set by setup_ctypes(). */
+ * a c_void_p or POINTER(T) instance (subclasses included), and a release function that
+ * needs no wrapping (not a foreign function without `argtypes`, which the Python path
+ * wraps to pass an int as a pointer) and, while libraries are pinned, whose pin the Python
+ * path found before (adapter_release_deps); the Python function for the rest.  Set by
+ * setup_ctypes(). */
 static PyObject *ctypes_track_py, *ctypes_pins, *ctypes_void_p, *ctypes_pointer,
     *ctypes_funcptr;
 static PyObject *str_argtypes;
@@ -2250,7 +2259,7 @@ ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         goto slow;
     }
     PyObject *ptr = args[0], *release = args[1];
-    if (!PyUnicode_CheckExact(kind) || PyDict_GET_SIZE(ctypes_pins) || !PyCallable_Check(release)
+    if (!PyUnicode_CheckExact(kind) || !PyCallable_Check(release)
         || LOAD(the_lock->owner) == PyThread_get_thread_ident()) {
         goto slow;
     }
@@ -2289,9 +2298,19 @@ ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         }
         goto slow;
     }
+    /* with libraries pinned: the pin of the library this foreign function was loaded from,
+     * as the Python path found it before, still live and of `reg` */
+    PyObject *deps = NULL;
+    if (PyDict_GET_SIZE(ctypes_pins)
+        && !adapter_release_deps(ctypes_release_pins, release, funcptr, reg, &deps)) {
+        Py_DECREF(reg);
+        Py_DECREF(address);
+        goto slow;
+    }
     /* keep: nothing more (a foreign function references its library itself) */
     PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, Py_None, kind,
-                                     NULL);
+                                     deps);
+    Py_XDECREF(deps);
     Py_DECREF(reg);
     Py_DECREF(address);
     if (handle != NULL || PyErr_Occurred()) {
@@ -2422,16 +2441,17 @@ setup_cffi(PyObject *module, PyObject *args)
     return fn;
 }
 
-/* setup_ctypes(slow, pins, c_void_p, pointer_base, funcptr_base) -> the compiled
- * exitsafe.ctypes.track (the types: ctypes.c_void_p, _ctypes._Pointer, _ctypes.CFuncPtr) */
+/* setup_ctypes(slow, pins, release_pins, c_void_p, pointer_base, funcptr_base) -> the
+ * compiled exitsafe.ctypes.track (the tables: exitsafe._adapter.Adapter.pin_table and
+ * release_pin_table; the types: ctypes.c_void_p, _ctypes._Pointer, _ctypes.CFuncPtr) */
 static PyObject *
 setup_ctypes(PyObject *module, PyObject *args)
 {
-    PyObject *slow, *pins, *void_p, *pointer, *funcptr;
+    PyObject *slow, *pins, *release_pins, *void_p, *pointer, *funcptr;
     if (!may_set_up(ctypes_track_py, "setup_ctypes()")
-        || !PyArg_ParseTuple(args, "OO!O!O!O!:setup_ctypes", &slow, &PyDict_Type, &pins,
-                             &PyType_Type, &void_p, &PyType_Type, &pointer, &PyType_Type,
-                             &funcptr)) {
+        || !PyArg_ParseTuple(args, "OO!O!O!O!O!:setup_ctypes", &slow, &PyDict_Type, &pins,
+                             &PyDict_Type, &release_pins, &PyType_Type, &void_p, &PyType_Type,
+                             &pointer, &PyType_Type, &funcptr)) {
         return NULL;
     }
     PyObject *fn = adapter_track_function(slow, "setup_ctypes()", &ctypes_methods[0],
@@ -2441,6 +2461,8 @@ setup_ctypes(PyObject *module, PyObject *args)
     }
     Py_INCREF(pins);
     Py_XSETREF(ctypes_pins, pins);
+    Py_INCREF(release_pins);
+    Py_XSETREF(ctypes_release_pins, release_pins);
     Py_INCREF(void_p);
     Py_XSETREF(ctypes_void_p, void_p);
     Py_INCREF(pointer);

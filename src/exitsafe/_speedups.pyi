@@ -44,8 +44,8 @@ def setup_cffi(
 ) -> Callable[..., Any]: ...
 def main_interpreter() -> bool: ...
 def setup_ctypes(
-    slow: Callable[..., Any], pins: dict[object, Any], c_void_p: type, pointer_base: type,
-    funcptr_base: type, /,
+    slow: Callable[..., Any], pins: dict[object, Any], release_pins: dict[int, Any],
+    c_void_p: type, pointer_base: type, funcptr_base: type, /,
 ) -> Callable[..., Any]: ...
 def cffi_learned(
     plain: type, uintptr: object, typeof: Any, cast: Any, api: object, sample: object,

@@ -241,9 +241,10 @@ def track(
         dev = exitsafe.ctypes.track(lib.device_create(), lib.device_free, kind="device")
         ```
     """
-    library = lib if lib is not None else _library_of(release)
+    # Without `lib=` the adapter finds the pin of the library `release` was loaded from
+    # (pin_for_release) and remembers it for the compiled track.
     return _ADAPTER.track(
-        None, ptr, release, registry=registry, lib=library, kind=kind, depends_on=depends_on,
+        None, ptr, release, registry=registry, lib=lib, kind=kind, depends_on=depends_on,
         exit_policy=exit_policy, name=name, timeout=timeout, affinity=affinity,
     )
 
@@ -463,11 +464,17 @@ def borrowing(lib: object) -> BorrowingLibrary:
 
 if speedups is not None:
     # The compiled core's track: the common case (an int address, or a c_void_p /
-    # POINTER(T) instance read in place; no pinned library; a release function that needs
-    # no wrapping; no dependency; no option but `kind` and `registry`) without a Python
-    # frame; anything else calls the function above, which checks and explains everything.
+    # POINTER(T) instance read in place; a release function that needs no wrapping and,
+    # with libraries pinned, whose pin this function found before; no other dependency; no
+    # option but `kind` and `registry`) without a Python frame; anything else calls the
+    # function above, which checks and explains everything.
     speedups.set_doc("ctypes", "track", track.__doc__ or "")
     _track_py = track
     track = speedups.setup_ctypes(  # the same function, compiled
-        _track_py, _ADAPTER.pin_table(), _c.c_void_p, _ctypes._Pointer, _ctypes.CFuncPtr
+        _track_py,
+        _ADAPTER.pin_table(),
+        _ADAPTER.release_pin_table(),
+        _c.c_void_p,
+        _ctypes._Pointer,
+        _ctypes.CFuncPtr,
     )

@@ -390,3 +390,121 @@ def test_track_inside_a_section_of_this_thread_is_refused_not_deadlocked(ctoy, r
         with pytest.raises(ReentrancyError, match="track"):
             es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
     es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg).release()  # nothing was claimed
+
+
+# ------------------------------------------ pinned libraries on the compiled track's path
+
+
+def _toy_cdll(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.toy_ctx_new.restype = vp
+    lib.toy_ctx_free.argtypes = (vp,)
+    return lib
+
+
+def _python_frames_of_adapter_track(call: object) -> int:
+    """How many times ``call()`` entered the adapters' Python ``track`` (a profile hook)."""
+    from exitsafe import _adapter
+
+    entered = 0
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        nonlocal entered
+        if event == "call" and frame.f_code is _adapter.Adapter.track.__code__:
+            entered += 1
+
+    sys.setprofile(profile)
+    try:
+        call()  # type: ignore[operator]
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+@needs_proc_maps
+def test_a_pinned_librarys_function_keeps_its_pin_on_every_track(toy_copy, reg):
+    # The first track of a foreign function finds the pin of the library it was loaded
+    # from; every later one depends on that pin too (the compiled core remembers it), until
+    # the pin ends; a Python release function never depends on a pin.
+    lib = _toy_cdll(toy_copy)
+    pin = es_ctypes.pin(lib, registry=reg)
+    handles = [es_ctypes.track(lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)]
+    handles += [
+        es_ctypes.track(form(lib.toy_ctx_new()), lib.toy_ctx_free, registry=reg, kind="ctx")
+        for form in (int, vp, lambda a: ctypes.cast(a, ctypes.POINTER(Opaque)))
+    ]
+    assert {h.depends_on for h in handles} == {(pin,)}
+    plain = es_ctypes.track(lib.toy_ctx_new(), lambda p: lib.toy_ctx_free(p), registry=reg)
+    assert plain.depends_on == ()
+    plain.release()
+    pin.release()  # waits for its dependents: the library stays mapped
+    assert pin.state == "live" and is_mapped(toy_copy)
+    for h in handles:
+        h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+
+@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+def test_with_a_pin_the_second_track_of_a_function_takes_the_compiled_path(ctoy, reg):
+    pin = es_ctypes.pin(ctoy, registry=reg, close=False)
+    handles: list[exitsafe.Handle] = []
+
+    def track() -> None:
+        handles.append(es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg))
+
+    assert _python_frames_of_adapter_track(track) == 1  # finds the pin
+    assert _python_frames_of_adapter_track(track) == 0  # remembers it
+    # a function of an unpinned library, or given with lib=: the Python path each time
+    assert _python_frames_of_adapter_track(
+        lambda: handles.append(
+            es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg, lib=ctoy)
+        )
+    ) == 1
+    assert [h.depends_on for h in handles] == [(pin,)] * 3
+    for h in handles:
+        h.release()
+    pin.release()
+
+
+def test_a_remembered_ctypes_pin_serves_its_own_registry_only_and_not_once_ended(ctoy, reg):
+    other = exitsafe.Registry("adapters-other")
+    try:
+        pin = es_ctypes.pin(ctoy, registry=reg, close=False)
+        es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg).release()
+        elsewhere = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=other)
+        assert elsewhere.depends_on == ()  # no pin in that registry
+        elsewhere.release()
+        other_pin = es_ctypes.pin(ctoy, registry=other, close=False)
+        h = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=other)
+        assert h.depends_on == (other_pin,)
+        h.release()
+        pin.release()
+        assert pin.state == "released"
+        h = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+        assert h.depends_on == ()  # its pin ended: nothing to depend on
+        h.release()
+        again = es_ctypes.pin(ctoy, registry=reg, close=False)  # a new pin: found again
+        h = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+        assert h.depends_on == (again,)
+        h.release()
+    finally:
+        other.teardown()
+
+
+@pytest.mark.parametrize("make_track", ["compiled", "python"])
+def test_a_ctypes_pin_ending_late_keeps_the_newer_pin_of_its_library(ctoy, reg, make_track):
+    python_track = getattr(es_ctypes, "_track_py", es_ctypes.track)  # (the compiled core's)
+    track = python_track if make_track == "python" else es_ctypes.track
+    old = es_ctypes.pin(ctoy, registry=reg, close=False)
+    first = track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+    old.release()  # waits for first
+    new = es_ctypes.pin(ctoy, registry=reg, close=False)
+    assert new is not old
+    first.release()
+    assert old.state == "released" and new.state == "live"
+    later = [track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg) for _ in range(2)]
+    assert [h.depends_on for h in later] == [(new,), (new,)]
+    assert es_ctypes.pinned(ctoy, registry=reg) is new
+    for h in later:
+        h.release()
+    new.release()
