@@ -48,16 +48,47 @@ CONTENDERS: Dict[str, Tuple[str, str]] = {
         "exitsafe.ctypes.track + release",
         "cttrack(address, release).release()",
     ),
+    # With the library pinned (the recommended binding): a malloc'd pointer and the pinned
+    # library's own free, against the same calls without exitsafe.
+    "cffi_malloc_gc_release": (
+        "cffi: ffi.gc + ffi.release of malloc(16)",
+        "rel(gc(malloc(16), free))",
+    ),
+    "cffi_track_pinned_release": (
+        "exitsafe.cffi.track + release, libc pinned",
+        "ctrack(ffi, malloc(16), free).release()",
+    ),
+    "ctypes_malloc_free": ("ctypes: free(malloc(16))", "cfree(cmalloc(16))"),
+    "ctypes_track_pinned_release": (
+        "exitsafe.ctypes.track + release, libc pinned",
+        "cttrack(cmalloc(16), cfree).release()",
+    ),
 }
 BASELINE = "cffi_gc_release"
 DROP_BASELINE = "cffi_gc_drop"
+#: The baseline each contender is divided by, when it is not BASELINE (each one measured
+#: in the same run as its contender).
+AGAINST: Dict[str, str] = {
+    "track_drop": DROP_BASELINE,
+    "cffi_track_pinned_release": "cffi_malloc_gc_release",
+    "ctypes_track_pinned_release": "ctypes_malloc_free",
+}
+#: Lines run before the loop of a contender (``main``'s locals are bound).
+SETUP: Dict[str, str] = {
+    "cffi_track_pinned_release": "exitsafe.cffi.pin(ffi, clib, close=False)",
+    "ctypes_track_pinned_release": "exitsafe.ctypes.pin(libc, close=False)",
+}
 
 PROGRAM = textwrap.dedent(
     """
-    import sys, weakref, cffi, exitsafe, exitsafe.cffi, exitsafe.ctypes
+    import ctypes, sys, weakref, cffi, exitsafe, exitsafe.cffi, exitsafe.ctypes
     ffi = cffi.FFI()
-    ffi.dlopen(None)
+    ffi.cdef("void *malloc(size_t); void free(void *);")
+    clib = ffi.dlopen(None)
     ptr = ffi.cast("void *", 0x1234)
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
     def release(raw):
         pass
     class Target:
@@ -69,6 +100,8 @@ PROGRAM = textwrap.dedent(
         gc, rel, fin = ffi.gc, ffi.release, weakref.finalize
         track, mtrack, ctrack = reg.track, exitsafe.track, exitsafe.cffi.track
         cttrack, address = exitsafe.ctypes.track, 0x1234
+        malloc, free, cmalloc, cfree = clib.malloc, clib.free, libc.malloc, libc.free
+        SETUP
         for _ in range(n):
             BODY
     main(int(sys.argv[1]))
@@ -76,13 +109,15 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def instructions(body: str, n: int, pure: bool) -> int:
-    """Instructions callgrind counts for a whole run of ``body`` ``n`` times."""
+def instructions(body: str, n: int, pure: bool, setup: str = "pass") -> int:
+    """Instructions callgrind counts for a whole run of ``body`` ``n`` times (after
+    ``setup``)."""
     env = dict(os.environ, EXITSAFE_PURE_PYTHON="1" if pure else "0")
+    program = PROGRAM.replace("SETUP", setup).replace("BODY", body)
     proc = subprocess.run(
         [
             "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-            sys.executable, "-c", PROGRAM.replace("BODY", body), str(n),
+            sys.executable, "-c", program, str(n),
         ],
         env=env, capture_output=True, text=True, timeout=600,
     )
@@ -92,8 +127,9 @@ def instructions(body: str, n: int, pure: bool) -> int:
     return int(found.group(1))
 
 
-def per_operation(body: str, pure: bool) -> float:
-    return (instructions(body, LARGE, pure) - instructions(body, SMALL, pure)) / (LARGE - SMALL)
+def per_operation(body: str, pure: bool, setup: str = "pass") -> float:
+    large = instructions(body, LARGE, pure, setup)
+    return (large - instructions(body, SMALL, pure, setup)) / (LARGE - SMALL)
 
 
 def measure(names: List[str]) -> Dict[str, Dict[str, float]]:
@@ -108,16 +144,21 @@ def measure(names: List[str]) -> Dict[str, Dict[str, float]]:
         if not name.startswith(("track", "module", "cffi_track", "ctypes_track")):
             results[name] = {"baseline": per_operation(body, pure=True)}
             continue
-        row = {"python": per_operation(body, pure=True)}
+        setup = SETUP.get(name, "pass")
+        row = {"python": per_operation(body, pure=True, setup=setup)}
         if compiled:
-            row["compiled"] = per_operation(body, pure=False)
+            row["compiled"] = per_operation(body, pure=False, setup=setup)
         results[name] = row
     return results
 
 
+def baseline_of(name: str, results: Dict[str, Dict[str, float]]) -> float:
+    """The baseline contender ``name`` is divided by (BASELINE when its own was not run)."""
+    own = results.get(AGAINST.get(name, BASELINE), {}).get("baseline")
+    return own if own else results[BASELINE]["baseline"]
+
+
 def table(results: Dict[str, Dict[str, float]]) -> str:
-    base = results[BASELINE]["baseline"]
-    drop = results.get(DROP_BASELINE, {}).get("baseline")
     lines = [
         "| per operation | compiled core | pure Python | baseline |",
         "| --- | --- | --- | --- |",
@@ -127,7 +168,7 @@ def table(results: Dict[str, Dict[str, float]]) -> str:
         if "baseline" in row:
             lines.append(f"| {label} | | | {row['baseline']:,.0f} |")
             continue
-        against = drop if name == "track_drop" and drop else base
+        against = baseline_of(name, results)
         cells = []
         for core in ("compiled", "python"):
             value: Optional[float] = row.get(core)
@@ -144,14 +185,16 @@ def chart(results: Dict[str, Dict[str, float]], note: str = "", width: int = 820
     from . import svgplot
 
     colors = {"baseline": "#888888", "compiled": "#1f77b4", "python": "#9ecae1"}
-    rows: List[Tuple[str, str, float]] = []
+    # (label, core, value, the value its ratio is against)
+    rows: List[Tuple[str, str, float, float]] = []
     for name, row in results.items():
         label = CONTENDERS[name][0]
+        against = baseline_of(name, results)
         for core in ("baseline", "compiled", "python"):
             if core in row:
                 suffix = "" if core == "baseline" else f" ({core})"
-                rows.append((label + suffix, core, row[core]))
-    top, bar, gap, left, right = 56.0, 16.0, 6.0, 330.0, 90.0
+                rows.append((label + suffix, core, row[core], against))
+    top, bar, gap, left, right = 56.0, 16.0, 6.0, 350.0, 90.0
     height = int(top + len(rows) * (bar + gap) + 40 + (16 if note else 0))
     hi = max(r[2] for r in rows)
     step = 10 ** (len(str(int(hi / 5))) - 1) * 5
@@ -171,22 +214,16 @@ def chart(results: Dict[str, Dict[str, float]], note: str = "", width: int = 820
     bottom = top + len(rows) * (bar + gap)
     svgplot.bar_grid(out, fx, xmax, step, top, bottom)
     base = results[BASELINE]["baseline"]
-    drop = results.get(DROP_BASELINE, {}).get("baseline") or base
-    # each ratio against the baseline the table uses: the GC path against ffi.gc's drop
-    against = {
-        label: (drop if label.startswith(CONTENDERS["track_drop"][0]) else base)
-        for label, _, _ in rows
-    }
     out.append(f'<line x1="{fx(base):.1f}" y1="{top - 4:.1f}" x2="{fx(base):.1f}"'
                f' y2="{bottom:.1f}" stroke="#d62728" stroke-dasharray="4 3"/>')
-    for i, (label, key, value) in enumerate(rows):
+    for i, (label, key, value, against) in enumerate(rows):
         y = top + i * (bar + gap)
         out.append(f'<text x="{left - 8:.1f}" y="{y + bar - 4:.1f}" text-anchor="end"'
                    f' font-size="11">{escape(label)}</text>')
         out.append(f'<rect x="{left:.1f}" y="{y:.1f}" width="{fx(value) - left:.1f}"'
                    f' height="{bar:.1f}" fill="{colors[key]}"/>')
         out.append(f'<text x="{fx(value) + 6:.1f}" y="{y + bar - 4:.1f}" font-size="11">'
-                   f'{value:,.0f} ({value / against[label]:.2f}x)</text>')
+                   f'{value:,.0f} ({value / against:.2f}x)</text>')
     out.append(f'<text x="{left + pw / 2:.1f}" y="{bottom + 32:.1f}" text-anchor="middle"'
                ' font-size="12">instructions per operation (dashed: ffi.gc + ffi.release)</text>')
     return svgplot.bar_document(out, width, height, note)
@@ -213,7 +250,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("benchmarks.instructions: valgrind is not installed (apt-get install valgrind)")
         return 2
     names = args.only.split(",") if args.only else list(CONTENDERS)
-    for required in (BASELINE, DROP_BASELINE):
+    for required in (BASELINE, DROP_BASELINE, *(AGAINST[n] for n in names if n in AGAINST)):
         if required not in names:
             names.insert(0, required)
     unknown = [n for n in names if n not in CONTENDERS]
