@@ -303,10 +303,17 @@ class Adapter:
         return ("handle", lib) if isinstance(lib, int) and not isinstance(lib, bool) else id(lib)
 
     def pins_at(self, base: int, registry: Registry) -> Optional[Handle]:
-        """The live pin in ``registry`` of the library whose base address is ``base``."""
+        """The live pin in ``registry`` of the library whose base address is ``base`` (as
+        `pin_of`, one that still has an owner: a released pin waiting for its dependents
+        takes no new one)."""
         for entry in tuple(self._pins.values()):
             handle = entry.handle
-            if entry.base == base and handle.registry is registry and handle.state == "live":
+            if (
+                entry.base == base
+                and handle.registry is registry
+                and handle.state == "live"
+                and handle.owners
+            ):
                 return handle
         return None
 
@@ -341,24 +348,31 @@ class Adapter:
         """Hold ``lib`` loaded while anything depending on it lives: ``exitsafe.<ffi>.pin``."""
         if not isinstance(close, bool):
             raise TypeError(f"close must be True or False, got {close!r}")
-        info = self.describe_library(lib, ctx)
         reg = registry_arg(registry)
         existing = self._live_pin(lib, reg)
-        if existing is not None:
+        if existing is not None:  # before describe_library, which takes a loader reference
             if existing.close != close:
                 raise ValueError(
                     f"{existing.handle.name!r} is already pinned with close={existing.close}; "
                     f"cannot pin it again with close={close}"
                 )
             return existing.handle.retain()
+        info = self.describe_library(lib, ctx)
         key = (info.key, id(reg))
         closer = _LibraryCloser(self, info, close, key)
-        handle = reg.pin(
-            lib,
-            close=closer,
-            name=name if name is not None else f"library {info.label}",
-            timeout=timeout,
-        )
+        try:
+            handle = reg.pin(
+                lib,
+                close=closer,
+                name=name if name is not None else f"library {info.label}",
+                timeout=timeout,
+            )
+        except BaseException:  # refused (a bad name or timeout, re-entry): nothing pinned
+            if info.loader_ref is not None:
+                from ._native import close_library_handle
+
+                close_library_handle(info.loader_ref)
+            raise
         if handle.state == "live":
             with _PIN_TABLE_SECTION:
                 self._pins[key] = _Pin(lib, handle, info.base, close, closer)

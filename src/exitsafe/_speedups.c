@@ -1989,7 +1989,7 @@ static PyObject *cffi_release_pins, *ctypes_release_pins;
  * when `foreign` is 0 (`release` is not one of the FFI's foreign functions, so it belongs
  * to no library: the Python path finds no pin for it either), or with a new reference to
  * the tuple (pin,) the Python path found for this very function before, that pin still
- * live and of `reg`; 0 when only the Python path can tell. */
+ * live, owned and of `reg`; 0 when only the Python path can tell. */
 static int
 adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *reg,
                      PyObject **deps)
@@ -2015,7 +2015,9 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
         return 0;
     }
     NodeObject *pin = (NodeObject *)PyTuple_GET_ITEM(found, 0);
-    int live = pin->registry == reg && ival(pin->state) == LIVE;
+    /* (as the Python path: a released pin still waiting for its dependents has no owner and
+     * takes no new one) */
+    int live = pin->registry == reg && ival(pin->state) == LIVE && ival(pin->refs) > 0;
     if (PyErr_Occurred()) { /* (a state that is not an int) */
         PyErr_Clear();
         return 0;

@@ -333,6 +333,9 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
 def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live pin of `lib` in `registry`, or `None`.
 
+    A pin whose owners all released it (while handles still depend on it) is no longer
+    returned: it ends with its last dependent, and new handles do not depend on it.
+
     Args:
         lib: an `ffi.dlopen` result.
         registry: where to look; `None`: the default registry.

@@ -115,6 +115,17 @@ class _CtypesAdapter(Adapter):
         library = _library_of(release)
         return None if library is None else self.pin_of(library, registry)
 
+    def pin_of(self, lib: object, registry: Registry) -> Optional[Handle]:
+        """The live pin of ``lib``, or of the raw handle a ``CDLL`` holds (the loader returns
+        one handle per loaded library, so a library pinned by its handle is found from its
+        ``CDLL`` and its functions too)."""
+        found = super().pin_of(lib, registry)
+        if found is None and isinstance(lib, _c.CDLL):
+            lib_handle = getattr(lib, "_handle", 0)
+            if isinstance(lib_handle, int) and lib_handle:
+                found = super().pin_of(lib_handle, registry)
+        return found
+
     def describe_library(self, lib: object, ctx: Any) -> LibraryInfo:
         if isinstance(lib, bool) or lib is None:
             raise TypeError(f"pin() needs a ctypes library or a raw handle, got {lib!r}")
@@ -270,8 +281,12 @@ def handle_of(ptr: object, *, registry: Optional[Registry] = None) -> Optional[H
 def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live pin of `lib` in `registry`, or `None`.
 
+    A pin whose owners all released it (while handles still depend on it) is no longer
+    returned: it ends with its last dependent, and new handles do not depend on it.
+
     Args:
-        lib: a `CDLL` (or `PyDLL`, `WinDLL`, `OleDLL`) or a raw library handle.
+        lib: a `CDLL` (or `PyDLL`, `WinDLL`, `OleDLL`) or a raw library handle; a `CDLL`
+            also finds the pin of the raw handle it holds.
         registry: where to look; `None`: the default registry.
 
     Returns:
@@ -298,7 +313,8 @@ def pin(
 
     Args:
         lib: a `CDLL` / `PyDLL` / `WinDLL` / `OleDLL` instance, or a raw handle from
-            `_ctypes.dlopen` / `LoadLibrary`.
+            `_ctypes.dlopen` / `LoadLibrary` (a library pinned by its handle is also found
+            from a `CDLL` holding that handle, and from that `CDLL`'s functions).
         registry: the registry to pin it in; `None`: the default registry.
         close: `True` (the default): the pin owns closing the library handle: when the pin
             is released (explicitly after its last dependent, or at teardown, where

@@ -633,3 +633,47 @@ def test_pins_of_one_library_in_two_registries_keep_each_other_open(toy_copy, re
             lib.toy_live()
     finally:
         other.teardown()
+
+
+@pytest.mark.parametrize("make_track", ["compiled", "python"])
+def test_a_released_pin_waiting_for_its_dependents_takes_no_new_one(abi, reg, make_track):
+    # pin.release() with a handle still depending on it: the pin stays live, with no owner,
+    # until that handle ends; a new track of the library's function then depends on nothing
+    # (it used to be refused: "depends_on: ... has no owner left"), on either path.
+    ffi, lib = abi
+    python_track = getattr(es_cffi, "_track_py", es_cffi.track)
+    track = python_track if make_track == "python" else es_cffi.track
+    pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
+    first = track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert first.depends_on == (pin,)
+    pin.release()
+    assert (pin.state, pin.owners) == ("live", 0)
+    assert es_cffi.pinned(lib, registry=reg) is None
+    later = [track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg) for _ in range(2)]
+    assert [h.depends_on for h in later] == [(), ()]
+    for h in (first, *later):
+        h.release()
+    assert pin.state == "released"
+
+
+@needs_proc_maps
+def test_pinning_a_pinned_library_again_takes_no_extra_loader_reference(toy_copy, reg):
+    # A second pin() returns the first pin (retained); a refused one (other close=, a bad
+    # name) pins nothing: none of them may leave the library loaded for ever.
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER)
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=reg, close=True)
+    assert es_cffi.pin(ffi, lib, registry=reg, close=True) is pin
+    with pytest.raises(ValueError, match="already pinned"):
+        es_cffi.pin(ffi, lib, registry=reg, close=False)
+    pin.release()
+    assert pin.state == "live"  # the second owner
+    pin.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+    lib = ffi.dlopen(toy_copy)
+    with pytest.raises(TypeError, match="name"):
+        es_cffi.pin(ffi, lib, registry=reg, name=42)  # type: ignore[arg-type]
+    ffi.dlclose(lib)
+    assert not is_mapped(toy_copy)

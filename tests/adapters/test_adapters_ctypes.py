@@ -508,3 +508,63 @@ def test_a_ctypes_pin_ending_late_keeps_the_newer_pin_of_its_library(ctoy, reg, 
     for h in later:
         h.release()
     new.release()
+
+
+@pytest.mark.parametrize("make_track", ["compiled", "python"])
+def test_a_released_pin_waiting_for_its_dependents_takes_no_new_one(ctoy, reg, make_track):
+    # pin.release() with a handle still depending on it: the pin stays live, with no owner,
+    # until that handle ends; a new track of the library's function then depends on nothing
+    # (as handle_of / pinned say), on either path, whatever the compiled core remembered.
+    python_track = getattr(es_ctypes, "_track_py", es_ctypes.track)
+    track = python_track if make_track == "python" else es_ctypes.track
+    pin = es_ctypes.pin(ctoy, registry=reg, close=False)
+    first = track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+    assert first.depends_on == (pin,)
+    pin.release()
+    assert (pin.state, pin.owners) == ("live", 0)
+    assert es_ctypes.pinned(ctoy, registry=reg) is None
+    later = [track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg) for _ in range(2)]
+    assert [h.depends_on for h in later] == [(), ()]
+    for h in (first, *later):
+        h.release()
+    assert pin.state == "released"
+
+
+@needs_proc_maps
+def test_pinning_a_pinned_library_again_takes_no_extra_loader_reference(toy_copy, reg):
+    # A second pin() returns the first pin (retained); a refused one (other close=, a bad
+    # name) pins nothing: none of them may leave the library loaded for ever.
+    lib = _toy_cdll(toy_copy)
+    pin = es_ctypes.pin(lib, registry=reg, close=True)
+    assert es_ctypes.pin(lib, registry=reg, close=True) is pin
+    with pytest.raises(ValueError, match="already pinned"):
+        es_ctypes.pin(lib, registry=reg, close=False)
+    pin.release()
+    assert pin.state == "live"  # the second owner
+    pin.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+    lib = _toy_cdll(toy_copy)
+    with pytest.raises(TypeError, match="name"):
+        es_ctypes.pin(lib, registry=reg, name=42)  # type: ignore[arg-type]
+    _ctypes.dlclose(lib._handle)
+    assert not is_mapped(toy_copy)
+
+
+@needs_proc_maps
+@pytest.mark.parametrize("make_track", ["compiled", "python"])
+def test_a_library_pinned_by_its_raw_handle_is_found_from_its_functions(
+    toy_copy, reg, make_track
+):
+    python_track = getattr(es_ctypes, "_track_py", es_ctypes.track)
+    track = python_track if make_track == "python" else es_ctypes.track
+    lib = _toy_cdll(toy_copy)
+    pin = es_ctypes.pin(lib._handle, registry=reg, name="raw toy")
+    assert es_ctypes.pinned(lib, registry=reg) is pin  # the CDLL's own handle is pinned
+    handles = [track(lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg) for _ in range(3)]
+    assert [h.depends_on for h in handles] == [(pin,)] * 3
+    pin.release()
+    assert pin.state == "live" and is_mapped(toy_copy)
+    for h in handles:
+        h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
