@@ -25,6 +25,7 @@ from _weakref import ref as _weakref
 from . import _sync
 from ._adopt import ClaimTable, hook_after_leak, register_lookup, registry_arg, resolve
 from ._core import speedups
+from ._errors import HandleClosedError
 from ._handle import Handle, enter_borrow, exit_borrow
 from ._process import keep_forever
 
@@ -255,21 +256,38 @@ class Adapter:
                 if len(found) > 1024:
                     found.clear()
                 found[id(release)] = (release, (pin,))
-        if pin is not None and pin not in parents:
+        implicit = pin is not None and pin not in parents
+        if implicit:
             parents += (pin,)
         addresses.claim(address, None, _already_tracked)
         releaser = _pointer_release(self.release_call(release), address, (ctx, lib))
         try:
-            handle = reg.track(
-                ptr,
-                releaser,
-                kind=kind,
-                depends_on=parents,
-                exit_policy=exit_policy,
-                name=name,
-                timeout=timeout,
-                affinity=affinity,
-            )
+            try:
+                handle = reg.track(
+                    ptr,
+                    releaser,
+                    kind=kind,
+                    depends_on=parents,
+                    exit_policy=exit_policy,
+                    name=name,
+                    timeout=timeout,
+                    affinity=affinity,
+                )
+            except HandleClosedError:
+                if not implicit or pin is None or pin.owners:
+                    raise
+                # The library's pin lost its last owner on another thread since it was
+                # found: as a track just after that, the handle depends on no pin.
+                handle = reg.track(
+                    ptr,
+                    releaser,
+                    kind=kind,
+                    depends_on=parents[:-1],
+                    exit_policy=exit_policy,
+                    name=name,
+                    timeout=timeout,
+                    affinity=affinity,
+                )
         except BaseException:
             addresses.cancel(address)
             raise

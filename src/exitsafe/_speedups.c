@@ -2030,6 +2030,28 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
     return 1;
 #endif
 }
+/* After a failed pointer_track with the remembered `deps` (pin,): whether the pin lost its
+ * last owner on another thread since adapter_release_deps saw it (then the exception, an
+ * Exception such as HandleClosedError, never a KeyboardInterrupt, is cleared: nothing was
+ * registered or claimed, and the Python path decides again, as a track just after). */
+static int
+pin_lost_its_owners(PyObject *deps)
+{
+    if (deps == NULL || !PyErr_Occurred() || !PyErr_ExceptionMatches(PyExc_Exception)) {
+        return 0;
+    }
+    NodeObject *pin = (NodeObject *)PyTuple_GET_ITEM(deps, 0);
+    PyObject *exc = take_exception();
+    long refs = ival(pin->refs);
+    int ended = !PyErr_Occurred() && refs <= 0;
+    PyErr_Clear();
+    if (ended) {
+        Py_XDECREF(exc);
+        return 1;
+    }
+    raise_exception(exc);
+    return 0;
+}
 static PyObject *cffi_plain, *cffi_uintptr, *cffi_typeof, *cffi_cast;
 /* A weak reference to the last FFI object found to make cdata of class cffi_plain (its
  * `CData`), or NULL: most programs track with one FFI, and an attribute lookup per call
@@ -2188,9 +2210,13 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     /* keep: what the release call needs referenced; the Python path keeps (ffi, lib) */
     PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, ffi, kind,
                                      deps);
+    int pin_ended = handle == NULL && pin_lost_its_owners(deps);
     Py_XDECREF(deps);
     Py_DECREF(reg);
     Py_DECREF(address);
+    if (pin_ended) {
+        goto slow;
+    }
     if (handle != NULL || PyErr_Occurred()) {
         return handle;
     }
@@ -2312,9 +2338,13 @@ ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
     /* keep: nothing more (a foreign function references its library itself) */
     PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, Py_None, kind,
                                      deps);
+    int pin_ended = handle == NULL && pin_lost_its_owners(deps);
     Py_XDECREF(deps);
     Py_DECREF(reg);
     Py_DECREF(address);
+    if (pin_ended) {
+        goto slow;
+    }
     if (handle != NULL || PyErr_Occurred()) {
         return handle;
     }
