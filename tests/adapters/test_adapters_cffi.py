@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 import sys
 import weakref
 
@@ -677,3 +678,52 @@ def test_pinning_a_pinned_library_again_takes_no_extra_loader_reference(toy_copy
         es_cffi.pin(ffi, lib, registry=reg, name=42)  # type: ignore[arg-type]
     ffi.dlclose(lib)
     assert not is_mapped(toy_copy)
+
+
+@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+@pytest.mark.skipif(
+    sys.version_info >= (3, 12),
+    reason="from CPython 3.12 a collection runs at the next bytecode boundary, never inside "
+    "a C call, so no Python code can land in this window (only another thread, under "
+    "contention for exitsafe's lock)",
+)
+def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(abi, reg):
+    # As the ctypes test of the same name: the remembered pin loses its last owner (a
+    # forced garbage collection's callback) after the compiled track checked it; the
+    # handle is made depending on no pin instead of raising HandleClosedError.
+    ffi, lib = abi
+    pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
+    first = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    armed: list[exitsafe.Handle] = []
+
+    def release_the_pin(phase: str, info: object) -> None:
+        if phase == "start" and armed:
+            armed.pop().release()
+
+    entered: list[tuple[str, str]] = []
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and "exitsafe" in frame.f_code.co_filename:
+            entered.append((os.path.basename(frame.f_code.co_filename), frame.f_code.co_name))
+
+    p = lib.toy_ctx_new()
+    threshold = gc.get_threshold()
+    gc.callbacks.append(release_the_pin)
+    try:
+        gc.collect()
+        gc.set_threshold(1)
+        sys.setprofile(profile)
+        armed.append(pin)
+        h = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
+    finally:
+        sys.setprofile(None)
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(release_the_pin)
+    assert not armed and pin.owners == 0
+    registration, adapter = ("_registry.py", "track"), ("_adapter.py", "track")
+    assert registration in entered and adapter in entered
+    assert entered.index(registration) < entered.index(adapter)
+    assert h.depends_on == ()
+    for handle in (first, h):
+        handle.release()
+    assert pin.state == "released"
