@@ -257,7 +257,7 @@ class Adapter:
                     found.clear()
                 found[id(release)] = (release, (pin,))
         implicit = pin is not None and pin not in parents
-        if implicit:
+        if pin is not None and implicit:
             parents += (pin,)
         addresses.claim(address, None, _already_tracked)
         releaser = _pointer_release(self.release_call(release), address, (ctx, lib))
