@@ -308,13 +308,19 @@ class Adapter:
         return None if entry is None else entry.handle
 
     def _live_pin(self, lib: object, registry: Registry) -> Optional[_Pin]:
-        entry = self._pins.get((self.pin_key(lib), id(registry)))
-        if entry is None or (entry.lib is not lib and not isinstance(lib, int)):
-            return None
-        handle = entry.handle
-        if handle.registry is not registry or handle.state != "live" or not handle.owners:
-            return None
-        return entry
+        for name in self.names_of_library(lib):
+            entry = self._pins.get((self.pin_key(name), id(registry)))
+            if entry is None or (entry.lib is not name and not isinstance(name, int)):
+                continue
+            handle = entry.handle
+            if handle.registry is registry and handle.state == "live" and handle.owners:
+                return entry
+        return None
+
+    def names_of_library(self, lib: object) -> tuple[object, ...]:
+        """``lib`` and the other objects a pin of the same library may have been made on,
+        in the order they are looked up (ctypes: a ``CDLL`` and its raw handle)."""
+        return (lib,)
 
     def pin_key(self, lib: object) -> object:
         """The pin table's key for ``lib`` (its identity, or a raw handle's value)."""

@@ -2030,23 +2030,40 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
     return 1;
 #endif
 }
-/* After a failed pointer_track with the remembered `deps` (pin,): whether the pin lost its
- * last owner on another thread since adapter_release_deps saw it (then the exception, an
- * Exception such as HandleClosedError, never a KeyboardInterrupt, is cleared: nothing was
- * registered or claimed, and the Python path decides again, as a track just after). */
+/* exitsafe.HandleClosedError, found at its first use (a failure path) */
+static PyObject *handle_closed_error;
+
+/* After a failed pointer_track with the remembered `deps` (pin,): whether the registration
+ * was refused (HandleClosedError: raised before anything is registered or claimed; any
+ * other error, e.g. from queued work run after a registration, is the caller's) because
+ * the pin lost its last owner on another thread since adapter_release_deps saw it.  Then
+ * the exception is cleared, and the Python path decides again, as a track just after. */
 static int
 pin_lost_its_owners(PyObject *deps)
 {
-    if (deps == NULL || !PyErr_Occurred() || !PyErr_ExceptionMatches(PyExc_Exception)) {
+    if (deps == NULL || !PyErr_Occurred()) {
         return 0;
     }
     NodeObject *pin = (NodeObject *)PyTuple_GET_ITEM(deps, 0);
     PyObject *exc = take_exception();
-    long refs = ival(pin->refs);
-    int ended = !PyErr_Occurred() && refs <= 0;
-    PyErr_Clear();
+    if (handle_closed_error == NULL) {
+        PyObject *errors = PyImport_ImportModule("exitsafe._errors");
+        PyObject *found = errors ? PyObject_GetAttrString(errors, "HandleClosedError") : NULL;
+        Py_XDECREF(errors);
+        if (found != NULL && PyType_Check(found)) {
+            handle_closed_error = found;
+        }
+        else {
+            Py_XDECREF(found);
+        }
+        PyErr_Clear();
+    }
+    int ended = exc != NULL && handle_closed_error != NULL
+                && PyObject_TypeCheck(exc, (PyTypeObject *)handle_closed_error)
+                && ival(pin->refs) <= 0;
+    PyErr_Clear(); /* (a refs that is not an int: not ended) */
     if (ended) {
-        Py_XDECREF(exc);
+        Py_DECREF(exc);
         return 1;
     }
     raise_exception(exc);

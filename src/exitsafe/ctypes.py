@@ -115,16 +115,15 @@ class _CtypesAdapter(Adapter):
         library = _library_of(release)
         return None if library is None else self.pin_of(library, registry)
 
-    def pin_of(self, lib: object, registry: Registry) -> Optional[Handle]:
-        """The live pin of ``lib``, or of the raw handle a ``CDLL`` holds (the loader returns
-        one handle per loaded library, so a library pinned by its handle is found from its
-        ``CDLL`` and its functions too)."""
-        found = super().pin_of(lib, registry)
-        if found is None and isinstance(lib, _c.CDLL):
+    def names_of_library(self, lib: object) -> tuple[object, ...]:
+        """A ``CDLL`` and the raw handle it holds: the loader returns one handle per loaded
+        library, so a library pinned by its handle is found from its ``CDLL`` and its
+        functions, and pinning the ``CDLL`` again shares that pin."""
+        if isinstance(lib, _c.CDLL):
             lib_handle = getattr(lib, "_handle", 0)
-            if isinstance(lib_handle, int) and lib_handle:
-                found = super().pin_of(lib_handle, registry)
-        return found
+            if isinstance(lib_handle, int) and not isinstance(lib_handle, bool) and lib_handle:
+                return (lib, lib_handle)
+        return (lib,)
 
     def describe_library(self, lib: object, ctx: Any) -> LibraryInfo:
         if isinstance(lib, bool) or lib is None:

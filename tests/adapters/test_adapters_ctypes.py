@@ -645,3 +645,54 @@ def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(ctoy, reg):
     for handle in (first, h):
         handle.release()
     assert pin.state == "released"
+
+
+def test_an_error_after_the_registration_is_raised_once_and_owns_nothing(ctoy, reg):
+    # Queued work runs right after a registration (here: the pin's last owner letting go,
+    # then a failing release whose error log a strict logging filter turns into an
+    # exception). The error reaches the caller of track() on either path; the compiled
+    # path must not take it for a refused dependency and register the pointer again.
+    import logging
+
+    from exitsafe import _sync
+
+    pin = es_ctypes.pin(ctoy, registry=reg, close=False)
+    first = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+
+    class Strict(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            raise RuntimeError("logged: " + record.getMessage())
+
+    def failing_release() -> None:
+        raise OSError("a release requested by a finalizer failed")
+
+    strict = Strict()
+    logger = logging.getLogger("exitsafe")
+    address = ctoy.toy_ctx_new()
+    logger.addFilter(strict)
+    try:
+        _sync.defer(pin.release)
+        _sync.defer(failing_release)
+        with pytest.raises(RuntimeError, match="logged"):
+            es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
+    finally:
+        logger.removeFilter(strict)
+    assert pin.owners == 0
+    assert es_ctypes.handle_of(address, registry=reg) is None  # not registered again
+    first.release()
+    assert pin.state == "released"
+
+
+@needs_proc_maps
+def test_pinning_a_cdll_whose_raw_handle_is_pinned_shares_that_pin(toy_copy, reg):
+    lib = _toy_cdll(toy_copy)
+    other = _toy_cdll(toy_copy)  # another user of the library, with its own loader reference
+    raw = es_ctypes.pin(lib._handle, registry=reg)  # close=True: closes lib's handle
+    assert es_ctypes.pin(lib, registry=reg) is raw and raw.owners == 2
+    with pytest.raises(ValueError, match="already pinned"):
+        es_ctypes.pin(lib, registry=reg, close=False)
+    raw.release()
+    raw.release()
+    assert raw.state == "released"
+    assert is_mapped(toy_copy)  # closed once: `other`'s reference keeps it loaded
+    assert other.toy_live() >= 0
