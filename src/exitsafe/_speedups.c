@@ -2033,16 +2033,16 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
 /* exitsafe.HandleClosedError, found at its first use (a failure path) */
 static PyObject *handle_closed_error;
 
-/* After a failed pointer_track with the remembered `deps` (pin,): whether the registration
- * was refused (HandleClosedError: raised before anything is registered or claimed; any
- * other error, e.g. from queued work run after a registration, is the caller's) because
- * the pin lost its last owner on another thread since adapter_release_deps saw it.  Then
- * the exception is cleared, and the Python path decides again, as a track just after. */
-static int
-pin_lost_its_owners(PyObject *deps)
+/* After a failed pointer_track with the remembered `deps` (pin,): if the registration was
+ * refused (HandleClosedError: raised before anything is registered or claimed; any other
+ * error, e.g. from queued work run after a registration, is the caller's) because the pin
+ * lost its last owner on another thread since adapter_release_deps saw it, clear the
+ * exception: the Python path then decides again, as a track just after. */
+static void
+forgive_an_ended_pin(PyObject *deps)
 {
     if (deps == NULL || !PyErr_Occurred()) {
-        return 0;
+        return;
     }
     NodeObject *pin = (NodeObject *)PyTuple_GET_ITEM(deps, 0);
     PyObject *exc = take_exception();
@@ -2064,10 +2064,32 @@ pin_lost_its_owners(PyObject *deps)
     PyErr_Clear(); /* (a refs that is not an int: not ended) */
     if (ended) {
         Py_DECREF(exc);
-        return 1;
+        return;
     }
     raise_exception(exc);
-    return 0;
+}
+
+/* The common end of both adapters' compiled tracks: while libraries are pinned (`pins` not
+ * empty), the pin `release` needs (adapter_release_deps over the adapter's `table`; `foreign`
+ * as there), then pointer_track.  Returns the handle, or NULL with an exception, or NULL
+ * without one when the Python path must take the call (the pin is not known, the address
+ * is taken, or the pin lost its last owner meanwhile: forgive_an_ended_pin). */
+static PyObject *
+adapter_pointer_track(PyObject *pins, PyObject *table, PyObject *reg, PyObject *ptr,
+                      PyObject *release, int foreign, PyObject *address, PyObject *keep,
+                      PyObject *kind)
+{
+    PyObject *deps = NULL;
+    if (PyDict_GET_SIZE(pins) && !adapter_release_deps(table, release, foreign, reg, &deps)) {
+        return NULL;
+    }
+    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, keep, kind,
+                                     deps);
+    if (handle == NULL) {
+        forgive_an_ended_pin(deps); /* (then no exception is left: the Python path) */
+    }
+    Py_XDECREF(deps);
+    return handle;
 }
 static PyObject *cffi_plain, *cffi_uintptr, *cffi_typeof, *cffi_cast;
 /* A weak reference to the last FFI object found to make cdata of class cffi_plain (its
@@ -2212,28 +2234,14 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         }
         goto slow;
     }
-    /* with libraries pinned: the pin this release function needs, still live, of `reg`
-     * (a Python function, builtin or method is not a cdata function of a library) */
-    PyObject *deps = NULL;
-    if (PyDict_GET_SIZE(cffi_pins)
-        && !adapter_release_deps(cffi_release_pins, release,
-                                 !(PyFunction_Check(release) || PyCFunction_Check(release)
-                                   || PyMethod_Check(release)),
-                                 reg, &deps)) {
-        Py_DECREF(reg);
-        Py_DECREF(address);
-        goto slow;
-    }
-    /* keep: what the release call needs referenced; the Python path keeps (ffi, lib) */
-    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, ffi, kind,
-                                     deps);
-    int pin_ended = handle == NULL && pin_lost_its_owners(deps);
-    Py_XDECREF(deps);
+    /* keep: what the release call needs referenced; the Python path keeps (ffi, lib).  A
+     * Python function, builtin or method is not a cdata function of a library. */
+    PyObject *handle = adapter_pointer_track(
+        cffi_pins, cffi_release_pins, reg, ptr, release,
+        !(PyFunction_Check(release) || PyCFunction_Check(release) || PyMethod_Check(release)),
+        address, ffi, kind);
     Py_DECREF(reg);
     Py_DECREF(address);
-    if (pin_ended) {
-        goto slow;
-    }
     if (handle != NULL || PyErr_Occurred()) {
         return handle;
     }
@@ -2343,25 +2351,11 @@ ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         }
         goto slow;
     }
-    /* with libraries pinned: the pin of the library this foreign function was loaded from,
-     * as the Python path found it before, still live and of `reg` */
-    PyObject *deps = NULL;
-    if (PyDict_GET_SIZE(ctypes_pins)
-        && !adapter_release_deps(ctypes_release_pins, release, funcptr, reg, &deps)) {
-        Py_DECREF(reg);
-        Py_DECREF(address);
-        goto slow;
-    }
     /* keep: nothing more (a foreign function references its library itself) */
-    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, Py_None, kind,
-                                     deps);
-    int pin_ended = handle == NULL && pin_lost_its_owners(deps);
-    Py_XDECREF(deps);
+    PyObject *handle = adapter_pointer_track(ctypes_pins, ctypes_release_pins, reg, ptr, release,
+                                             funcptr, address, Py_None, kind);
     Py_DECREF(reg);
     Py_DECREF(address);
-    if (pin_ended) {
-        goto slow;
-    }
     if (handle != NULL || PyErr_Occurred()) {
         return handle;
     }
