@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import os
 import sys
 import weakref
 
@@ -14,7 +13,13 @@ import exitsafe
 from exitsafe import AlreadyTrackedError, HandleClosedError
 
 from ..support import is_mapped
-from .toy import HEADER, NATIVE, needs_proc_maps
+from .toy import (
+    HEADER,
+    NATIVE,
+    collection_inside_a_c_call,
+    needs_proc_maps,
+    release_inside_a_collection,
+)
 
 cffi = pytest.importorskip("cffi")
 es_cffi = pytest.importorskip("exitsafe.cffi")
@@ -681,12 +686,7 @@ def test_pinning_a_pinned_library_again_takes_no_extra_loader_reference(toy_copy
 
 
 @pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
-@pytest.mark.skipif(
-    sys.version_info >= (3, 12),
-    reason="from CPython 3.12 a collection runs at the next bytecode boundary, never inside "
-    "a C call, so no Python code can land in this window (only another thread, under "
-    "contention for exitsafe's lock)",
-)
+@collection_inside_a_c_call
 def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(abi, reg):
     # As the ctypes test of the same name: the remembered pin loses its last owner (a
     # forced garbage collection's callback) after the compiled track checked it; the
@@ -694,35 +694,16 @@ def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(abi, reg):
     ffi, lib = abi
     pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
     first = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
-    armed: list[exitsafe.Handle] = []
-
-    def release_the_pin(phase: str, info: object) -> None:
-        if phase == "start" and armed:
-            armed.pop().release()
-
-    entered: list[tuple[str, str]] = []
-
-    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "call" and "exitsafe" in frame.f_code.co_filename:
-            entered.append((os.path.basename(frame.f_code.co_filename), frame.f_code.co_name))
-
+    # once more: the compiled track has learnt this FFI and remembered the pin (no
+    # allocation of its own left before the window)
+    es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg).release()
     p = lib.toy_ctx_new()
-    threshold = gc.get_threshold()
-    gc.callbacks.append(release_the_pin)
-    try:
-        gc.collect()
-        gc.set_threshold(1)
-        sys.setprofile(profile)
-        armed.append(pin)
-        h = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
-    finally:
-        sys.setprofile(None)
-        gc.set_threshold(*threshold)
-        gc.callbacks.remove(release_the_pin)
-    assert not armed and pin.owners == 0
-    registration, adapter = ("_registry.py", "track"), ("_adapter.py", "track")
-    assert registration in entered and adapter in entered
-    assert entered.index(registration) < entered.index(adapter)
+    address = int(ffi.cast("uintptr_t", p))
+    h, window = release_inside_a_collection(
+        pin, address, lambda: es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
+    )
+    assert pin.owners == 0
+    assert window  # the pin ended after the C path checked it, before the registration
     assert h.depends_on == ()
     for handle in (first, h):
         handle.release()

@@ -15,7 +15,7 @@ from exitsafe import AlreadyTrackedError, HandleClosedError
 from exitsafe import ctypes as es_ctypes
 
 from ..support import is_mapped
-from .toy import needs_proc_maps
+from .toy import collection_inside_a_c_call, needs_proc_maps, release_inside_a_collection
 
 vp = ctypes.c_void_p
 
@@ -597,12 +597,7 @@ def test_a_pin_ending_between_its_lookup_and_the_registration_is_not_an_error(
 
 
 @pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
-@pytest.mark.skipif(
-    sys.version_info >= (3, 12),
-    reason="from CPython 3.12 a collection runs at the next bytecode boundary, never inside "
-    "a C call, so no Python code can land in this window (only another thread, under "
-    "contention for exitsafe's lock); the Python path's test above covers the outcome",
-)
+@collection_inside_a_c_call
 def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(ctoy, reg):
     # The compiled track checked the remembered pin (owned), then a garbage collection
     # inside the call (forced: threshold 1, a gc callback) releases the pin's last owner
@@ -610,37 +605,12 @@ def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(ctoy, reg):
     # again: a handle depending on no pin (this raised HandleClosedError).
     pin = es_ctypes.pin(ctoy, registry=reg, close=False)
     first = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
-    armed: list[exitsafe.Handle] = []
-
-    def release_the_pin(phase: str, info: object) -> None:
-        if phase == "start" and armed:
-            armed.pop().release()
-
-    entered: list[tuple[str, str]] = []
-
-    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "call" and "exitsafe" in frame.f_code.co_filename:
-            entered.append((os.path.basename(frame.f_code.co_filename), frame.f_code.co_name))
-
     address = ctoy.toy_ctx_new()
-    threshold = gc.get_threshold()
-    gc.callbacks.append(release_the_pin)
-    try:
-        gc.collect()
-        gc.set_threshold(1)
-        sys.setprofile(profile)
-        armed.append(pin)
-        h = es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
-    finally:
-        sys.setprofile(None)
-        gc.set_threshold(*threshold)
-        gc.callbacks.remove(release_the_pin)
-    assert not armed and pin.owners == 0
-    # the window was hit: the C path registered with the pin (the registry's Python track
-    # that explains the refusal ran) before it handed over to the adapter's Python track
-    registration, adapter = ("_registry.py", "track"), ("_adapter.py", "track")
-    assert registration in entered and adapter in entered
-    assert entered.index(registration) < entered.index(adapter)
+    h, window = release_inside_a_collection(
+        pin, address, lambda: es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
+    )
+    assert pin.owners == 0
+    assert window  # the pin ended after the C path checked it, before the registration
     assert h.depends_on == () and es_ctypes.handle_of(address, registry=reg) is h
     for handle in (first, h):
         handle.release()
