@@ -16,9 +16,9 @@ from ..support import is_mapped
 from .toy import (
     HEADER,
     NATIVE,
+    PinReleasedInACollection,
     collection_inside_a_c_call,
     needs_proc_maps,
-    release_inside_a_collection,
 )
 
 cffi = pytest.importorskip("cffi")
@@ -699,11 +699,10 @@ def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(abi, reg):
     es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg).release()
     p = lib.toy_ctx_new()
     address = int(ffi.cast("uintptr_t", p))
-    h, window = release_inside_a_collection(
-        pin, address, lambda: es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
-    )
+    with PinReleasedInACollection(pin, address) as collection:
+        h = es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg)
     assert pin.owners == 0
-    assert window  # the pin ended after the C path checked it, before the registration
+    assert collection.window  # the pin ended after the C check, before the registration
     assert h.depends_on == ()
     for handle in (first, h):
         handle.release()

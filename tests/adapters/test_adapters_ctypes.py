@@ -15,7 +15,7 @@ from exitsafe import AlreadyTrackedError, HandleClosedError
 from exitsafe import ctypes as es_ctypes
 
 from ..support import is_mapped
-from .toy import collection_inside_a_c_call, needs_proc_maps, release_inside_a_collection
+from .toy import PinReleasedInACollection, collection_inside_a_c_call, needs_proc_maps
 
 vp = ctypes.c_void_p
 
@@ -606,11 +606,10 @@ def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(ctoy, reg):
     pin = es_ctypes.pin(ctoy, registry=reg, close=False)
     first = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
     address = ctoy.toy_ctx_new()
-    h, window = release_inside_a_collection(
-        pin, address, lambda: es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
-    )
+    with PinReleasedInACollection(pin, address) as collection:
+        h = es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg)
     assert pin.owners == 0
-    assert window  # the pin ended after the C path checked it, before the registration
+    assert collection.window  # the pin ended after the C check, before the registration
     assert h.depends_on == () and es_ctypes.handle_of(address, registry=reg) is h
     for handle in (first, h):
         handle.release()

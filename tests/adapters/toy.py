@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -31,37 +31,50 @@ collection_inside_a_c_call = pytest.mark.skipif(
 )
 
 
-def release_inside_a_collection(
-    pin: Any, address: int, call: Callable[[], Any]
-) -> tuple[Any, bool]:
-    """``call()`` with garbage collection forced at its second allocation of a tracked
-    object (threshold 1), whose gc callback releases ``pin``; returns what ``call``
-    returned and whether that collection ran while ``address`` was reserved in the
-    adapters' address table (the compiled track reserves it after checking the pin, before
-    registering the handle: the window).  No profiling: a frame object made for a profile
-    hook is an allocation too, and would move the collection."""
-    import gc
+class PinReleasedInACollection:
+    """``with PinReleasedInACollection(pin, address) as collection: <one track call>``:
+    garbage collection is forced inside the call (threshold 1: at its first allocations of
+    tracked objects), and the collection's gc callback releases ``pin``;
+    ``collection.window`` then says whether that ran while ``address`` was reserved in the
+    adapters' address table: the compiled track reserves it after checking the pin and
+    before registering the handle.  The call must be written inside the block itself: a
+    wrapper's frame or argument tuple would be an allocation of its own (3.9, 3.10), and so
+    would a profile hook's frame objects."""
 
-    from exitsafe._adapter import addresses
+    def __init__(self, pin: Any, address: int) -> None:
+        from exitsafe._adapter import addresses
 
-    entries, reserved = addresses.shared_with_core()
-    armed: list[Any] = []
-    inside: list[bool] = []
+        self._pin = pin
+        self._address = address
+        self._entries, self._reserved = addresses.shared_with_core()
+        self._armed: list[Any] = []
+        self._inside: list[bool] = []
+        self._threshold = (700, 10, 10)
 
-    def release_the_pin(phase: str, info: object) -> None:
-        if phase == "start" and armed:
-            inside.append(entries.get(address, (None, None))[1] is reserved)
-            armed.pop().release()
+    def _release_the_pin(self, phase: str, info: object) -> None:
+        if phase == "start" and self._armed:
+            entry = self._entries.get(self._address, (None, None))
+            self._inside.append(entry[1] is self._reserved)
+            self._armed.pop().release()
 
-    threshold = gc.get_threshold()
-    gc.callbacks.append(release_the_pin)
-    try:
+    def __enter__(self) -> PinReleasedInACollection:
+        import gc
+
+        self._threshold = gc.get_threshold()
+        gc.callbacks.append(self._release_the_pin)
         gc.collect()
         gc.set_threshold(1)
-        armed.append(pin)  # (after the collection above: its callback must not take it)
-        result = call()
-    finally:
-        gc.set_threshold(*threshold)
-        gc.callbacks.remove(release_the_pin)
-    assert not armed, "no collection ran inside the call"
-    return result, inside == [True]
+        self._armed.append(self._pin)  # (after the collection above, which must not take it)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        gc.set_threshold(*self._threshold)
+        gc.callbacks.remove(self._release_the_pin)
+        assert not self._armed, "no collection ran inside the call"
+
+    @property
+    def window(self) -> bool:
+        """Whether the pin was released inside the compiled track's window."""
+        return self._inside == [True]
