@@ -256,38 +256,29 @@ class Adapter:
                 if len(found) > 1024:
                     found.clear()
                 found[id(release)] = (release, (pin,))
-        implicit = pin is not None and pin not in parents
-        if pin is not None and implicit:
-            parents += (pin,)
+        deps = (*parents, pin) if pin is not None and pin not in parents else parents
         addresses.claim(address, None, _already_tracked)
         releaser = _pointer_release(self.release_call(release), address, (ctx, lib))
         try:
-            try:
-                handle = reg.track(
-                    ptr,
-                    releaser,
-                    kind=kind,
-                    depends_on=parents,
-                    exit_policy=exit_policy,
-                    name=name,
-                    timeout=timeout,
-                    affinity=affinity,
-                )
-            except HandleClosedError:
-                if not implicit or pin is None or pin.owners:
-                    raise
-                # The library's pin lost its last owner on another thread since it was
-                # found: as a track just after that, the handle depends on no pin.
-                handle = reg.track(
-                    ptr,
-                    releaser,
-                    kind=kind,
-                    depends_on=parents[:-1],
-                    exit_policy=exit_policy,
-                    name=name,
-                    timeout=timeout,
-                    affinity=affinity,
-                )
+            while True:
+                try:
+                    handle = reg.track(
+                        ptr,
+                        releaser,
+                        kind=kind,
+                        depends_on=deps,
+                        exit_policy=exit_policy,
+                        name=name,
+                        timeout=timeout,
+                        affinity=affinity,
+                    )
+                    break
+                except HandleClosedError:
+                    # The library's pin lost its last owner on another thread since it was
+                    # found: as a track just after that, the handle depends on no pin.
+                    if deps is parents or pin is None or pin.owners:
+                        raise
+                    deps = parents
         except BaseException:
             addresses.cancel(address)
             raise
