@@ -2030,6 +2030,7 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
     return 1;
 #endif
 }
+
 /* exitsafe.HandleClosedError, found at its first use (a failure path) */
 static PyObject *handle_closed_error;
 

@@ -6,6 +6,7 @@ import gc
 import importlib.util
 import sys
 import weakref
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,15 @@ from .toy import (
 
 cffi = pytest.importorskip("cffi")
 es_cffi = pytest.importorskip("exitsafe.cffi")
+
+
+@pytest.fixture(params=["compiled", "python"])
+def track(request: pytest.FixtureRequest) -> Any:
+    """`exitsafe.cffi.track` as users call it (compiled when the core is), or the Python
+    function the compiled one hands its other cases to: a test taking it runs on both paths."""
+    if request.param == "python":
+        return getattr(es_cffi, "_track_py", es_cffi.track)  # (the compiled core's)
+    return es_cffi.track
 
 
 def test_importing_exitsafe_does_not_import_the_adapters():
@@ -592,14 +602,11 @@ def test_a_remembered_pin_serves_its_own_registry_only_and_not_once_ended(abi, r
         other.teardown()
 
 
-@pytest.mark.parametrize("make_track", ["compiled", "python"])
-def test_a_pin_ending_late_keeps_the_newer_pin_of_its_library(abi, reg, make_track):
+def test_a_pin_ending_late_keeps_the_newer_pin_of_its_library(abi, reg, track):
     # A pin released while a handle still needs it ends only with that handle; a new pin of
     # the same library made meanwhile must stay the one later handles depend on (the old
     # pin's end used to drop the new pin's entry: later handles then depended on nothing).
     ffi, lib = abi
-    python_track = getattr(es_cffi, "_track_py", es_cffi.track)  # (the compiled core's)
-    track = python_track if make_track == "python" else es_cffi.track
     old = es_cffi.pin(ffi, lib, registry=reg, close=False)
     first = track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
     old.release()  # waits for first
@@ -641,14 +648,11 @@ def test_pins_of_one_library_in_two_registries_keep_each_other_open(toy_copy, re
         other.teardown()
 
 
-@pytest.mark.parametrize("make_track", ["compiled", "python"])
-def test_a_released_pin_waiting_for_its_dependents_takes_no_new_one(abi, reg, make_track):
+def test_a_released_pin_waiting_for_its_dependents_takes_no_new_one(abi, reg, track):
     # pin.release() with a handle still depending on it: the pin stays live, with no owner,
     # until that handle ends; a new track of the library's function then depends on nothing
     # (it used to be refused: "depends_on: ... has no owner left"), on either path.
     ffi, lib = abi
-    python_track = getattr(es_cffi, "_track_py", es_cffi.track)
-    track = python_track if make_track == "python" else es_cffi.track
     pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
     first = track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
     assert first.depends_on == (pin,)

@@ -7,6 +7,7 @@ import ctypes
 import gc
 import os
 import sys
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,15 @@ from ..support import is_mapped
 from .toy import PinReleasedInACollection, collection_inside_a_c_call, needs_proc_maps
 
 vp = ctypes.c_void_p
+
+
+@pytest.fixture(params=["compiled", "python"])
+def track(request: pytest.FixtureRequest) -> Any:
+    """`exitsafe.ctypes.track` as users call it (compiled when the core is), or the Python
+    function the compiled one hands its other cases to: a test taking it runs on both paths."""
+    if request.param == "python":
+        return getattr(es_ctypes, "_track_py", es_ctypes.track)  # (the compiled core's)
+    return es_ctypes.track
 
 
 def test_track_c_void_p_int_and_pointer(ctoy, reg):
@@ -491,10 +501,7 @@ def test_a_remembered_ctypes_pin_serves_its_own_registry_only_and_not_once_ended
         other.teardown()
 
 
-@pytest.mark.parametrize("make_track", ["compiled", "python"])
-def test_a_ctypes_pin_ending_late_keeps_the_newer_pin_of_its_library(ctoy, reg, make_track):
-    python_track = getattr(es_ctypes, "_track_py", es_ctypes.track)  # (the compiled core's)
-    track = python_track if make_track == "python" else es_ctypes.track
+def test_a_ctypes_pin_ending_late_keeps_the_newer_pin_of_its_library(ctoy, reg, track):
     old = es_ctypes.pin(ctoy, registry=reg, close=False)
     first = track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
     old.release()  # waits for first
@@ -510,13 +517,10 @@ def test_a_ctypes_pin_ending_late_keeps_the_newer_pin_of_its_library(ctoy, reg, 
     new.release()
 
 
-@pytest.mark.parametrize("make_track", ["compiled", "python"])
-def test_a_released_pin_waiting_for_its_dependents_takes_no_new_one(ctoy, reg, make_track):
+def test_a_released_pin_waiting_for_its_dependents_takes_no_new_one(ctoy, reg, track):
     # pin.release() with a handle still depending on it: the pin stays live, with no owner,
     # until that handle ends; a new track of the library's function then depends on nothing
     # (as handle_of / pinned say), on either path, whatever the compiled core remembered.
-    python_track = getattr(es_ctypes, "_track_py", es_ctypes.track)
-    track = python_track if make_track == "python" else es_ctypes.track
     pin = es_ctypes.pin(ctoy, registry=reg, close=False)
     first = track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
     assert first.depends_on == (pin,)
@@ -552,12 +556,9 @@ def test_pinning_a_pinned_library_again_takes_no_extra_loader_reference(toy_copy
 
 
 @needs_proc_maps
-@pytest.mark.parametrize("make_track", ["compiled", "python"])
 def test_a_library_pinned_by_its_raw_handle_is_found_from_its_functions(
-    toy_copy, reg, make_track
+    toy_copy, reg, track
 ):
-    python_track = getattr(es_ctypes, "_track_py", es_ctypes.track)
-    track = python_track if make_track == "python" else es_ctypes.track
     lib = _toy_cdll(toy_copy)
     pin = es_ctypes.pin(lib._handle, registry=reg, name="raw toy")
     assert es_ctypes.pinned(lib, registry=reg) is pin  # the CDLL's own handle is pinned
