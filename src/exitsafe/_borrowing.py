@@ -21,7 +21,7 @@ from ._node import LIVE, RELEASING
 from ._node import Node as _Node
 from ._phase import CLOSED
 from ._process import process_ending
-from ._report import log
+from ._report import log_if_loaded
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -128,13 +128,15 @@ class Borrowing:
             self._parked += 1
         finally:
             _release()
-        log().info(
-            "exitsafe: %r parked at borrow() of %s %r: the teardown of %r began",
-            _threads.thread_name(_get_ident()),
-            node._kind,
-            node._display_name(),
-            self.name,
-        )
+        logger = log_if_loaded()  # (an import here could freeze half-way: see park())
+        if logger is not None:
+            logger.info(
+                "exitsafe: %r parked at borrow() of %s %r: the teardown of %r began",
+                _threads.thread_name(_get_ident()),
+                node._kind,
+                node._display_name(),
+                self.name,
+            )
         _threads.park()
 
     def _borrow_exit(self, node: _Node) -> None:

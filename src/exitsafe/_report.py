@@ -20,6 +20,18 @@ def log() -> Any:
     return logging.getLogger("exitsafe")
 
 
+def log_if_loaded() -> Any:
+    """The ``exitsafe`` logger if ``logging`` is already imported, else ``None``.
+
+    For a thread that may be frozen at any moment of the exit (a parked daemon thread),
+    which must import nothing: an import frozen half-way holds the import locks that the
+    main thread's finalization still takes.  A program that never imported ``logging``
+    configured no handler that would show an ``INFO`` record.
+    """
+    logging = sys.modules.get("logging")
+    return None if logging is None else logging.getLogger("exitsafe")
+
+
 def emit(line: str) -> None:
     """Write one trace line to stderr, best effort."""
     stream = sys.stderr

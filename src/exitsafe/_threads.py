@@ -22,7 +22,9 @@ holds exitsafe's lock while it waits.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # (built in; typeshed has no stub)
 import _thread
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,10 +71,13 @@ def held_here(node: Node) -> int:
 
 
 def is_daemon_thread() -> bool:
-    """Whether the calling thread is one the interpreter does not wait for at exit."""
-    import threading
+    """Whether the calling thread is one the interpreter does not wait for at exit.
 
-    return bool(threading.current_thread().daemon)
+    Imports nothing (see `park`): without ``threading`` loaded, the thread was started
+    with ``_thread``, which the interpreter never waits for.
+    """
+    threading = sys.modules.get("threading")
+    return threading is None or bool(threading.current_thread().daemon)
 
 
 def park() -> NoReturn:
@@ -80,12 +85,14 @@ def park() -> NoReturn:
 
     Every signal is masked first (POSIX), so a signal can never wake the thread: it
     would have to run Python code again, which late in an exit ends or hangs it.
+    Nothing is imported on the way (``_signal`` is built in and loaded at start-up): a
+    thread parked during the exit may be frozen at any moment, and one frozen inside an
+    import holds the import locks that the main thread's finalization still takes (a
+    hang at exit, seen on CPython 3.15).
     """
     try:
-        import signal
-
-        if hasattr(signal, "pthread_sigmask"):
-            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        if hasattr(_signal, "pthread_sigmask"):
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
     except (OSError, ValueError):  # masking is best effort; parking itself still holds
         pass
     lock = _thread.allocate_lock()
