@@ -311,3 +311,48 @@ def test_a_daemon_thread_borrowing_a_handle_the_teardown_already_released_is_par
         "session": "released_at_exit",
         "runtime": "released_at_exit",
     }
+
+
+DAEMON_PARKED_WITHOUT_IMPORTS = """
+    import time
+
+    go = threading.Event()
+
+    def parked_thread_frame():
+        for ident, frame in sys._current_frames().items():
+            if ident != threading.get_ident() and frame.f_code.co_name == "park":
+                return frame
+        return None
+
+    def runtime_released(raw):
+        # Runs after the session's step: the thread borrows the ended session and parks.
+        go.set()
+        end = time.monotonic() + 30
+        while parked_thread_frame() is None and time.monotonic() < end:
+            time.sleep(0.001)
+        record("parked" if parked_thread_frame() is not None else "not parked")
+        record(f"logging imported: {'logging' in sys.modules}")
+        record(f"signal imported: {'signal' in sys.modules}")
+
+    runtime = exitsafe.track("runtime", runtime_released, name="runtime")
+    session = exitsafe.track(
+        "session", lambda raw: None, depends_on=runtime, name="session"
+    )
+
+    def late_borrower():
+        go.wait()
+        with session.borrow():
+            record("entered session")
+
+    threading.Thread(target=late_borrower, daemon=True).start()
+"""
+
+
+def test_a_daemon_thread_parked_during_the_exit_imports_nothing(tmp_path):
+    # A parked thread may be frozen at any moment of the exit; frozen inside an import it
+    # holds the import locks the main thread's finalization takes (S11 hung on 3.15 when
+    # park() imported signal and the parking log imported logging). This program imports
+    # neither: parking must not either.
+    run = run_program(DAEMON_PARKED_WITHOUT_IMPORTS, tmp_path)
+    assert_clean(run)
+    assert run.order == ["parked", "logging imported: False", "signal imported: False"]
