@@ -21,6 +21,7 @@ and close functions run outside it.
 from __future__ import annotations
 
 from _weakref import ref as _weakref
+from types import BuiltinFunctionType, FunctionType, MethodType
 
 from . import _sync
 from ._adopt import ClaimTable, hook_after_leak, register_lookup, registry_arg, resolve
@@ -189,11 +190,16 @@ class Adapter:
         #: strongly: a pin lives until released explicitly or by the teardown, not when its
         #: handle is dropped.  Written under exitsafe's lock.
         self._pins: dict[object, _Pin] = {}
-        #: For the compiled tracks: id(release) -> (release, (pin,)), the pin `track`
-        #: found for a release function given without `lib=` (the compiled path checks the
-        #: pin is still live and of the registry asked for).  Emptied whenever a pin is made
-        #: or forgotten, and beyond 1,024 entries.
-        self._release_pins: dict[int, tuple[object, tuple[Handle]]] = {}
+        #: For the compiled tracks: what `track` found for a foreign function given
+        #: without `lib=` while libraries were pinned, by id(release): ``(release, (pin,))``
+        #: (the compiled path checks the pin is still live, owned and of the registry asked
+        #: for), or ``(release, (), id(registry))``: no pin of its library in that registry.
+        #: Emptied whenever a pin is made or forgotten, and beyond 1,024 entries; written
+        #: under exitsafe's lock, only when no pin changed since the lookup (see
+        #: `_remember_pin`).
+        self._release_pins: dict[int, tuple[object, ...]] = {}
+        #: Incremented, under exitsafe's lock, each time the pin table changes.
+        self._pins_changed = 0
         register_lookup(self.lookup)
 
     # ------------------------------------------------------------------ per FFI
@@ -247,15 +253,13 @@ class Adapter:
         address = self.pointer_address(ptr, ctx)
         reg = registry_arg(registry)
         parents = resolve(depends_on, reg, "depends_on")
+        remember = False
         if lib is not None:
             pin = self.pin_of(lib, reg)
         else:
+            pins_changed = self._pins_changed
+            remember = self.has_pins() and self.is_foreign_function(release, ctx)
             pin = self.pin_for_release(release, ctx, reg)
-            if pin is not None:
-                found = self._release_pins
-                if len(found) > 1024:
-                    found.clear()
-                found[id(release)] = (release, (pin,))
         deps = (*parents, pin) if pin is not None and pin not in parents else parents
         addresses.claim(address, None, _already_tracked)
         releaser = _pointer_release(self.release_call(release), address, (ctx, lib))
@@ -278,13 +282,36 @@ class Adapter:
                     # found: as a track just after that, the handle depends on no pin.
                     if deps is parents or pin is None or pin.owners:
                         raise
-                    deps = parents
+                    deps, pin = parents, None
         except BaseException:
             addresses.cancel(address)
             raise
         releaser.handle = _weakref(handle)
         addresses.bind(address, handle)
+        if remember:
+            self._remember_pin(release, pin, reg, pins_changed)
         return handle
+
+    def is_foreign_function(self, release: object, ctx: Any) -> bool:
+        """Whether the compiled track looks ``release`` up among the pins found by release
+        function (it does not for a Python function, builtin or method, which belongs to
+        no library)."""
+        return not isinstance(release, (FunctionType, BuiltinFunctionType, MethodType))
+
+    def _remember_pin(
+        self, release: object, pin: Optional[Handle], registry: Registry, pins_changed: int
+    ) -> None:
+        """Remember for the compiled track which pin (or none) a track of ``release`` in
+        ``registry`` depends on, unless the pin table changed since ``pins_changed`` was
+        read (then a pin made meanwhile could be missed: the next track looks again)."""
+        entry = (release, (pin,)) if pin is not None else (release, (), id(registry))
+        with _PIN_TABLE_SECTION:
+            if self._pins_changed != pins_changed:
+                return
+            found = self._release_pins
+            if len(found) >= 1024:
+                found.clear()
+            found[id(release)] = entry
 
     # ------------------------------------------------------------------ libraries
 
@@ -343,10 +370,11 @@ class Adapter:
             entry = self._pins.get(key)
             if entry is not None and entry.closer is closer:
                 del self._pins[key]
+            self._pins_changed += 1
             self._release_pins.clear()
             return any(other.lib is lib for other in self._pins.values())
 
-    def release_pin_table(self) -> dict[int, tuple[object, tuple[Handle]]]:
+    def release_pin_table(self) -> dict[int, tuple[object, ...]]:
         """The pins found for release functions, for the compiled core.  Never replaced."""
         return self._release_pins
 
@@ -391,6 +419,7 @@ class Adapter:
         if handle.state == "live":
             with _PIN_TABLE_SECTION:
                 self._pins[key] = _Pin(lib, handle, info.base, close, closer)
+                self._pins_changed += 1
                 self._release_pins.clear()  # a release function may belong to this library
         elif info.loader_ref is not None:
             keep_forever(info.loader_ref)  # registered after teardown: keep it mapped

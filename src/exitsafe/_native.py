@@ -135,6 +135,19 @@ def loader_ref(address: Optional[int] = None, path: Optional[str] = None) -> Opt
     return handle
 
 
+def path_of_loaded(name: Optional[str]) -> Optional[str]:
+    """The loader's file name of the library already loaded as ``name`` (as given to
+    ``dlopen``), or ``None``: not loaded under that name, or not knowable here (Windows, no
+    ``dlinfo``).  Never loads anything."""
+    handle = loader_ref(path=name) if name and not WINDOWS else None
+    if handle is None:
+        return None
+    try:
+        return path_of_handle(handle)
+    finally:
+        close_library_handle(handle)
+
+
 def close_library_handle(handle: int) -> None:
     """``dlclose`` / ``FreeLibrary`` one reference of a library handle."""
     if WINDOWS:  # pragma: no cover - exercised on Windows only

@@ -1981,14 +1981,16 @@ pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *a
  * exitsafe.cffi._CffiAdapter.pointer_address), and the Python function for the rest. */
 static PyObject *cffi_track_py, *cffi_pins, *cffi_ffi_types, *cffi_pointer_ctypes;
 /* id(release) -> (release, (pin,)): the pin the Python path found for a release function
- * given without `lib=` (exitsafe._adapter.Adapter.release_pin_table), one per adapter */
+ * given without `lib=`, or (release, (), id(registry)): none in that registry
+ * (exitsafe._adapter.Adapter.release_pin_table), one table per adapter */
 static PyObject *cffi_release_pins, *ctypes_release_pins;
 
 /* The dependencies an adapter's track of `release` takes in `reg` while libraries are
  * pinned, from the adapter's `table` of pins found by release function: 1 with *deps NULL
  * when `foreign` is 0 (`release` is not one of the FFI's foreign functions, so it belongs
- * to no library: the Python path finds no pin for it either), or with a new reference to
- * the tuple (pin,) the Python path found for this very function before, that pin still
+ * to no library: the Python path finds no pin for it either) or when the Python path found
+ * no pin of its library in `reg` since the last change of the pins, or with a new reference
+ * to the tuple (pin,) the Python path found for this very function before, that pin still
  * live, owned and of `reg`; 0 when only the Python path can tell. */
 static int
 adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *reg,
@@ -2004,12 +2006,22 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
     PyObject *key = PyLong_FromVoidPtr(release);
     PyObject *entry = key ? PyDict_GetItemWithError(table, key) : NULL;
     Py_XDECREF(key);
-    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 2
         || PyTuple_GET_ITEM(entry, 0) != release) {
         PyErr_Clear();
         return 0;
     }
     PyObject *found = PyTuple_GET_ITEM(entry, 1);
+    if (PyTuple_GET_SIZE(entry) == 3) { /* (release, (), id(registry)): no pin in that one */
+        PyObject *registry_id = PyTuple_GET_ITEM(entry, 2);
+        int none = PyTuple_CheckExact(found) && PyTuple_GET_SIZE(found) == 0
+                   && PyLong_CheckExact(registry_id) && PyLong_AsVoidPtr(registry_id) == reg;
+        PyErr_Clear(); /* (an id out of range: not this registry) */
+        return none;
+    }
+    if (PyTuple_GET_SIZE(entry) != 2) {
+        return 0;
+    }
     if (!PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) != 1
         || !PyObject_TypeCheck(PyTuple_GET_ITEM(found, 0), &NodeType)) {
         return 0;

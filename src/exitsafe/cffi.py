@@ -41,7 +41,7 @@ from ._handle import Handle
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from types import TracebackType
     from typing import Any, Callable, Optional
 
@@ -156,15 +156,12 @@ class _CffiAdapter(Adapter):
             raise TypeError("pin() needs the library object returned by ffi.dlopen(), got a cdata")
         base: Optional[int] = None
         loader_ref: Optional[int] = None
-        address = _symbol_address(ffi, lib)
-        if address is not None:
+        found = _own_file(ffi, lib)
+        if found is not None:
             from ._native import loader_ref as take_loader_ref
-            from ._native import module_of_address
 
-            found = module_of_address(address)
-            if found is not None:
-                base = found[0]
-                loader_ref = take_loader_ref(address=address, path=found[1])
+            base = found[0]
+            loader_ref = take_loader_ref(path=found[1]) if found[1] else None
         return LibraryInfo(id(lib), _library_label(lib), ffi.dlclose, loader_ref, base)
 
     def pin_for_release(self, release: object, ffi: Any, registry: Registry) -> Optional[Handle]:
@@ -213,8 +210,50 @@ class _CffiAdapter(Adapter):
 _ADAPTER = _CffiAdapter()
 
 
-def _symbol_address(ffi: Any, lib: object) -> Optional[int]:
-    """The address of some function or variable of ``lib`` (to find the file it came from)."""
+#: How many declared symbols of a library `_own_file` looks at when it must count.
+_SYMBOLS_COUNTED = 256
+
+
+def _own_file(ffi: Any, lib: object) -> Optional[tuple[int, Optional[str]]]:
+    """``(base address, path)`` of the file ``lib``'s own code is in, or ``None``.
+
+    Found from the addresses of its declared functions and variables.  Not every one of
+    them is in that file: the loader resolves a name in the library's dependencies too (a
+    binding that declares ``free`` next to the library's functions gets libc's).  So the
+    file is the one the name given to ``ffi.dlopen`` was loaded from (ABI mode, on POSIX),
+    when a declared symbol is in it; else the file most of the declared symbols are in
+    (an API-mode module's ``lib``, Windows), the first of them on a tie.
+    """
+    from ._native import module_of_address, path_of_loaded
+
+    own_path = path_of_loaded(_dlopen_name(lib))
+    counts: dict[int, int] = {}
+    files: dict[int, tuple[int, Optional[str]]] = {}
+    for address in _symbol_addresses(ffi, lib):
+        found = module_of_address(address)
+        if found is None:
+            continue
+        if own_path is not None and found[1] == own_path:
+            return found
+        counts[found[0]] = counts.get(found[0], 0) + 1
+        files.setdefault(found[0], found)
+        if sum(counts.values()) >= _SYMBOLS_COUNTED:
+            break
+    if not counts:
+        return None
+    return files[max(counts, key=counts.__getitem__)]  # (max keeps the first on a tie)
+
+
+def _dlopen_name(lib: object) -> Optional[str]:
+    """The name ``lib`` was opened with by cffi's ``ffi.dlopen`` (ABI mode), if known: cffi
+    names the class of the object it returns ``FFILibrary_<name>``."""
+    class_name = type(lib).__name__
+    prefix = "FFILibrary_"
+    return class_name[len(prefix) :] if class_name.startswith(prefix) else None
+
+
+def _symbol_addresses(ffi: Any, lib: object) -> Iterator[int]:
+    """The addresses of ``lib``'s declared functions and variables, in name order."""
     for symbol in dir(lib):
         if symbol.startswith("__"):
             continue
@@ -225,10 +264,9 @@ def _symbol_address(ffi: Any, lib: object) -> Optional[int]:
         if not isinstance(addr, ffi.CData):
             continue  # an integer constant (#define, enum): its value, not an address
         try:
-            return int(ffi.cast("uintptr_t", addr))
+            yield int(ffi.cast("uintptr_t", addr))
         except (TypeError, ValueError):
             continue
-    return None
 
 
 def _library_label(lib: object) -> str:
@@ -358,7 +396,10 @@ def pin(
     """Hold a library returned by `ffi.dlopen` loaded while anything depending on it lives.
 
     Handles tracked with [`track`][exitsafe.cffi.track] whose release function comes from
-    `lib` depend on the pin automatically.  The pin keeps `lib` referenced (so cffi does not
+    `lib` depend on the pin automatically.  The library's file is the one `ffi.dlopen` loaded
+    (or, when that cannot be told, the one most of `lib`'s declared functions are in): a
+    function declared in the same `cdef` but resolved in another library, such as libc's
+    `free`, does not depend on this pin.  The pin keeps `lib` referenced (so cffi does not
     `dlclose` it when the object is collected) and takes one more loader reference on the
     library file (`dlopen(RTLD_NOLOAD)`; `GetModuleHandleExW` on Windows), so even an
     explicit `ffi.dlclose(lib)` by somebody else cannot unmap the code a dependent's release

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 import sys
 import weakref
 from typing import Any
@@ -20,6 +21,7 @@ from .toy import (
     PinReleasedInACollection,
     collection_inside_a_c_call,
     needs_proc_maps,
+    python_frames_of_adapter_track,
 )
 
 cffi = pytest.importorskip("cffi")
@@ -576,6 +578,45 @@ def test_a_pinned_librarys_release_function_keeps_its_pin_on_every_track(toy_cop
     assert pin.state == "released" and not is_mapped(toy_copy)
 
 
+@needs_proc_maps
+def test_a_pin_is_of_the_librarys_own_file_when_it_declares_libc_functions_too(toy_copy, reg):
+    # `free` sorts before the library's own names and resolves in libc: the pin must still
+    # be the library's (its functions depend on it, it keeps that file mapped), not libc's.
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER + "\nvoid free(void *);")
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=reg)
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert h.depends_on == (pin,)
+    c_memory = es_cffi.track(ffi, ffi.cast("void *", 0x1000), lib.free, registry=reg)
+    assert c_memory.depends_on == ()  # libc's free is not the library's
+    c_memory.detach()
+    pin.release()  # waits for h
+    assert is_mapped(toy_copy)
+    h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+
+@needs_proc_maps
+def test_a_pin_is_of_the_file_most_declared_symbols_are_in_when_its_name_is_unknown(
+    toy_copy, reg, monkeypatch
+):
+    # Opened by a relative name, then the working directory changed: the name no longer
+    # finds the file, so the file is the one most of the declared symbols are in.
+    ffi = cffi.FFI()
+    ffi.cdef(HEADER + "\nvoid free(void *);")
+    monkeypatch.chdir(os.path.dirname(toy_copy))
+    lib = ffi.dlopen("./" + os.path.basename(toy_copy))
+    monkeypatch.chdir("/")
+    pin = es_cffi.pin(ffi, lib, registry=reg)
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert h.depends_on == (pin,)
+    pin.release()
+    assert is_mapped(toy_copy)
+    h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+
 def test_a_remembered_pin_serves_its_own_registry_only_and_not_once_ended(abi, reg):
     ffi, lib = abi
     other = exitsafe.Registry("adapters-other")
@@ -600,6 +641,32 @@ def test_a_remembered_pin_serves_its_own_registry_only_and_not_once_ended(abi, r
         h.release()
     finally:
         other.teardown()
+
+
+@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+def test_a_function_of_an_unpinned_library_takes_the_compiled_path_too(abi, reg):
+    # While one library is pinned, a function of another one, unpinned, is looked up once:
+    # the compiled track remembers that it has no pin, until a pin is made.
+    ffi, lib = abi
+    toy_pin = es_cffi.pin(ffi, lib, registry=reg, close=False)
+    cffi_c = cffi.FFI()
+    cffi_c.cdef("void *malloc(size_t); void free(void *);")
+    libc = cffi_c.dlopen(None)  # the program and what it links (malloc and free of libc)
+    handles: list[exitsafe.Handle] = []
+
+    def track() -> None:
+        handles.append(es_cffi.track(cffi_c, libc.malloc(16), libc.free, registry=reg))
+
+    assert python_frames_of_adapter_track(track) == 1  # finds no pin
+    assert python_frames_of_adapter_track(track) == 0  # remembers that
+    libc_pin = es_cffi.pin(cffi_c, libc, registry=reg, close=False)  # forgets it
+    assert python_frames_of_adapter_track(track) == 1
+    assert python_frames_of_adapter_track(track) == 0
+    assert [h.depends_on for h in handles] == [(), (), (libc_pin,), (libc_pin,)]
+    for h in handles:
+        h.release()
+    libc_pin.release()
+    toy_pin.release()
 
 
 def test_a_pin_ending_late_keeps_the_newer_pin_of_its_library(abi, reg, track):

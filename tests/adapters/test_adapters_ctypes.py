@@ -16,7 +16,12 @@ from exitsafe import AlreadyTrackedError, HandleClosedError
 from exitsafe import ctypes as es_ctypes
 
 from ..support import is_mapped
-from .toy import PinReleasedInACollection, collection_inside_a_c_call, needs_proc_maps
+from .toy import (
+    PinReleasedInACollection,
+    collection_inside_a_c_call,
+    needs_proc_maps,
+    python_frames_of_adapter_track,
+)
 
 vp = ctypes.c_void_p
 
@@ -412,25 +417,6 @@ def _toy_cdll(path: str) -> ctypes.CDLL:
     return lib
 
 
-def _python_frames_of_adapter_track(call: object) -> int:
-    """How many times ``call()`` entered the adapters' Python ``track`` (a profile hook)."""
-    from exitsafe import _adapter
-
-    entered = 0
-
-    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-        nonlocal entered
-        if event == "call" and frame.f_code is _adapter.Adapter.track.__code__:
-            entered += 1
-
-    sys.setprofile(profile)
-    try:
-        call()  # type: ignore[operator]
-    finally:
-        sys.setprofile(None)
-    return entered
-
-
 @needs_proc_maps
 def test_a_pinned_librarys_function_keeps_its_pin_on_every_track(toy_copy, reg):
     # The first track of a foreign function finds the pin of the library it was loaded
@@ -462,10 +448,10 @@ def test_with_a_pin_the_second_track_of_a_function_takes_the_compiled_path(ctoy,
     def track() -> None:
         handles.append(es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg))
 
-    assert _python_frames_of_adapter_track(track) == 1  # finds the pin
-    assert _python_frames_of_adapter_track(track) == 0  # remembers it
+    assert python_frames_of_adapter_track(track) == 1  # finds the pin
+    assert python_frames_of_adapter_track(track) == 0  # remembers it
     # a function of an unpinned library, or given with lib=: the Python path each time
-    assert _python_frames_of_adapter_track(
+    assert python_frames_of_adapter_track(
         lambda: handles.append(
             es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg, lib=ctoy)
         )
@@ -499,6 +485,75 @@ def test_a_remembered_ctypes_pin_serves_its_own_registry_only_and_not_once_ended
         h.release()
     finally:
         other.teardown()
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None)  # the program and what it links: malloc and free of libc
+    libc.malloc.restype, libc.malloc.argtypes = vp, (ctypes.c_size_t,)
+    libc.free.argtypes = (vp,)
+    return libc
+
+
+@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+def test_a_function_of_an_unpinned_library_takes_the_compiled_path_too(ctoy, reg):
+    # While one library is pinned, a foreign function of another one, unpinned, is looked
+    # up once: the compiled track remembers that it has no pin, until a pin is made.
+    libc = _libc()
+    toy_pin = es_ctypes.pin(ctoy, registry=reg, close=False)
+    handles: list[exitsafe.Handle] = []
+
+    def track() -> None:
+        handles.append(es_ctypes.track(libc.malloc(16), libc.free, registry=reg))
+
+    assert python_frames_of_adapter_track(track) == 1  # finds no pin
+    assert python_frames_of_adapter_track(track) == 0  # remembers that
+    libc_pin = es_ctypes.pin(libc, registry=reg, close=False)  # forgets it
+    assert python_frames_of_adapter_track(track) == 1
+    assert python_frames_of_adapter_track(track) == 0
+    assert [h.depends_on for h in handles] == [(), (), (libc_pin,), (libc_pin,)]
+    for h in handles:
+        h.release()
+    libc_pin.release()
+    toy_pin.release()
+
+
+def test_no_pin_in_one_registry_is_not_remembered_for_another(ctoy, reg, track):
+    other = exitsafe.Registry("adapters-other")
+    try:
+        other_pin = es_ctypes.pin(ctoy, registry=other, close=False)
+        here = [track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg) for _ in range(2)]
+        there = [track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=other) for _ in range(2)]
+        assert [h.depends_on for h in here] == [(), ()]  # no pin in reg
+        assert [h.depends_on for h in there] == [(other_pin,), (other_pin,)]
+        for h in (*here, *there):
+            h.release()
+        other_pin.release()
+    finally:
+        other.teardown()
+
+
+def test_a_pin_made_during_a_track_is_found_by_the_next_one(ctoy, reg, monkeypatch):
+    # The pin is made after the track looked for it and before it remembered what it found
+    # (nothing): that track depends on no pin, but the next one must find it, on the
+    # compiled path too (the track remembers only what it found since the last pin change).
+    adapter = es_ctypes._ADAPTER
+    made: list[exitsafe.Handle] = []
+    looked_up = adapter.pin_for_release
+
+    def pin_meanwhile(release, ctx, registry):  # type: ignore[no-untyped-def]
+        found = looked_up(release, ctx, registry)
+        if not made:
+            made.append(es_ctypes.pin(ctoy, registry=reg, close=False))
+        return found
+
+    libc_pin = es_ctypes.pin(_libc(), registry=reg, close=False)  # a pin: the table is used
+    monkeypatch.setattr(adapter, "pin_for_release", pin_meanwhile)
+    first = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+    monkeypatch.undo()
+    second = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
+    assert (first.depends_on, second.depends_on) == ((), tuple(made))
+    for h in (first, second, *made, libc_pin):
+        h.release()
 
 
 def test_a_ctypes_pin_ending_late_keeps_the_newer_pin_of_its_library(ctoy, reg, track):

@@ -78,3 +78,22 @@ class PinReleasedInACollection:
     def window(self) -> bool:
         """Whether the pin was released inside the compiled track's window."""
         return self._inside == [True]
+
+
+def python_frames_of_adapter_track(call: object) -> int:
+    """How many times ``call()`` entered the adapters' Python ``track`` (a profile hook)."""
+    from exitsafe import _adapter
+
+    entered = 0
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        nonlocal entered
+        if event == "call" and frame.f_code is _adapter.Adapter.track.__code__:
+            entered += 1
+
+    sys.setprofile(profile)
+    try:
+        call()  # type: ignore[operator]
+    finally:
+        sys.setprofile(None)
+    return entered
