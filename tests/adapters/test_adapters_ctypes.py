@@ -536,18 +536,18 @@ def test_a_pin_made_during_a_track_is_found_by_the_next_one(ctoy, reg, monkeypat
     # The pin is made after the track looked for it and before it remembered what it found
     # (nothing): that track depends on no pin, but the next one must find it, on the
     # compiled path too (the track remembers only what it found since the last pin change).
-    adapter = es_ctypes._ADAPTER
     made: list[exitsafe.Handle] = []
-    looked_up = adapter.pin_for_release
+    looked_up = type(es_ctypes._ADAPTER).pin_for_release
 
-    def pin_meanwhile(release, ctx, registry):  # type: ignore[no-untyped-def]
-        found = looked_up(release, ctx, registry)
+    def pin_meanwhile(self, release, ctx, registry):  # type: ignore[no-untyped-def]
+        found = looked_up(self, release, ctx, registry)
         if not made:
             made.append(es_ctypes.pin(ctoy, registry=reg, close=False))
         return found
 
     libc_pin = es_ctypes.pin(_libc(), registry=reg, close=False)  # a pin: the table is used
-    monkeypatch.setattr(adapter, "pin_for_release", pin_meanwhile)
+    # (patched on the class: monkeypatch.undo() would leave a bound method on the instance)
+    monkeypatch.setattr(type(es_ctypes._ADAPTER), "pin_for_release", pin_meanwhile)
     first = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
     monkeypatch.undo()
     second = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg)
