@@ -236,6 +236,7 @@ class HookRegistration:
         from . import _early
 
         _early.install()
+        uses = self._parent_handles(uses, "uses") if uses else ()  # (errors name `uses`)
         return self.on_teardown(
             _threads.WorkerStop(thread, stop, bound),
             before=uses,

@@ -410,9 +410,13 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 ) from None
         for item in items:
             if not isinstance(item, Handle):
+                hint = (  # a NativeObject wrapper, or any object holding its handle
+                    "; pass its .handle" if isinstance(getattr(item, "handle", None), Handle)
+                    else ""
+                )
                 raise TypeError(
                     f"{what} must contain exitsafe Handles (from track/pin/on_teardown), "
-                    f"got {type(item).__name__}"
+                    f"got {type(item).__name__}{hint}"
                 )
             registry = item._registry
             if registry is not self:

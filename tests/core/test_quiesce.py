@@ -202,6 +202,25 @@ def test_worker_arguments_are_checked(reg):
         reg.worker(threading.Thread(target=print), stop=5)
     with pytest.raises(ValueError, match="timeout must be a positive"):
         reg.worker(threading.Thread(target=print), stop=threading.Event(), timeout=-1)
+    with pytest.raises(TypeError, match=r"^uses must contain exitsafe Handles"):
+        reg.worker(threading.Thread(target=print), stop=threading.Event(), uses=["session"])
+
+
+def test_a_wrapper_given_where_the_core_takes_handles_is_refused_with_a_hint(reg):
+    # The core's track, on_teardown and worker take handles; the error says to pass the
+    # wrapper's .handle (the adapters' depends_on take wrappers themselves).
+    class Session(exitsafe.NativeObject, release=print):
+        pass
+
+    wrapper = Session(raw="session", registry=reg)
+    hint = "got Session; pass its .handle$"
+    with pytest.raises(TypeError, match="^depends_on must contain exitsafe Handles.*" + hint):
+        reg.track("buffer", print, depends_on=[wrapper])
+    with pytest.raises(TypeError, match="^before must contain exitsafe Handles.*" + hint):
+        reg.on_teardown(print, before=[wrapper])
+    with pytest.raises(TypeError, match="^uses must contain exitsafe Handles.*" + hint):
+        reg.worker(threading.Thread(target=print), stop=threading.Event(), uses=[wrapper])
+    assert reg.track("buffer", print, depends_on=[wrapper.handle]).depends_on == (wrapper.handle,)
 
 
 def test_early_hooks_run_once_before_the_teardown(reg):
