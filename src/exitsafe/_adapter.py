@@ -253,13 +253,19 @@ class Adapter:
         address = self.pointer_address(ptr, ctx)
         reg = registry_arg(registry)
         parents = resolve(depends_on, reg, "depends_on")
-        remember = False
         if lib is not None:
             pin = self.pin_of(lib, reg)
         else:
             pins_changed = self._pins_changed
-            remember = self.has_pins() and self.is_foreign_function(release, ctx)
             pin = self.pin_for_release(release, ctx, reg)
+            if (
+                self.has_pins()
+                and self.is_foreign_function(release, ctx)
+                and not _sync.reentered()  # (then reg.track refuses, naming track())
+            ):
+                # (before the claim: queued work run on leaving its section may raise, and
+                # nothing may be registered then)
+                self._remember_pin(release, pin, reg, pins_changed)
         deps = (*parents, pin) if pin is not None and pin not in parents else parents
         addresses.claim(address, None, _already_tracked)
         releaser = _pointer_release(self.release_call(release), address, (ctx, lib))
@@ -282,14 +288,12 @@ class Adapter:
                     # found: as a track just after that, the handle depends on no pin.
                     if deps is parents or pin is None or pin.owners:
                         raise
-                    deps, pin = parents, None
+                    deps = parents
         except BaseException:
             addresses.cancel(address)
             raise
         releaser.handle = _weakref(handle)
         addresses.bind(address, handle)
-        if remember:
-            self._remember_pin(release, pin, reg, pins_changed)
         return handle
 
     def is_foreign_function(self, release: object, ctx: Any) -> bool:

@@ -143,16 +143,29 @@ class ClaimTable:
     ) -> None:
         """Reserve ``key``; raise [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if a live
         handle owns it, with the message ``describe(key, that handle)`` (``None``: another
-        thread is registering the key right now)."""
-        with _TRACK_SECTION:
-            entry = self._entries.get(key)
-            if entry is not None:
-                if entry[1] is _RESERVED:
-                    raise AlreadyTrackedError(describe(key, None), None)
-                existing = self.get(key, identity if identity is not None else entry[0])
-                if existing is not None:
-                    raise AlreadyTrackedError(describe(key, existing), existing)
-            self._entries[key] = (identity, _RESERVED)
+        thread is registering the key right now).  When the queued work run on leaving
+        the section raises, the reservation is dropped before that error is raised."""
+        reserved = False
+        try:
+            with _TRACK_SECTION:
+                entry = self._entries.get(key)
+                if entry is not None:
+                    if entry[1] is _RESERVED:
+                        raise AlreadyTrackedError(describe(key, None), None)
+                    existing = self.get(key, identity if identity is not None else entry[0])
+                    if existing is not None:
+                        raise AlreadyTrackedError(describe(key, existing), existing)
+                self._entries[key] = (identity, _RESERVED)
+                reserved = True
+        except BaseException:
+            if reserved:  # (the section ended: this thread holds no lock here)
+                _sync.enter()
+                try:
+                    if self._entries.get(key, (None, None))[1] is _RESERVED:
+                        del self._entries[key]
+                finally:
+                    _sync.release()  # (no queued work run: the error in flight first)
+            raise
 
     def bind(self, key: object, handle: Handle) -> None:
         """Record the handle of a claimed key (or drop the claim if it is not live)."""

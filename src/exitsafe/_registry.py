@@ -289,6 +289,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             RegistryClosedError: strict mode only, when teardown has begun.
             HandleClosedError: a handle in `depends_on` is no longer usable.
             ForeignHandleError: a handle in `depends_on` belongs to another registry.
+
+        Whenever `track` raises, the caller still owns `raw`: nothing will release it.  That
+        includes an error raised after the registration by the work a finalizer queued (see
+        the threads page), such as a `KeyboardInterrupt`: the handle is then recorded
+        `detached`.
         """
         if not callable(release):
             raise TypeError(f"release must be callable, got {type(release).__name__}")
@@ -331,7 +336,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if self._phase == CLOSED:  # no lock after close: see _registered_after_close
                 self._registered_after_close(node)
             else:
-                self._register(node, ())
+                self._register(node, (), run_deferred=False)
+                if _deferred:
+                    self._run_deferred_after_track(node)
             return node
         # Fast path (no dependencies): nothing to validate under the lock.
         if not _acquire(False):
@@ -356,10 +363,50 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._rank = 0.0
             self._registered_after_close(node)
         elif _deferred:
-            _run_deferred()
+            self._run_deferred_after_track(node)
         if _affine:
             _run_mine_quietly()
         return node
+
+    def _run_deferred_after_track(self, node: _Node) -> None:
+        """Run the queued work after the registration of ``node`` by ``track()``; if it
+        raises (a ``KeyboardInterrupt`` in a queued release, a logging filter that
+        raises), undo the registration before ``track()`` raises it: the caller never got
+        the handle and still owns the object (see `_undo_track`)."""
+        try:
+            _run_deferred()
+        except BaseException:
+            self._undo_track(node)
+            raise
+
+    def _undo_track(self, node: _Node) -> None:
+        """Detach ``node``, registered by a ``track()`` that raises after all: recorded
+        ``detached``, never released (its caller still owns the object), and each parent
+        it was the last dependent of is released as usual.  Both cores call it.
+
+        A node the teardown may already have planned (the registry is no longer open) is
+        left to the teardown: that window, a teardown beginning on another thread while
+        queued work raises here, is the one case where ``track()`` raises and the object
+        is still released.  Runs no queued work: the error in flight is the caller's.
+        """
+        trash: list[object] = []
+        _sync.enter()
+        try:
+            if (
+                self._phase != OPEN
+                or node._state != LIVE
+                or node._refs != 1
+                or node._borrows
+                or node._children
+            ):
+                return
+            node._refs = 0
+            ready = self._finish(node, Outcome.DETACHED, None, False, trash)
+        finally:
+            _release()
+        trash.clear()
+        for parent in ready:
+            self._release_chain(parent)  # (an error is recorded; the caller's is raised)
 
     def pin(
         self,
@@ -426,8 +473,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 )
         return _graph.unique(items)  # type: ignore[arg-type,return-value]
 
-    def _register(self, node: _Node, after: tuple[Handle, ...]) -> None:
-        """Insert ``node`` (with parents, or a hook) into the graph, or refuse it."""
+    def _register(
+        self, node: _Node, after: tuple[Handle, ...], run_deferred: bool = True
+    ) -> None:
+        """Insert ``node`` (with parents, or a hook) into the graph, or refuse it; then run
+        the queued work, unless ``run_deferred`` is false (the caller runs it)."""
         if self._phase == CLOSED:  # no lock after close: see _registered_after_close
             self._registered_after_close(node)
             return
@@ -474,7 +524,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             from . import _process
 
             _process.keep_until_teardown(self)
-        if _deferred:
+        if run_deferred and _deferred:
             _run_deferred()
 
     def _check_new_edges(self, node: _Node, after: tuple[Handle, ...]) -> Optional[Exception]:
@@ -1032,6 +1082,7 @@ if speedups is not None:
         release_failed=Registry._release_failed,
         collected_failed=Registry._log_collected_failure,
         registered_after_close=Registry._registered_after_close,
+        undo_track=Registry._undo_track,
         wait=_sync.wait,
         deferred=_sync._deferred,
         run_deferred=_sync.run_deferred,

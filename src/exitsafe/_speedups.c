@@ -242,7 +242,7 @@ static PyTypeObject *handle_type;
 static PyTypeObject *registry_type; /* exitsafe.Registry itself (not a subclass) */
 static PyObject *track_py, *drop_owner_py, *retain_py, *collected_py;
 static PyObject *release_chain_py, *release_failed_py, *collected_failed_py;
-static PyObject *registered_after_close_py;
+static PyObject *registered_after_close_py, *undo_track_py;
 static PyObject *sync_wait, *deferred_list, *run_deferred, *affine_dict, *run_mine;
 static PyObject *released_str, *released_at_exit_str;
 static Py_ssize_t generation; /* exitsafe._sync.generation, mirrored */
@@ -1589,7 +1589,16 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     /* as the Python path: this thread's queued affine releases run after a handle with no
      * parents only (the registration of one with parents runs only the deferred work) */
     if (after_call(nparents == 0) < 0) {
+        /* queued work raised: track() raises it, and its caller, who never gets the
+         * handle, still owns the object (Registry._undo_track detaches the node) */
+        PyObject *exc = take_exception();
+        PyObject *r = call2(undo_track_py, (PyObject *)self, (PyObject *)node);
+        if (r == NULL) { /* (a second error: reported, the first one is raised) */
+            PyErr_WriteUnraisable((PyObject *)node);
+        }
+        Py_XDECREF(r);
         Py_DECREF(node);
+        raise_exception(exc);
         return NULL;
     }
     return (PyObject *)node;
@@ -3077,6 +3086,7 @@ static struct {
     {"release_failed", &release_failed_py, NULL},
     {"collected_failed", &collected_failed_py, NULL},
     {"registered_after_close", &registered_after_close_py, NULL},
+    {"undo_track", &undo_track_py, NULL},
     {"wait", &sync_wait, NULL},
     {"deferred", &deferred_list, &PyList_Type},
     {"run_deferred", &run_deferred, NULL},

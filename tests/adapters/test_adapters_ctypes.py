@@ -708,6 +708,35 @@ def test_an_error_after_the_registration_is_raised_once_and_owns_nothing(ctoy, r
     assert pin.state == "released"
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["unpinned", "pinned"])
+def test_track_interrupted_after_its_registration_frees_nothing(ctoy, reg, track, pinned):
+    # A KeyboardInterrupt in queued work that runs inside track(), after the registration:
+    # track() raises it, and the object stays the caller's on either path (the compiled
+    # one used to drop the registered handle, which freed the object: a double free for a
+    # caller freeing what track() did not take).
+    from exitsafe import _sync
+
+    pin = es_ctypes.pin(ctoy, registry=reg, close=False) if pinned else None
+    track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg).release()  # warm
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    address = ctoy.toy_ctx_new()
+    live = ctoy.toy_live()
+    _sync.defer(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        track(address, ctoy.toy_ctx_free, registry=reg)
+    gc.collect()
+    assert ctoy.toy_live() == live  # not freed
+    assert es_ctypes.handle_of(address, registry=reg) is None
+    h = track(address, ctoy.toy_ctx_free, registry=reg)  # the caller may track it again
+    h.release()
+    assert ctoy.toy_live() == live - 1
+    if pin is not None:
+        pin.release()
+
+
 @needs_proc_maps
 def test_pinning_a_cdll_whose_raw_handle_is_pinned_shares_that_pin(toy_copy, reg):
     lib = _toy_cdll(toy_copy)

@@ -402,6 +402,35 @@ def test_track_interrupted_while_waiting_for_the_lock_owns_nothing():
     assert "Exception ignored" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("with_parent", [False, True], ids=["no-parent", "one-parent"])
+def test_track_raising_after_its_registration_owns_nothing(with_parent):
+    """Queued work runs right after a registration; when it raises (a KeyboardInterrupt in a
+    release queued by a finalizer), track() raises it, and the object it never handed over
+    stays the caller's: detached, never released, even once the handle is collected."""
+    import gc
+
+    from exitsafe import _sync
+
+    registry = exitsafe.Registry("cores-undo")
+    parent = registry.track("PARENT", _noop, name="parent")
+    released: list[object] = []
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    _sync.defer(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        registry.track("RAW", released.append, depends_on=[parent] if with_parent else ())
+    gc.collect()
+    assert released == []
+    assert [(e.name, e.outcome) for e in registry.ledger()] == [("handle#2", "detached")]
+    assert parent.state == "live"
+    parent.release()  # no dependent is left
+    assert parent.state == "released"
+    registry.teardown()
+    assert released == []
+
+
 @compiled_only
 def test_a_compiled_handle_fits_in_200_bytes():
     # The bar of the performance issue: <= 200 B per live handle.  The record is one
