@@ -108,6 +108,34 @@ def path_of_handle(handle: int) -> Optional[str]:
     return os.fsdecode(name) if name else None
 
 
+def is_loaded_handle(handle: int) -> Optional[bool]:
+    """Whether ``handle`` is the ``dlopen`` handle of a library loaded now, or ``None`` where
+    that cannot be told (Windows, no ``dlinfo``).
+
+    Asked before a raw handle given by a user reaches ``dlinfo`` or ``dlclose``, which crash
+    on anything else.  A handle is its library's ``struct link_map`` (glibc, musl): it is
+    looked for in the loader's list of loaded objects, from the main program's entry on.
+    """
+    dlinfo = _dl().get("dlinfo")
+    if WINDOWS or dlinfo is None:
+        return None
+    main = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]
+    try:
+        link_map = _c.c_void_p()
+        if dlinfo(main, _RTLD_DI_LINKMAP, _c.byref(link_map)) != 0:
+            return None
+        # struct link_map { l_addr; l_name; l_ld; l_next; l_prev; ... }
+        next_offset = 3 * _c.sizeof(_c.c_void_p)
+        entry = link_map.value
+        while entry:
+            if entry == handle:
+                return True
+            entry = _c.c_void_p.from_address(entry + next_offset).value
+        return False
+    finally:
+        _ctypes.dlclose(main)
+
+
 def loader_ref(address: Optional[int] = None, path: Optional[str] = None) -> Optional[int]:
     """Take one more loader reference on an already loaded library.
 

@@ -32,7 +32,7 @@ from ._adopt import registry_arg, resolve
 from ._core import speedups
 from ._guard import Guarded
 from ._handle import Handle
-from ._native import WINDOWS, close_library_handle, loader_ref, path_of_handle
+from ._native import WINDOWS, close_library_handle, is_loaded_handle, loader_ref, path_of_handle
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["borrowing", "call", "callback", "handle_of", "pin", "pinned", "track"]
 
 _POINTERS = (_c.c_void_p, _c.c_char_p, _c.c_wchar_p, _ctypes._Pointer)
+#: The largest address a pointer holds here.
+_ADDRESS_MAX = (1 << (8 * _c.sizeof(_c.c_void_p))) - 1
 
 
 class _VoidPointerCall:
@@ -78,6 +80,11 @@ class _CtypesAdapter(Adapter):
                 raise ValueError("track() got a NULL pointer (0): there is nothing to own")
             if key < 0:
                 raise ValueError(f"track() got a negative address: {key}")
+            if key > _ADDRESS_MAX:
+                # ctypes would pass it truncated: a second key for the same object
+                raise ValueError(
+                    f"track() got an address beyond what a pointer holds here: 0x{key:x}"
+                )
             return key
         if isinstance(ptr, _ctypes.CFuncPtr):
             raise TypeError(
@@ -129,8 +136,14 @@ class _CtypesAdapter(Adapter):
         if isinstance(lib, bool) or lib is None:
             raise TypeError(f"pin() needs a ctypes library or a raw handle, got {lib!r}")
         if isinstance(lib, int):
-            lib_handle = lib
-            path = None if WINDOWS else path_of_handle(lib)
+            lib_handle = int.__index__(lib)
+            if not 0 < lib_handle <= _ADDRESS_MAX:
+                raise ValueError(f"pin() got {lib!r}, which is not a library handle")
+            if is_loaded_handle(lib_handle) is False:  # (dlinfo / dlclose would crash on it)
+                raise ValueError(
+                    f"pin() got 0x{lib_handle:x}, which is not the handle of a loaded library"
+                )
+            path = None if WINDOWS else path_of_handle(lib_handle)
             label = f"0x{lib:x}"
         elif isinstance(lib, _c.CDLL):
             lib_handle = int(getattr(lib, "_handle", 0) or 0)

@@ -6,7 +6,9 @@ import _ctypes
 import ctypes
 import gc
 import os
+import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -74,6 +76,8 @@ def test_int_address_reaches_a_release_without_argtypes_untruncated(toy_so, reg)
         (lambda: vp(None), ValueError, "NULL"),
         (lambda: ctypes.POINTER(ctypes.c_int)(), ValueError, "NULL"),
         (lambda: -5, ValueError, "negative"),
+        # beyond a pointer: ctypes would pass it truncated (a second key for one object)
+        (lambda: 2 ** (8 * ctypes.sizeof(vp)) + 0x1000, ValueError, "beyond"),
         (lambda: True, TypeError, "bool"),
         (lambda: ctypes.c_int(3), TypeError, "not a pointer type"),
         (lambda: (ctypes.c_int * 2)(), TypeError, "belongs"),
@@ -177,6 +181,33 @@ def test_pin_close_false_keeps_the_library_for_ever(toy_copy, reg):
 def test_pin_rejects_non_libraries(bad, reg):
     with pytest.raises(TypeError):
         es_ctypes.pin(bad, registry=reg)
+
+
+def test_pin_rejects_an_int_that_is_no_library_handle_without_crashing():
+    # The loader's dlinfo / dlclose crash on what is not a handle: checked first (in a
+    # child process, which a crash would kill instead of the test run).
+    program = textwrap.dedent(
+        """
+        import ctypes, exitsafe, exitsafe.ctypes as es
+        reg = exitsafe.Registry("bogus")
+        for bogus in (-1, 0, 1, 4096, 2 ** 70, id(reg)):
+            try:
+                es.pin(bogus, registry=reg)
+            except ValueError as exc:
+                print("refused:", exc)
+        lib = ctypes.CDLL("libm.so.6")
+        print("pinned:", es.pin(lib._handle, registry=reg).kind)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    not_a_handle, not_loaded = "which is not a library handle", "not the handle of a loaded"
+    expected = [not_a_handle, not_a_handle, not_loaded, not_loaded, not_a_handle, not_loaded]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 7 and lines[-1] == "pinned: library", out.stdout
+    assert all(words in line for words, line in zip(expected, lines)), out.stdout
 
 
 # ---------------------------------------------------------------------- callbacks
