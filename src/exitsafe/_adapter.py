@@ -26,7 +26,7 @@ from types import BuiltinFunctionType, FunctionType, MethodType
 from . import _sync
 from ._adopt import ClaimTable, hook_after_leak, register_lookup, registry_arg, resolve
 from ._core import speedups
-from ._errors import HandleClosedError
+from ._errors import ExitsafeError, HandleClosedError
 from ._handle import Handle, enter_borrow, exit_borrow
 from ._process import keep_forever
 
@@ -253,9 +253,12 @@ class Adapter:
         address = self.pointer_address(ptr, ctx)
         reg = registry_arg(registry)
         parents = resolve(depends_on, reg, "depends_on")
-        if lib is not None:
-            pin = self.pin_of(lib, reg)
-        else:
+        if lib is not None and not self.is_library(lib):
+            raise TypeError(
+                f"lib must be a library of {self.name} or None, got {type(lib).__name__}"
+            )
+        pin = self.pin_of(lib, reg) if lib is not None else None
+        if pin is None:  # (lib not pinned: the pin of release's own library, if any)
             pins_changed = self._pins_changed
             pin = self.pin_for_release(release, ctx, reg)
             if (
@@ -330,7 +333,12 @@ class Adapter:
         return None if entry is None else entry.handle
 
     def _live_pin(self, lib: object, registry: Registry) -> Optional[_Pin]:
-        for name in self.names_of_library(lib):
+        return self._live_pin_among(self.names_of_library(lib), registry)
+
+    def _live_pin_among(self, names: tuple[object, ...], registry: Registry) -> Optional[_Pin]:
+        """The live, owned pin in ``registry`` of one of ``names`` (a library's names, see
+        `names_of_library`).  Reads the table only: may run inside a section."""
+        for name in names:
             entry = self._pins.get((self.pin_key(name), id(registry)))
             if entry is None or (entry.lib is not name and not isinstance(name, int)):
                 continue
@@ -343,6 +351,16 @@ class Adapter:
         """``lib`` and the other objects a pin of the same library may have been made on,
         in the order they are looked up (ctypes: a ``CDLL`` and its raw handle)."""
         return (lib,)
+
+    def same_library(self, pinned: object, lib: object) -> bool:
+        """Whether the pin of ``pinned`` closes what a pin of ``lib`` would close (one
+        library reference): then only the last of them to end closes it."""
+        return pinned is lib
+
+    def is_library(self, lib: object) -> bool:
+        """Whether ``lib`` is a library object this adapter can pin (checked before a pin,
+        and for ``track(lib=)``)."""
+        raise NotImplementedError
 
     def pin_key(self, lib: object) -> object:
         """The pin table's key for ``lib`` (its identity, or a raw handle's value)."""
@@ -376,7 +394,7 @@ class Adapter:
                 del self._pins[key]
             self._pins_changed += 1
             self._release_pins.clear()
-            return any(other.lib is lib for other in self._pins.values())
+            return any(self.same_library(other.lib, lib) for other in self._pins.values())
 
     def release_pin_table(self) -> dict[int, tuple[object, ...]]:
         """The pins found for release functions, for the compiled core.  Never replaced."""
@@ -396,14 +414,10 @@ class Adapter:
         if not isinstance(close, bool):
             raise TypeError(f"close must be True or False, got {close!r}")
         reg = registry_arg(registry)
-        existing = self._live_pin(lib, reg)
+        names = self.names_of_library(lib)
+        existing = self._live_pin_among(names, reg)
         if existing is not None:  # before describe_library, which takes a loader reference
-            if existing.close != close:
-                raise ValueError(
-                    f"{existing.handle.name!r} is already pinned with close={existing.close}; "
-                    f"cannot pin it again with close={close}"
-                )
-            return existing.handle.retain()
+            return self._share_pin(existing, close)
         info = self.describe_library(lib, ctx)
         key = (info.key, id(reg))
         closer = _LibraryCloser(self, info, close, key)
@@ -422,12 +436,39 @@ class Adapter:
             raise
         if handle.state == "live":
             with _PIN_TABLE_SECTION:
-                self._pins[key] = _Pin(lib, handle, info.base, close, closer)
-                self._pins_changed += 1
-                self._release_pins.clear()  # a release function may belong to this library
+                # (another thread may have pinned the same library since the lookup above)
+                existing = self._live_pin_among(names, reg)
+                if existing is None:
+                    self._pins[key] = _Pin(lib, handle, info.base, close, closer)
+                    self._pins_changed += 1
+                    self._release_pins.clear()  # a release function may be of this library
+            if existing is not None:
+                self._undo_pin(handle, info)
+                return self._share_pin(existing, close)
         elif info.loader_ref is not None:
             keep_forever(info.loader_ref)  # registered after teardown: keep it mapped
         return handle
+
+    def _share_pin(self, existing: _Pin, close: bool) -> Handle:
+        """``pin()`` of a library already pinned in the registry: that pin, one owner more."""
+        if existing.close != close:
+            raise ValueError(
+                f"{existing.handle.name!r} is already pinned with close={existing.close}; "
+                f"cannot pin it again with close={close}"
+            )
+        return existing.handle.retain()
+
+    def _undo_pin(self, handle: Handle, info: LibraryInfo) -> None:
+        """Undo a pin made while another thread pinned the same library: detached (it
+        never closes anything), its loader reference dropped."""
+        try:
+            handle.detach()
+        except ExitsafeError:  # the teardown began meanwhile and took it (RegistryClosedError):
+            return  # it closes nothing while the other pin lives (see _LibraryCloser)
+        if info.loader_ref is not None:
+            from ._native import close_library_handle
+
+            close_library_handle(info.loader_ref)
 
     # ------------------------------------------------------------------ callbacks
 

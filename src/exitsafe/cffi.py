@@ -154,6 +154,11 @@ class _CffiAdapter(Adapter):
             )
         if isinstance(lib, ffi.CData):
             raise TypeError("pin() needs the library object returned by ffi.dlopen(), got a cdata")
+        if not self.is_library(lib):
+            raise TypeError(
+                f"pin() needs the library object returned by ffi.dlopen(), got "
+                f"{type(lib).__name__}"
+            )
         base: Optional[int] = None
         loader_ref: Optional[int] = None
         found = _own_file(ffi, lib)
@@ -163,6 +168,15 @@ class _CffiAdapter(Adapter):
             base = found[0]
             loader_ref = take_loader_ref(path=found[1]) if found[1] else None
         return LibraryInfo(id(lib), _library_label(lib), ffi.dlclose, loader_ref, base)
+
+    def is_library(self, lib: object) -> bool:
+        """An ``ffi.dlopen`` result: what ``ffi.dlclose`` closes (``__cffi_close__``), or
+        the ``Lib`` of a compiled cffi module."""
+        if callable(getattr(lib, "__cffi_close__", None)):
+            return True
+        backend = sys.modules.get("_cffi_backend")
+        lib_type = getattr(backend, "Lib", None) if backend is not None else None
+        return isinstance(lib_type, type) and isinstance(lib, lib_type)
 
     def pin_for_release(self, release: object, ffi: Any, registry: Registry) -> Optional[Handle]:
         if not self.has_pins() or not isinstance(release, ffi.CData):

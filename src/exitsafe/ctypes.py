@@ -125,12 +125,33 @@ class _CtypesAdapter(Adapter):
     def names_of_library(self, lib: object) -> tuple[object, ...]:
         """A ``CDLL`` and the raw handle it holds: the loader returns one handle per loaded
         library, so a library pinned by its handle is found from its ``CDLL`` and its
-        functions, and pinning the ``CDLL`` again shares that pin."""
+        functions, and pinning the ``CDLL`` again shares that pin; a raw handle, and the
+        pinned ``CDLL`` objects holding it, so that pinning the handle of a pinned ``CDLL``
+        shares that pin too."""
         if isinstance(lib, _c.CDLL):
-            lib_handle = getattr(lib, "_handle", 0)
-            if isinstance(lib_handle, int) and not isinstance(lib_handle, bool) and lib_handle:
-                return (lib, lib_handle)
+            lib_handle = _handle_value(lib)
+            return (lib, lib_handle) if lib_handle else (lib,)
+        if isinstance(lib, int) and not isinstance(lib, bool):
+            holders = tuple(
+                entry.lib
+                for entry in tuple(self.pin_table().values())
+                if isinstance(entry.lib, _c.CDLL) and _handle_value(entry.lib) == lib
+            )
+            return (lib, *holders)
         return (lib,)
+
+    def same_library(self, pinned: object, lib: object) -> bool:
+        """A raw handle closes the reference of the ``CDLL`` holding it (or the same
+        handle given again); two ``CDLL`` objects each close their own reference."""
+        if pinned is lib:
+            return True
+        if not (_is_raw_handle(pinned) or _is_raw_handle(lib)):
+            return False
+        value = _handle_value(lib)
+        return bool(value) and _handle_value(pinned) == value
+
+    def is_library(self, lib: object) -> bool:
+        return isinstance(lib, _c.CDLL) or _is_raw_handle(lib)
 
     def describe_library(self, lib: object, ctx: Any) -> LibraryInfo:
         if isinstance(lib, bool) or lib is None:
@@ -176,6 +197,18 @@ class _CtypesAdapter(Adapter):
             address = _c.cast(obj, _c.c_void_p).value
             return addresses.get(address) if address else None
         return None
+
+
+def _is_raw_handle(lib: object) -> bool:
+    return isinstance(lib, int) and not isinstance(lib, bool)
+
+
+def _handle_value(lib: object) -> int:
+    """The loader handle a ``CDLL`` holds, or a raw handle's value (0: none)."""
+    if _is_raw_handle(lib):
+        return int.__index__(lib)  # type: ignore[arg-type]
+    value = getattr(lib, "_handle", 0) if isinstance(lib, _c.CDLL) else 0
+    return value if _is_raw_handle(value) else 0
 
 
 class _HandleCloser:

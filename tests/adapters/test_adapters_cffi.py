@@ -368,11 +368,29 @@ def test_a_dropped_pin_stays_pinned(abi, reg):
     assert pin is not None and pin.state == "live"
 
 
-@pytest.mark.parametrize("bad", [None, "libtoy.so", 3])
+@pytest.mark.parametrize(
+    "bad", [None, "libtoy.so", 3, {}, object(), "the ffi", "a ctypes CDLL"]
+)
 def test_pin_rejects_non_libraries(abi, reg, bad):
+    # (what is not a library used to be pinned, and failed only when the pin ended)
+    import ctypes
+
     ffi, _ = abi
+    if bad == "the ffi":
+        bad = ffi
+    elif bad == "a ctypes CDLL":
+        bad = ctypes.CDLL(None)
     with pytest.raises(TypeError, match=r"ffi\.dlopen"):
         es_cffi.pin(ffi, bad, registry=reg)
+    assert len(reg) == 0
+
+
+def test_track_lib_must_be_a_library(abi, reg):
+    ffi, lib = abi
+    p = lib.toy_ctx_new()
+    with pytest.raises(TypeError, match="lib must be a library of cffi or None, got str"):
+        es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg, lib="libtoy")
+    es_cffi.track(ffi, p, lib.toy_ctx_free, registry=reg, lib=lib).release()  # still mine
 
 
 @needs_proc_maps

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from typing import Any
 
 import pytest
@@ -781,3 +782,99 @@ def test_pinning_a_cdll_whose_raw_handle_is_pinned_shares_that_pin(toy_copy, reg
     assert raw.state == "released"
     assert is_mapped(toy_copy)  # closed once: `other`'s reference keeps it loaded
     assert other.toy_live() >= 0
+
+
+@needs_proc_maps
+def test_pinning_the_raw_handle_of_a_pinned_cdll_shares_that_pin(toy_copy, reg):
+    # The other order: the CDLL first, then the handle it holds.  Two pins closed the same
+    # handle twice, unmapping the library under `other`.
+    lib = _toy_cdll(toy_copy)
+    other = _toy_cdll(toy_copy)
+    pin = es_ctypes.pin(lib, registry=reg)
+    assert es_ctypes.pin(lib._handle, registry=reg) is pin and pin.owners == 2
+    assert es_ctypes.pinned(lib._handle, registry=reg) is pin
+    pin.release()
+    pin.release()
+    assert pin.state == "released"
+    assert is_mapped(toy_copy)  # closed once
+    assert other.toy_live() >= 0
+
+
+@needs_proc_maps
+@pytest.mark.parametrize("second", ["raw handle", "equal int"])
+def test_one_library_reference_pinned_in_two_registries_is_closed_once(toy_copy, second):
+    # A CDLL in one registry and its raw handle in another (or the handle as two equal int
+    # objects): both pins stand for the CDLL's one loader reference; the last to end closes
+    # it, once (each pin closed it: the library was unmapped under `other`).
+    lib = _toy_cdll(toy_copy)
+    other = _toy_cdll(toy_copy)
+    one, two = exitsafe.Registry("pins-one"), exitsafe.Registry("pins-two")
+    try:
+        first = lib if second == "raw handle" else lib._handle
+        pins = [
+            es_ctypes.pin(first, registry=one),
+            es_ctypes.pin(int(str(lib._handle)), registry=two),
+        ]
+        assert pins[0] is not pins[1]
+        for pin in pins:
+            pin.release()
+        assert [pin.state for pin in pins] == ["released", "released"]
+        assert is_mapped(toy_copy)  # closed once: `other`'s reference keeps it loaded
+        assert other.toy_live() >= 0
+        _ctypes.dlclose(other._handle)
+        assert not is_mapped(toy_copy)  # and closed: the pins leaked no reference
+    finally:
+        one.teardown()
+        two.teardown()
+
+
+@needs_proc_maps
+def test_two_threads_pinning_one_library_at_once_get_one_pin(toy_copy, reg, monkeypatch):
+    # Forced: while this thread is between its lookup of the library's pin and its
+    # registration, another thread pins the same library.  The first pin stays the pin;
+    # this one is undone (recorded detached, it never closes) and the caller gets the
+    # first pin with one more owner.  The library is closed once, when that pin ends.
+    lib = _toy_cdll(toy_copy)
+    other = _toy_cdll(toy_copy)
+    adapter_type = type(es_ctypes._ADAPTER)
+    describe = adapter_type.describe_library
+    elsewhere: list[exitsafe.Handle] = []
+
+    def describe_while_another_thread_pins(self, lib_arg, ctx):  # type: ignore[no-untyped-def]
+        if not elsewhere:
+            elsewhere.append(None)  # type: ignore[arg-type]
+            thread = threading.Thread(
+                target=lambda: elsewhere.append(es_ctypes.pin(lib, registry=reg))
+            )
+            thread.start()
+            thread.join()
+        return describe(self, lib_arg, ctx)
+
+    monkeypatch.setattr(adapter_type, "describe_library", describe_while_another_thread_pins)
+    mine = es_ctypes.pin(lib, registry=reg)
+    monkeypatch.undo()
+    theirs = elsewhere[1]
+    assert mine is theirs and mine.owners == 2
+    assert [e.outcome for e in reg.ledger()] == ["detached"]  # the undone pin
+    mine.release()
+    mine.release()
+    assert mine.state == "released"
+    assert is_mapped(toy_copy)  # closed once
+    _ctypes.dlclose(other._handle)
+    assert not is_mapped(toy_copy)
+
+
+def test_track_lib_must_be_a_library_and_an_unpinned_one_keeps_the_release_pin(ctoy, reg):
+    # lib= names the library of release; when that one is not pinned, the pin of the
+    # library release actually comes from still counts (it was dropped).
+    pin = es_ctypes.pin(ctoy, registry=reg, close=False)
+    unpinned = ctypes.CDLL(None)
+    h = es_ctypes.track(ctoy.toy_ctx_new(), ctoy.toy_ctx_free, registry=reg, lib=unpinned)
+    assert h.depends_on == (pin,)
+    h.release()
+    address = ctoy.toy_ctx_new()
+    with pytest.raises(TypeError, match="lib must be a library of ctypes or None, got str"):
+        es_ctypes.track(address, ctoy.toy_ctx_free, registry=reg, lib="libtoy")
+    assert len(reg) == 1  # the pin only
+    ctoy.toy_ctx_free(address)  # still the caller's
+    pin.release()
