@@ -359,7 +359,10 @@ def pin(
     Args:
         lib: a `CDLL` / `PyDLL` / `WinDLL` / `OleDLL` instance, or a raw handle from
             `_ctypes.dlopen` / `LoadLibrary` (a library pinned by its handle is also found
-            from a `CDLL` holding that handle, and from that `CDLL`'s functions).
+            from a `CDLL` holding that handle, and from that `CDLL`'s functions; pinning a
+            `CDLL` and the handle it holds, in either order, gives one pin, and pins of
+            them in two registries close that handle once).  `ValueError` for an int that
+            is not the handle of a loaded library.
         registry: the registry to pin it in; `None`: the default registry.
         close: `True` (the default): the pin owns closing the library handle: when the pin
             is released (explicitly after its last dependent, or at teardown, where
