@@ -144,9 +144,17 @@ class _LibraryCloser:
         # keeps it open: its own close closes it later.
         still_pinned = self.adapter._forget_pin(self.key, self, lib)
         if not self.close:
-            # Never unloaded by exitsafe's doing: keep the object and the extra
-            # loader reference for the life of the process.
-            keep_forever(lib)
+            # Never unloaded by exitsafe's doing: keep the object and one extra loader
+            # reference for the life of the process (one per library, however many
+            # pins of it ended: a program pinning and releasing it in a loop keeps one).
+            kept = (lib,)
+            if self.adapter._kept_open.setdefault(info.key, kept) is kept:  # (atomic)
+                keep_forever(lib)
+            elif info.loader_ref is not None:
+                from ._native import close_library_handle
+
+                extra, info.loader_ref = info.loader_ref, None
+                close_library_handle(extra)
             return
         ref, info.loader_ref = info.loader_ref, None
         try:
@@ -200,6 +208,9 @@ class Adapter:
         self._release_pins: dict[int, tuple[object, ...]] = {}
         #: Incremented, under exitsafe's lock, each time the pin table changes.
         self._pins_changed = 0
+        #: Libraries whose close=False pin ended, by pin key -> (the library,): kept loaded
+        #: for ever with one loader reference (see _LibraryCloser).
+        self._kept_open: dict[object, tuple[object]] = {}
         register_lookup(self.lookup)
 
     # ------------------------------------------------------------------ per FFI

@@ -878,3 +878,21 @@ def test_track_lib_must_be_a_library_and_an_unpinned_one_keeps_the_release_pin(c
     assert len(reg) == 1  # the pin only
     ctoy.toy_ctx_free(address)  # still the caller's
     pin.release()
+
+
+@needs_proc_maps
+def test_close_false_pins_of_one_library_keep_one_loader_reference(toy_copy):
+    # Pinning with close=False and releasing, in a loop, kept one more loader reference
+    # (and one more object) each time.  One is kept: after the CDLL's own dlclose, one
+    # more dlclose unmaps the library.
+    lib = _toy_cdll(toy_copy)
+    registry = exitsafe.Registry("pins-close-false")
+    try:
+        for _ in range(20):
+            es_ctypes.pin(lib, registry=registry, close=False).release()
+        _ctypes.dlclose(lib._handle)  # the CDLL's own reference
+        assert is_mapped(toy_copy)  # kept by exitsafe
+        _ctypes.dlclose(lib._handle)  # exitsafe's one (closed here only to count them)
+        assert not is_mapped(toy_copy)
+    finally:
+        registry.teardown()
