@@ -163,15 +163,26 @@ def loader_ref(address: Optional[int] = None, path: Optional[str] = None) -> Opt
     return handle
 
 
-def path_of_loaded(name: Optional[str]) -> Optional[str]:
-    """The loader's file name of the library already loaded as ``name`` (as given to
-    ``dlopen``), or ``None``: not loaded under that name, or not knowable here (Windows, no
-    ``dlinfo``).  Never loads anything."""
+def module_of_loaded(name: Optional[str]) -> Optional[tuple[int, Optional[str]]]:
+    """``(base address, path)`` of the library already loaded as ``name`` (as given to
+    ``dlopen``), as `module_of_address` gives them for its code; ``None``: not loaded under
+    that name, or not knowable here (Windows, no ``dlinfo``).  Never loads anything."""
     handle = loader_ref(path=name) if name and not WINDOWS else None
     if handle is None:
         return None
     try:
-        return path_of_handle(handle)
+        dlinfo = _dl().get("dlinfo")
+        link_map = _c.c_void_p()
+        if (
+            dlinfo is None
+            or dlinfo(handle, _RTLD_DI_LINKMAP, _c.byref(link_map)) != 0
+            or not link_map.value
+        ):
+            return None
+        # struct link_map { l_addr; l_name; l_ld; ... }: l_ld, the library's dynamic
+        # section, lies in its own mapping
+        dynamic = _c.c_void_p.from_address(link_map.value + 2 * _c.sizeof(_c.c_void_p)).value
+        return module_of_address(dynamic) if dynamic else None
     finally:
         close_library_handle(handle)
 

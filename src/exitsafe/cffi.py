@@ -231,30 +231,30 @@ _SYMBOLS_COUNTED = 256
 def _own_file(ffi: Any, lib: object) -> Optional[tuple[int, Optional[str]]]:
     """``(base address, path)`` of the file ``lib``'s own code is in, or ``None``.
 
-    Found from the addresses of its declared functions and variables.  Not every one of
-    them is in that file: the loader resolves a name in the library's dependencies too (a
-    binding that declares ``free`` next to the library's functions gets libc's).  So the
-    file is the one the name given to ``ffi.dlopen`` was loaded from (ABI mode, on POSIX),
-    when a declared symbol is in it; else the file most of the declared symbols are in
-    (an API-mode module's ``lib``, Windows), the first of them on a tie.
+    It is the file the name given to ``ffi.dlopen`` was loaded from (ABI mode, on POSIX),
+    when none of ``lib``'s declared functions and variables is known yet or one of them is
+    in it.  Else it is found from their addresses, though not every one of them is in
+    that file: the loader resolves a name in the library's dependencies too (a binding
+    that declares ``free`` next to the library's functions gets libc's).  So it is the file
+    most of them are in (an API-mode module's ``lib``, Windows), the first one on a tie.
     """
-    from ._native import module_of_address, path_of_loaded
+    from ._native import module_of_address, module_of_loaded
 
-    own_path = path_of_loaded(_dlopen_name(lib))
+    own = module_of_loaded(_dlopen_name(lib))
     counts: dict[int, int] = {}
     files: dict[int, tuple[int, Optional[str]]] = {}
     for address in _symbol_addresses(ffi, lib):
         found = module_of_address(address)
         if found is None:
             continue
-        if own_path is not None and found[1] == own_path:
+        if own is not None and found[0] == own[0]:
             return found
         counts[found[0]] = counts.get(found[0], 0) + 1
         files.setdefault(found[0], found)
         if sum(counts.values()) >= _SYMBOLS_COUNTED:
             break
     if not counts:
-        return None
+        return own  # (nothing declared yet: the file it was opened from)
     return files[max(counts, key=counts.__getitem__)]  # (max keeps the first on a tie)
 
 

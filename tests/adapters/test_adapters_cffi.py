@@ -616,6 +616,23 @@ def test_a_pin_is_of_the_librarys_own_file_when_it_declares_libc_functions_too(t
 
 
 @needs_proc_maps
+def test_a_library_pinned_before_its_functions_are_declared_is_found(toy_copy, reg):
+    # Nothing declared yet when it is pinned: the pin is of the file ffi.dlopen loaded
+    # (it had no base address: no track ever found it, and its close unmapped the library
+    # under live handles).
+    ffi = cffi.FFI()
+    lib = ffi.dlopen(toy_copy)
+    pin = es_cffi.pin(ffi, lib, registry=reg)
+    ffi.cdef(HEADER)
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert h.depends_on == (pin,)
+    pin.release()
+    assert is_mapped(toy_copy)
+    h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+
+@needs_proc_maps
 def test_a_pin_is_of_the_file_most_declared_symbols_are_in_when_its_name_is_unknown(
     toy_copy, reg, monkeypatch
 ):
