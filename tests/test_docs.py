@@ -620,3 +620,137 @@ def test_no_internal_jargon() -> None:
         if JARGON.search(line)
     ]
     assert not found, "internal jargon in the documentation:\n" + "\n".join(found)
+
+
+# ----------------------------------------------------------------- tables and references
+
+def _table_after(path: Path, heading: str) -> List[List[str]]:
+    """The cells of each row (the header row included) of the first table after ``heading``,
+    a heading line of ``path``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert heading in lines, f"{path.relative_to(ROOT)} has no heading {heading!r}"
+    rows: List[List[str]] = []
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+            if "".join(cells).strip("-: "):  # not the |---|---| line
+                rows.append(cells)
+        elif rows:
+            break
+    assert rows, f"no table after {heading!r} in {path.relative_to(ROOT)}"
+    return rows
+
+
+def test_the_ledger_table_names_every_outcome() -> None:
+    """docs/concepts.md says every handle ends in one of the outcomes of its table: the table
+    lists every value of ``exitsafe.Outcome.ALL``, and nothing else."""
+    import exitsafe
+
+    rows = _table_after(DOCS / "concepts.md", "## The ledger")
+    named = {name for cells in rows for name in re.findall(r"`([a-z_]+)`", cells[0])}
+    missing = sorted(set(exitsafe.Outcome.ALL) - named)
+    unknown = sorted(named - set(exitsafe.Outcome.ALL))
+    assert not missing and not unknown, (
+        f"docs/concepts.md, the ledger's table: outcomes missing {missing}; "
+        f"not outcomes {unknown}"
+    )
+
+
+#: ``EXITSAFE_*`` variables exitsafe sets for its own processes, never for a user to set:
+#: ``exitsafe run`` passes its start-up hook a run directory and the root process's id
+#: (``EXITSAFE_RUN_DIR``, ``EXITSAFE_RUN_ROOT``; ``EXITSAFE_RUN`` is their common prefix), and
+#: the lab's scenario runner passes the lab runtime the file its leak report goes to and, for
+#: the leak-checker scenario S10, the exit status of a run that leaked
+#: (``EXITSAFE_LAB_LEAK_REPORT``, ``EXITSAFE_LAB_LEAK_EXITCODE``; it removes both from the
+#: caller's environment).
+INTERNAL_VARIABLES = frozenset({
+    "EXITSAFE_RUN", "EXITSAFE_RUN_DIR", "EXITSAFE_RUN_ROOT",
+    "EXITSAFE_LAB_LEAK_REPORT", "EXITSAFE_LAB_LEAK_EXITCODE",
+})
+_VARIABLE = re.compile(r"EXITSAFE_[A-Z_]+")
+
+
+def _variables_in_the_source() -> Dict[str, List[str]]:
+    """Every ``EXITSAFE_*`` name in the package's code (not its docstrings or comments), with
+    the files it is in: each string constant of a module that is exactly such a name (what
+    ``os.environ`` lookups and the helpers reading the environment are given), and each
+    ``getenv("EXITSAFE_...")`` of the C sources."""
+    import ast
+
+    found: Dict[str, List[str]] = {}
+    package = ROOT / "src" / "exitsafe"
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and _VARIABLE.fullmatch(node.value)):
+                found.setdefault(node.value, []).append(path.relative_to(ROOT).as_posix())
+    for path in sorted(package.rglob("*.c")):
+        for match in re.finditer(r'getenv\(\s*"(EXITSAFE_[A-Z_]+)"\s*\)',
+                                 path.read_text(encoding="utf-8")):
+            found.setdefault(match.group(1), []).append(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_the_readme_lists_every_environment_variable() -> None:
+    """Every ``EXITSAFE_*`` variable exitsafe reads, except those it sets for its own processes,
+    has a row in the README's environment table, and each row names a variable it reads."""
+    found = _variables_in_the_source()
+    assert "EXITSAFE_AT_EXIT" in found, "the scan of src/exitsafe found nothing"
+    stale = sorted(INTERNAL_VARIABLES - set(found))
+    assert not stale, f"INTERNAL_VARIABLES names variables src/exitsafe no longer uses: {stale}"
+    rows = _table_after(ROOT / "README.md", "## Environment")
+    listed = {name for cells in rows for name in _VARIABLE.findall(cells[0])}
+    missing = sorted(set(found) - INTERNAL_VARIABLES - listed)
+    assert not missing, "variables read in src/exitsafe without a row in README.md's table: " + (
+        "; ".join(f"{name} ({', '.join(sorted(set(found[name])))})" for name in missing)
+    )
+    unknown = sorted(listed - set(found))
+    assert not unknown, f"README.md's table lists variables exitsafe does not read: {unknown}"
+
+
+#: ``path.py::name`` (or ``path.py::Class::name``), a path of the repository's tests or of the
+#: example tests of docs/examples.
+_TEST_REFERENCE = re.compile(r"(?<![\w./-])((?:tests|docs/examples)/[\w./-]+\.py)((?:::\w+)+)")
+
+
+def _defines(path: Path, names: List[str]) -> bool:
+    """Whether ``path`` defines ``names[0]`` at module level (a function or a class), and each
+    later name in the class the name before it names."""
+    import ast
+
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    for i, name in enumerate(names):
+        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                       ast.ClassDef)) and n.name == name), None)
+        if node is None:
+            return False
+        if i < len(names) - 1:
+            if not isinstance(node, ast.ClassDef):
+                return False
+            body = node.body
+    return True
+
+
+def test_test_references_name_existing_tests() -> None:
+    """Every ``tests/...py::name`` a page or the README names is a file of the repository that
+    defines that test."""
+    pages = [*doc_files(), *sorted((DOCS / "api").glob("*.md")), ROOT / "README.md"]
+    references = [
+        (f"{page.relative_to(ROOT)}:{number}", match.group(1), match.group(2)[2:].split("::"))
+        for page in pages
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        for match in _TEST_REFERENCE.finditer(line)
+    ]
+    assert any(file.startswith("tests/") for _, file, _ in references), (
+        "no tests/...py::name reference found: has the pattern stopped matching?"
+    )
+    broken = []
+    for where, file, names in references:
+        path = ROOT / file
+        if not path.is_file():
+            broken.append(f"{where}: no file {file}")
+        elif not _defines(path, names):
+            broken.append(f"{where}: {file} defines no {'::'.join(names)}")
+    assert not broken, "references to tests that do not exist:\n" + "\n".join(broken)
