@@ -141,7 +141,7 @@ def at_exit() -> None:
         _exit_phase[0] = "exited"
         end_by_uncaught_keyboard_interrupt()
     lsan = sys.modules.get("exitsafe._lsan")  # EXITSAFE_LSAN (see below)
-    if lsan is not None:
+    if lsan is not None and lsan.enabled():  # (not for EXITSAFE_LSAN=0)
         # Everything exitsafe keeps for ever was leaked on purpose (its handle ended
         # leaked_*, or a library is never unloaded): not a leak for LeakSanitizer, whose
         # own check runs after this, at the C-level exit.

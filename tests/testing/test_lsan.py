@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -118,10 +119,12 @@ def test_released_at_exit_leaks_nothing(asan_lab: tuple[str, str, str], tmp_path
     assert "LeakSanitizer" not in result.stderr
 
 
+@pytest.mark.parametrize("lsan", [None, "0"], ids=["unset", "off"])
 def test_leaked_by_policy_fails_a_leak_checked_run(
-    asan_lab: tuple[str, str, str], tmp_path: Path
+    asan_lab: tuple[str, str, str], tmp_path: Path, lsan: Optional[str]
 ) -> None:
-    result = _run(asan_lab, tmp_path, EXITSAFE_AT_EXIT="leak")
+    # (EXITSAFE_LSAN=0 is off: it used to turn the hand-over on, as any value did)
+    result = _run(asan_lab, tmp_path, EXITSAFE_AT_EXIT="leak", EXITSAFE_LSAN=lsan)
     assert result.returncode != 0  # LeakSanitizer's exit status
     assert "ERROR: LeakSanitizer: detected memory leaks" in result.stderr
     # the instance and the device (their size follows the lab's struct)

@@ -44,8 +44,9 @@ class TeardownStep:
     """One trace line.
 
     Attributes:
-        event: ``"teardown-begin"``, ``"plan"``, ``"step"``, ``"teardown-end"``, ``"late-release"``,
-            any other word a newer exitsafe prints, or ``"message"`` for a line outside the grammar.
+        event: ``"teardown-begin"``, ``"plan"``, ``"step-begin"``, ``"step"``,
+            ``"teardown-end"``, ``"late-release"``, any other word a newer exitsafe prints, or
+            ``"message"`` for a line outside the grammar.
         fields: every ``key=value`` pair, values decoded to ``str`` (JSON strings unquoted, bare
             tokens as written).
         line: the line as printed, without the newline.
