@@ -159,12 +159,13 @@ class ClaimTable:
                 reserved = True
         except BaseException:
             if reserved:  # (the section ended: this thread holds no lock here)
-                _sync.enter()
                 try:
+                    _sync.enter()
                     if self._entries.get(key, (None, None))[1] is _RESERVED:
                         del self._entries[key]
                 finally:
-                    _sync.release()  # (no queued work run: the error in flight first)
+                    if _sync.reentered():
+                        _sync.release()  # (no queued work run: the error in flight first)
             raise
 
     def bind(self, key: object, handle: Handle) -> None:

@@ -67,9 +67,9 @@ class Borrowing:
             node._borrows += 1
             _held().append(node)
             return node._raw
-        if not _acquire(False):
-            _wait()
         try:
+            if not _acquire(False):
+                _wait()
             if self._phase and _get_ident() not in self._teardown_threads:
                 gated = True  # a teardown began: this thread may not enter native code
             else:
@@ -80,7 +80,8 @@ class Borrowing:
                 node._borrows += 1
                 raw = node._raw
         finally:
-            _release()
+            if _reentered():
+                _release()
         if gated:
             self._refuse_borrow(node)  # parks this thread or raises
         try:
@@ -123,11 +124,12 @@ class Borrowing:
                 if node._state <= RELEASING
                 else closed_message(node)
             )
-        _sync.enter()
         try:
+            _sync.enter()
             self._parked += 1
         finally:
-            _release()
+            if _reentered():
+                _release()
         logger = log_if_loaded()  # (an import here could freeze half-way: see park())
         if logger is not None:
             logger.info(
@@ -156,9 +158,9 @@ class Borrowing:
             if not node._borrows:
                 _defer(self._settle, node)
             return
-        if not _acquire(False):
-            _wait()
         try:
+            if not _acquire(False):
+                _wait()
             node._borrows -= 1
             if node._state == LIVE and not (
                 node._refs or node._children or node._borrows or self._phase
@@ -169,7 +171,8 @@ class Borrowing:
             else:
                 target = None
         finally:
-            _release()
+            if _reentered():
+                _release()
         error = self._release_chain(target) if target is not None else None
         if _deferred:
             _run_deferred()

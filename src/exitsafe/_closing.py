@@ -105,8 +105,8 @@ class Closing:
         from . import _teardown
 
         me = _get_ident()
-        _sync.enter()
         try:
+            _sync.enter()
             phase = self._phase
             if phase == OPEN:
                 self._phase = TEARING  # closes the borrow gate to other threads
@@ -120,7 +120,8 @@ class Closing:
                 nodes = self._nodes()
                 elsewhere = _teardown.claim(nodes, me)
         finally:
-            _release()
+            if _reentered():
+                _release()
         if phase != OPEN:
             if phase == TEARING and self._teardown_thread != me:
                 self._wait_for_teardown()
@@ -153,13 +154,14 @@ class Closing:
         position: Optional[int] = 0
         while speedups is not None and position is not None:
             # The loop below, with the common records made in C (decided is not changed).
-            _sync.enter()
             try:
+                _sync.enter()
                 position = speedups.record_exit_outcomes(
                     self, decided, position, chunk, elsewhere, self._finish, trash
                 )
             finally:
-                _release()
+                if _reentered():
+                    _release()
             trash.clear()
         records: list[tuple[_Node, tuple[str, Optional[str]]]] = (
             [] if speedups is not None else list(decided.items())
@@ -172,21 +174,23 @@ class Closing:
                 if node not in decided and node not in elsewhere
             ]
         for start in range(0, len(records), chunk):
-            _sync.enter()
             try:
+                _sync.enter()
                 for node, (outcome, why) in records[start : start + chunk]:
                     # The teardown settled its own nodes; for one it gave up waiting for,
                     # the releasing thread may have recorded its outcome first.
                     self._finish(node, outcome, why, True, trash, node not in elsewhere)
             finally:
-                _release()
+                if _reentered():
+                    _release()
             trash.clear()
-        _sync.enter()
         try:
+            _sync.enter()
             self._phase = CLOSED
             self._teardown_thread = 0
         finally:
-            _release()
+            if _reentered():
+                _release()
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: forget what the parent's *other* threads were doing.
@@ -212,8 +216,8 @@ class Closing:
             self._teardown_threads = set()
         self._early_ran = False  # the child's own exit has its own early phase
         trash: list[object] = []
-        _sync.enter()  # (the child's only thread: no wait, but the same discipline)
         try:
+            _sync.enter()  # (the child's only thread: no wait, but the same discipline)
             for node in self._nodes():
                 if node is stepping:
                     self._finish(
@@ -234,7 +238,8 @@ class Closing:
                         True, trash, True,
                     )
         finally:
-            _release()
+            if _reentered():
+                _release()
         trash.clear()
 
     def _wait_for_teardown(self) -> None:

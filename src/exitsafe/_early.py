@@ -82,12 +82,13 @@ def run_early_phase(reason: str) -> None:
 
     if _sync.reentered():
         return  # never from inside exitsafe's own step (a signal handler): it runs at exit
-    _sync.enter()
     try:
+        _sync.enter()
         first = not _ran[0]
         _ran[0] = True
     finally:
-        _sync.leave()
+        if _sync.reentered():
+            _sync.leave()
     if not first:
         return
     try:

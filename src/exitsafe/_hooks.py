@@ -173,8 +173,8 @@ class HookRegistration:
             "early hook", name if name is not None else _threads.name_of(fn), (), None,
             timeout, HOOK, _sync.generation, _get_ident(),
         )
-        _sync.enter()
         try:
+            _sync.enter()
             is_open = self._phase == OPEN and not self._early_ran
             if is_open:
                 seq = self._seq = self._seq + 1
@@ -182,7 +182,8 @@ class HookRegistration:
                 self._early[seq] = node
                 self._hooks += 1
         finally:
-            _sync.leave()
+            if _sync.reentered():
+                _sync.leave()
         if not is_open:
             self._registered_after_close(node)
         else:
@@ -252,8 +253,8 @@ class HookRegistration:
         from ._teardown import Settings
 
         me = _get_ident()
-        _sync.enter()
         try:
+            _sync.enter()
             if self._early_ran or self._phase:
                 hooks: list[_Node] = []
                 workers: list[Any] = []
@@ -272,7 +273,8 @@ class HookRegistration:
                     if isinstance(n._fn, _Call) and isinstance(n._fn.fn, _threads.WorkerStop)
                 ] if self._hooks else []
         finally:
-            _sync.leave()
+            if _sync.reentered():
+                _sync.leave()
         if done:
             return
         settings = Settings(self, reason)  # type: ignore[arg-type]
@@ -314,12 +316,13 @@ class HookRegistration:
 
     def _end_early_hook(self, hook: _Node, outcome: str, detail: Optional[str]) -> None:
         trash: list[object] = []
-        _sync.enter()
         try:
+            _sync.enter()
             self._early.pop(hook._seq, None)
             self._finish(hook, outcome, detail, True, trash)
         finally:
-            _release()
+            if _sync.reentered():
+                _release()
         trash.clear()
 
 
@@ -328,13 +331,14 @@ class HookRegistration:
             _defer(self._cancel_hook, node)
             return
         trash: list[object] = []
-        _sync.enter()
         try:
+            _sync.enter()
             if node._state == LIVE and self._phase == OPEN:
                 self._early.pop(node._seq, None)
                 self._finish(node, Outcome.HOOK_CANCELLED, None, False, trash)
         finally:
-            _release()
+            if _sync.reentered():
+                _release()
         trash.clear()
         if _deferred:
             _run_deferred()

@@ -55,11 +55,12 @@ class Inspection:
         while this thread's own section is suspended is as consistent as any)."""
         if _reentered():
             return fn(*args)
-        _sync.enter()
         try:
+            _sync.enter()
             return fn(*args)
         finally:
-            _sync.leave()
+            if _sync.reentered():
+                _sync.leave()
 
     @property
     def late_requests(self) -> int:

@@ -41,11 +41,12 @@ def _run_mine() -> Optional[BaseException]:
     """Run the calling thread's queued affine releases; the first error, not raised."""
     if _reentered():
         return None  # never inside a section: it runs after it
-    _sync.enter()
     try:
+        _sync.enter()
         nodes = _threads.take_mine()
     finally:
-        _release()
+        if _sync.reentered():
+            _release()
     first: Optional[BaseException] = None
     for node in nodes:
         error = node._registry._release_chain(node)

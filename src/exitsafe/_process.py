@@ -49,13 +49,14 @@ def register(registry: Registry) -> bool:
     Returns ``False`` when the exit teardown has already finished: the caller then
     starts closed.
     """
-    _sync.enter()
     try:
+        _sync.enter()
         _registries[:] = [r for r in _registries if r() is not None]
         _registries.append(_weakref(registry))
         return _exit_phase[0] != "exited"
     finally:
-        _sync.leave()
+        if _sync.reentered():
+            _sync.leave()
 
 
 def keep_until_teardown(registry: Registry) -> None:
@@ -76,13 +77,14 @@ def default_registry() -> Registry:
     from ._registry import Registry
 
     created = Registry("default")
-    _sync.enter()
     try:
+        _sync.enter()
         if not _default:
             _default.append(created)
         return _default[0]
     finally:
-        _sync.leave()
+        if _sync.reentered():
+            _sync.leave()
 
 
 def keep_forever(obj: object) -> None:
@@ -131,6 +133,15 @@ def at_exit() -> None:
     from ._interrupts import end_by_uncaught_keyboard_interrupt, held, signals_to_take_over
 
     _exit_phase[0] = "exiting"
+    if _sync.reentered():
+        # No exitsafe frame is on this thread's stack at exit, so this thread holds the
+        # lock only if an interrupt escaped a section in a way no check above caught: free
+        # it rather than skip the teardown (it would defer itself for ever).
+        from ._report import log
+
+        while _sync.reentered():
+            _sync.release()
+        log().error("exitsafe: the lock was still held by the exiting thread; released")
     try:
         if registries() or signals_to_take_over():
             with held(at_exit=True):

@@ -309,8 +309,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if _reentered():
             raise _refused("track()")
         parents = self._parent_handles(depends_on, "depends_on") if depends_on else ()
-        # Node._init, inlined (no frame): every field of the record, once.
+        # Node._init, inlined (no frame): every field of the record, once; the creation
+        # number and the rank first, since __del__ may read them if an interrupt lands.
         node = _new_handle(Handle)
+        node._seq = 0
+        node._rank = 0.0
         node._registry = self
         node._raw = raw
         node._fn = release
@@ -331,8 +334,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         node._affinity = owner
         node._in_child = False
         if parents or self._phase == CLOSED:
-            node._seq = 0
-            node._rank = 0.0
             if self._phase == CLOSED:  # no lock after close: see _registered_after_close
                 self._registered_after_close(node)
             else:
@@ -340,24 +341,29 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 if _deferred:
                     self._run_deferred_after_track(node)
             return node
-        # Fast path (no dependencies): nothing to validate under the lock.
-        if not _acquire(False):
-            try:
-                _wait()
-            except BaseException:  # interrupted (KeyboardInterrupt): the caller still owns raw
-                _disown(node)
-                raise
+        # Fast path (no dependencies): nothing to validate under the lock.  The lock is
+        # taken inside the try: Python may raise a KeyboardInterrupt right after it.
         try:
-            if self._phase:
-                is_open = False
+            try:
+                if not _acquire(False):
+                    _wait()
+                if self._phase:
+                    is_open = False
+                else:
+                    is_open = True
+                    seq = self._seq = self._seq + 1
+                    node._seq = seq
+                    node._rank = seq
+                    self._live.add(node, False)
+            finally:
+                if _reentered():
+                    _release()
+        except BaseException:  # interrupted (KeyboardInterrupt): the caller still owns raw
+            if node._seq:  # registered meanwhile
+                self._undo_track(node)
             else:
-                is_open = True
-                seq = self._seq = self._seq + 1
-                node._seq = seq
-                node._rank = seq
-                self._live.add(node, False)
-        finally:
-            _release()
+                _disown(node)
+            raise
         if not is_open:
             node._seq = 0
             node._rank = 0.0
@@ -390,8 +396,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         is still released.  Runs no queued work: the error in flight is the caller's.
         """
         trash: list[object] = []
-        _sync.enter()
         try:
+            _sync.enter()
             if (
                 self._phase != OPEN
                 or node._state != LIVE
@@ -403,7 +409,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._refs = 0
             ready = self._finish(node, Outcome.DETACHED, None, False, trash)
         finally:
-            _release()
+            if _reentered():
+                _release()
         trash.clear()
         for parent in ready:
             self._release_chain(parent)  # (an error is recorded; the caller's is raised)
@@ -484,11 +491,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         parents = node._parents
         error: Optional[Exception] = None
         try:
-            _sync.enter()
-        except BaseException:  # interrupted while waiting: the caller still owns its object
-            _disown(node)
-            raise
-        try:
+            try:
+                _sync.enter()
+            except BaseException:  # interrupted while waiting: the caller still owns it
+                _disown(node)  # (enter() leaves the lock free when it raises)
+                raise
             if self._phase == OPEN:
                 error = self._check_new_edges(node, after)
                 if error is None:
@@ -513,7 +520,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             else:
                 is_open = False
         finally:
-            _release()
+            if _reentered():
+                _release()
         if error is not None:
             _disown(node)
             raise error
@@ -564,8 +572,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         # Bounded: this may run from a finalizer late in shutdown, when a thread frozen
         # inside exitsafe may hold the lock for ever; then the record is made without it
         # (an append to the ledger is atomic; the creation number may repeat).
-        locked = _sync.enter_if_possible() if not _reentered() else False
+        inside = _reentered()  # (then this thread holds the lock already)
         try:
+            if not inside:
+                _sync.enter_if_possible()
             self._seq += 1
             node._seq = self._seq
             node._state = LEAKED
@@ -576,7 +586,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 "registered after teardown began", True,
             )
         finally:
-            if locked:
+            if not inside and _reentered():
                 _release()
         if node._role != HOOK and node._raw is not None:
             keep_forever(node._raw)  # never released; never freed by us either
@@ -598,8 +608,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if _reentered():
             raise _refused("add_dependency()")
         node = handle
-        _sync.enter()
         try:
+            _sync.enter()
             if node._state != LIVE or not node._refs:
                 raise HandleClosedError(closed_message(node))
             if self._phase != OPEN:
@@ -624,7 +634,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 if node._role != HOOK:  # a hook's edges only order the teardown
                     parent._children += 1
         finally:
-            _release()
+            if _reentered():
+                _release()
         if _deferred:
             _run_deferred()
 
@@ -635,14 +646,15 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             raise HandleClosedError(closed_message(node))
         if _reentered():
             raise _refused("retain()")
-        if not _acquire(False):
-            _wait()
         try:
+            if not _acquire(False):
+                _wait()
             if node._state != LIVE or not node._refs:
                 raise HandleClosedError(closed_message(node))
             node._refs += 1
         finally:
-            _release()
+            if _reentered():
+                _release()
         if _deferred:
             _run_deferred()
 
@@ -654,9 +666,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if _reentered():
             _defer(self._drop_owner, node)
             return
-        if not _acquire(False):
-            _wait()
         try:
+            if not _acquire(False):
+                _wait()
             if self._phase == CLOSED:
                 self._ledger.add_late_request()
                 target = None
@@ -682,7 +694,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         node._releaser = _get_ident()
                         target = node
         finally:
-            _release()
+            if _reentered():
+                _release()
         if late:
             if self._trace:
                 self._trace_late(node)
@@ -701,9 +714,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     error = self._leaf_failed(target, exc)
                 else:
                     error = None
-                    if not _acquire(False):
-                        _wait()
                     try:
+                        if not _acquire(False):
+                            _wait()
                         if target._state == RELEASING:  # else a teardown gave up on it
                             target._state = RELEASED
                             target._releaser = 0
@@ -716,7 +729,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                             if len(records) > self._ledger.cap:
                                 self._ledger.trim()
                     finally:
-                        _release()
+                        if _reentered():
+                            _release()
                     # Outside the lock: dropping these may run the object's __del__.
                     target._raw = target._fn = None
             if _deferred:
@@ -736,9 +750,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._fn(node._raw)  # type: ignore[misc]
         except BaseException as exc:  # recorded, then returned to the caller
             return self._leaf_failed(node, exc)
-        if not _acquire(False):
-            _wait()
         try:
+            if not _acquire(False):
+                _wait()
             if node._state == RELEASING:  # else a teardown gave up on it and recorded it
                 node._state = RELEASED
                 node._releaser = 0
@@ -749,18 +763,20 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 if len(records) > self._ledger.cap:
                     self._ledger.trim()
         finally:
-            _release()
+            if _reentered():
+                _release()
         node._raw = node._fn = None  # outside the lock: this may run the object's __del__
         return None
 
     def _leaf_failed(self, node: _Node, exc: BaseException) -> BaseException:
         """Record that a leaf's release function raised ``exc``; return it to re-raise."""
         trash: list[object] = []
-        _sync.enter()
         try:
+            _sync.enter()
             self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
         finally:
-            _release()
+            if _reentered():
+                _release()
         return exc
 
     def _release_failed(self, node: _Node, exc: BaseException) -> None:
@@ -770,22 +786,24 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         are tainted by the failure, so they end leaked, never released.
         """
         trash: list[object] = []
-        _sync.enter()
         try:
+            _sync.enter()
             ready = self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
         finally:
-            _release()
+            if _reentered():
+                _release()
         trash.clear()
         for parent in reversed(ready):  # last first, as _release_chain's stack takes them
             self._release_chain(parent)
 
     def _queue_for_owner(self, node: _Node) -> None:
         """A release due on a thread that does not own ``node``: queue it for the owner."""
-        _sync.enter()
         try:
+            _sync.enter()
             _threads.queue_for_owner(node)
         finally:
-            _release()
+            if _reentered():
+                _release()
 
     def _collected(self, node: _Node) -> None:
         # Handle.__del__ of a handle with owners, on any thread, possibly during
@@ -818,12 +836,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
 
     def _collected_now(self, node: _Node) -> None:
         trash: list[object] = []
-        if not self._phase:
-            _sync.enter()
-            locked = True
-        else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
-            locked = _sync.enter_if_possible()
         try:
+            if not self._phase:
+                _sync.enter()
+            else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
+                _sync.enter_if_possible()  # (without the lock: no other thread runs)
             target = None
             if node._state == LIVE and node._refs:
                 if self._phase:
@@ -842,7 +859,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         node._releaser = _get_ident()
                         target = node
         finally:
-            if locked:
+            if _reentered():
                 _release()
         trash.clear()
         if target is not None:
@@ -878,8 +895,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
 
     def _settle(self, node: _Node) -> None:
         """Release ``node`` if nothing holds it any more (queued after a re-entrant borrow)."""
-        _sync.enter()
         try:
+            _sync.enter()
             if (
                 node._state == LIVE
                 and not (node._refs or node._children or node._borrows)
@@ -891,7 +908,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             else:
                 target = None
         finally:
-            _release()
+            if _reentered():
+                _release()
         if target is not None:
             error = self._release_chain(target)
             if error is not None:
@@ -908,8 +926,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if _reentered():
             raise _refused("detach()")
         trash: list[object] = []
-        _sync.enter()
         try:
+            _sync.enter()
             if self._phase != OPEN:
                 raise RegistryClosedError(
                     f"registry {self.name!r} is tearing down or closed; "
@@ -934,7 +952,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._refs = 0  # exitsafe owns nothing of it any more
             ready = self._finish(node, Outcome.DETACHED, None, False, trash)
         finally:
-            _release()
+            if _reentered():
+                _release()
         trash.clear()
         error = None
         for parent in ready:
@@ -979,12 +998,13 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         error = exc
                 else:
                     outcome = Outcome.RELEASED
-            if not _acquire(False):
-                _wait()
             try:
+                if not _acquire(False):
+                    _wait()
                 pending.extend(self._finish(node, outcome, detail, False, trash))
             finally:
-                _release()
+                if _reentered():
+                    _release()
             trash.clear()  # drops the raw object and release function: outside the lock
         return error
 

@@ -70,17 +70,42 @@ def wait() -> None:
     `YIELDS_BEFORE_BLOCKING` tries (a long section) it blocks, which is safe
     because sections never wait (rule 2).  The caller must not be inside a section.
     """
-    for _ in range(YIELDS_BEFORE_BLOCKING):
-        _sleep(0)
-        if acquire(False):
-            return
-    acquire()
+    try:
+        for _ in range(YIELDS_BEFORE_BLOCKING):
+            _sleep(0)
+            if acquire(False):
+                return
+        acquire()
+    except BaseException:  # interrupted (KeyboardInterrupt), maybe once it held the lock:
+        if reentered():  # it leaves without it (see enter)
+            release()
+        raise
 
 
 def enter() -> None:
-    """Take `LOCK` (the caller has checked it is not inside a section)."""
-    if not acquire(False):
-        wait()
+    """Take `LOCK` (the caller has checked it is not inside a section).
+
+    An exception raised in it (a ``KeyboardInterrupt``, which Python may raise right
+    after the lock was taken) leaves the lock free.  Callers take it *inside* their
+    ``try`` and release it in their ``finally`` only if they hold it::
+
+        try:
+            _sync.enter()
+            ...  # the section
+        finally:
+            if _sync.reentered():
+                _sync.release()
+
+    since an interrupt may also land between this function's return and a ``try``
+    written after it (CPython checks for signals after calls).
+    """
+    try:
+        if not acquire(False):
+            wait()
+    except BaseException:
+        if reentered():
+            release()
+        raise
 
 
 def enter_if_possible(timeout: float = 1.0) -> bool:
@@ -96,6 +121,10 @@ def enter_if_possible(timeout: float = 1.0) -> bool:
         return bool(acquire(True, timeout))
     except RuntimeError:
         return False
+    except BaseException:  # interrupted, maybe once it held the lock: it leaves without it
+        if reentered():
+            release()
+        raise
 
 
 def leave() -> None:
@@ -230,8 +259,12 @@ class section:
     def __enter__(self) -> None:
         if reentered():
             raise refused(self.operation)
-        if not acquire(False):
-            wait()
+        try:
+            enter()
+        except BaseException:  # interrupted once enter() returned: `with` calls no __exit__
+            if reentered():
+                release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         release()

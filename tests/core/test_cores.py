@@ -402,6 +402,53 @@ def test_track_interrupted_while_waiting_for_the_lock_owns_nothing():
     assert "Exception ignored" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("call", ["release", "track", "retain", "ledger"])
+def test_a_ctrl_c_right_after_the_lock_was_taken_leaves_it_free(call):
+    """Python may raise a KeyboardInterrupt right after a call that took exitsafe's lock:
+    here the Ctrl-C is sent while the main thread waits for the lock another thread
+    holds, and Python raises it once the wait succeeded.  The lock must not stay held by
+    the main thread (its releases were deferred for ever, other threads hung, and the exit
+    teardown deferred itself: no handle was released at exit, none had an outcome)."""
+    program = textwrap.dedent(
+        f"""
+        import signal, sys, threading, time
+        import exitsafe
+        from exitsafe import _sync
+        registry = exitsafe.Registry("k")
+        kept = registry.track("KEPT", lambda raw: print("released", raw), name="kept")
+        h = registry.track("H", lambda raw: print("released", raw), name="h")
+        main = threading.get_ident()
+        def section_elsewhere():
+            _sync.enter()  # another thread in a long section
+            time.sleep(0.3)
+            _sync.release()
+            signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C, acted on by the main thread
+        threading.Thread(target=section_elsewhere).start()
+        time.sleep(0.05)
+        calls = {{
+            "release": h.release,
+            "track": lambda: registry.track("T", lambda raw: None, name="t").release(),
+            "retain": h.retain,
+            "ledger": registry.ledger,
+        }}
+        try:
+            calls[{call!r}]()
+            time.sleep(1)  # (the signal may come after the call returned)
+        except KeyboardInterrupt:
+            pass
+        print("held:", _sync.reentered())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "held: False" in lines, out.stdout + out.stderr
+    assert lines.count("released KEPT") == 1 and lines.count("released H") == 1, out.stdout
+    assert "Exception ignored" not in out.stderr and "still held" not in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("with_parent", [False, True], ids=["no-parent", "one-parent"])
 def test_track_raising_after_its_registration_owns_nothing(with_parent):
     """Queued work runs right after a registration; when it raises (a KeyboardInterrupt in a
