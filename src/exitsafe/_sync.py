@@ -200,6 +200,9 @@ generation = 0
 FORK_WAIT = 2.0
 
 _held_for_fork: list[bool] = []
+#: Whether the forking thread was inside a section when it forked (a finalizer or a
+#: signal handler that interrupted the section called ``os.fork()``).
+_inside_at_fork: list[bool] = []
 
 # The three functions below are called by exitsafe._process's fork handlers, which
 # order them with the rest of the process state.
@@ -207,10 +210,13 @@ _held_for_fork: list[bool] = []
 
 def before_fork() -> None:
     """Hold `LOCK` across ``fork()`` so no section is half done in the child."""
+    _inside_at_fork.append(reentered())
     _held_for_fork.append(acquire(True, FORK_WAIT))
 
 
 def after_fork_in_parent() -> None:
+    if _inside_at_fork:
+        _inside_at_fork.pop()
     if _held_for_fork and _held_for_fork.pop():
         release()
 
@@ -221,7 +227,14 @@ def after_fork_in_child() -> None:
     if speedups is not None:
         speedups.set_generation(generation)
     _held_for_fork.clear()
+    inside = bool(_inside_at_fork and _inside_at_fork.pop())
+    _inside_at_fork.clear()
     LOCK._at_fork_reinit()
+    if inside:
+        # The fork came from a finalizer or signal handler that interrupted a section of
+        # this thread: the section resumes in the child too and releases the lock when it
+        # ends, so the child's thread holds it, as the parent's does.
+        acquire()
     _deferred.clear()
     _draining.clear()
 

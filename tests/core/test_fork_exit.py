@@ -214,3 +214,36 @@ def test_inherited_hooks_in_a_child(tmp_path):
     assert child["default"] == "leaked_inherited"
     assert child["runs"] == "hook_ran"
     assert child["neutralize Catalog._handle"] == "hook_ran"
+
+
+def test_a_fork_from_inside_a_section_leaves_the_child_able_to_finish_it(tmp_path):
+    # A finalizer or a signal handler that interrupted an exitsafe section may call
+    # os.fork(): the section resumes in the child as in the parent, and ends by releasing
+    # the lock (the child's reinitialized lock was not held: RuntimeError "cannot release
+    # un-acquired lock" out of the program's own track()).  Forced here by forking inside
+    # a section directly.
+    run = run_program(
+        """
+        import os
+        import exitsafe
+        from exitsafe import _sync
+
+        registry = exitsafe.Registry("forking")
+        with _sync.section("a section interrupted by a fork"):
+            pid = os.fork()
+        who = "child" if pid == 0 else "parent"
+        print(who, "held after the section:", _sync.reentered(), flush=True)
+        h = registry.track("x", lambda raw: print(who, "released", raw, flush=True))
+        h.release()
+        if pid:
+            _, status = os.waitpid(pid, 0)
+            print("child status", status, flush=True)
+        """,
+        tmp_path,
+    )
+    assert_clean(run)
+    lines = run.stdout.splitlines()
+    for who in ("parent", "child"):
+        assert f"{who} held after the section: False" in lines, run.describe()
+        assert f"{who} released x" in lines, run.describe()
+    assert "child status 0" in lines, run.describe()
