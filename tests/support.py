@@ -81,9 +81,16 @@ class Run:
         )
 
 
+#: Kept for the child: the core the suite runs against (CI runs it under each).
+_KEEP = ("EXITSAFE_PURE_PYTHON",)
+
+
 def child_env(env: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The test process's environment without exitsafe's and the tests' own variables."""
-    out = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
+    """The test process's environment without exitsafe's and the tests' own variables,
+    except the choice of core, so that a child runs the core the suite runs against."""
+    out = {
+        k: v for k, v in os.environ.items() if k in _KEEP or not k.startswith(_SCRUB)
+    }
     out.update(env or {})
     return out
 

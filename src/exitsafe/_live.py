@@ -39,6 +39,15 @@ class PurePythonLiveTable:
         """Add ``node``: held strongly if ``owned`` (a hook), else weakly (a handle)."""
         self._entries[node._seq] = node if owned else _weakref(node)
 
+    def hold(self, node: Node) -> None:
+        """Hold ``node`` strongly from now on, if it is here: a handle whose garbage
+        collection began but which has not ended (its release runs, or waits for its
+        dependents or borrows).  A cyclic collection clears the weak reference before the
+        finalizer runs; without this the teardown would not see the handle, which would
+        end with no outcome, and its parents would be released under it."""
+        if node._seq in self._entries:
+            self._entries[node._seq] = node
+
     def discard(self, node: Node) -> None:
         """Remove ``node`` if it is here."""
         self._entries.pop(node._seq, None)

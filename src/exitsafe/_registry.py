@@ -854,6 +854,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     )
                 else:
                     node._refs = 0
+                    self._live.hold(node)  # not ended yet: the teardown must see it
                     if not (node._children or node._borrows):
                         node._state = RELEASING
                         node._releaser = _get_ident()

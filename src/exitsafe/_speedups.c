@@ -676,7 +676,23 @@ LiveTable_nodes(LiveTableObject *self, PyObject *Py_UNUSED(ignored))
     }
 }
 
+/* hold(node): nothing to do here: a record is linked in place until it ends or is
+ * deallocated, and one whose collection began but which has not ended is still referenced
+ * (by its release in progress, or resurrected by its finalizer), so it stays linked.  The
+ * pure-Python table holds such a handle strongly (its weak reference may be cleared). */
+static PyObject *
+LiveTable_hold(LiveTableObject *self, PyObject *arg)
+{
+    if (!check_node(arg)) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef LiveTable_methods[] = {
+    {"hold", (PyCFunction)LiveTable_hold, METH_O,
+     "hold(node)\n--\n\nKeep a handle whose collection began, until it ends (linked: nothing "
+     "to do)."},
     {"add", (PyCFunction)(void (*)(void))LiveTable_add, METH_FASTCALL,
      "add(node, owned)\n--\n\nAppend a handle (held weakly) or an owned hook (held strongly)."},
     {"discard", (PyCFunction)LiveTable_discard, METH_O,

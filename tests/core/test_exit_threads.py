@@ -356,3 +356,46 @@ def test_a_daemon_thread_parked_during_the_exit_imports_nothing(tmp_path):
     run = run_program(DAEMON_PARKED_WITHOUT_IMPORTS, tmp_path)
     assert_clean(run)
     assert run.order == ["parked", "logging imported: False", "signal imported: False"]
+
+
+CYCLE_RELEASING_AT_EXIT = """
+    import time
+
+    gc.disable()  # collected only by the worker below, not by chance on this thread
+    registry = exitsafe.Registry("cycle", step_timeout=0.3)
+    parent = registry.track("parent", record, name="parent")
+
+    def slow_release(raw):
+        record("child release started")
+        time.sleep(1)  # a slow native release, still running when the program exits
+        record("child release finished")
+
+    class Wrapper:  # a binding object in a reference cycle
+        def __init__(self):
+            self.handle = registry.track(
+                "child", slow_release, name="child", depends_on=[parent]
+            )
+            self.me = self
+
+    Wrapper()
+    parent.release()  # the child still needs it
+    threading.Thread(target=gc.collect, daemon=True).start()  # collected on a worker
+    while True:  # until the release runs there
+        with open(os.environ["ORDER_LOG"]) as order:
+            if "child release started" in order.read():
+                break
+        time.sleep(0.001)
+"""
+
+
+def test_a_handle_collected_in_a_cycle_and_releasing_at_exit_is_seen_by_the_teardown(
+    tmp_path,
+):
+    # A cyclic collection clears the live table's weak reference before the handle's
+    # finalizer runs: the pure-Python core's teardown then did not see the release in
+    # progress (the child ended with no outcome) and released its parent under it.  It is
+    # waited for, as a release running elsewhere, then leaked with what it depends on.
+    run = run_program(CYCLE_RELEASING_AT_EXIT, tmp_path, ledger=True)
+    assert_clean(run)
+    assert "parent" not in run.order, "released under the child's release"
+    assert run.outcomes("cycle") == {"child": "leaked_in_use", "parent": "leaked_dependent"}
