@@ -73,6 +73,7 @@ _reentered = _sync.reentered
 _acquire = _sync.acquire
 _release = _sync.release
 _wait = _sync.wait
+_enter_to_record = _sync.enter_to_record
 _deferred = _sync._deferred  # the queue itself: a cheap truthiness test on the hot path
 _run_deferred = _sync.run_deferred
 _defer = _sync.defer
@@ -715,8 +716,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 else:
                     error = None
                     try:
-                        if not _acquire(False):
-                            _wait()
+                        if not _acquire(False):  # (interrupted: recorded, then raised)
+                            error = _enter_to_record()
                         if target._state == RELEASING:  # else a teardown gave up on it
                             target._state = RELEASED
                             target._releaser = 0
@@ -750,9 +751,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._fn(node._raw)  # type: ignore[misc]
         except BaseException as exc:  # recorded, then returned to the caller
             return self._leaf_failed(node, exc)
+        interrupt = None
         try:
-            if not _acquire(False):
-                _wait()
+            if not _acquire(False):  # (interrupted while waiting: recorded, then returned)
+                interrupt = _enter_to_record()
             if node._state == RELEASING:  # else a teardown gave up on it and recorded it
                 node._state = RELEASED
                 node._releaser = 0
@@ -766,18 +768,20 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if _reentered():
                 _release()
         node._raw = node._fn = None  # outside the lock: this may run the object's __del__
-        return None
+        return interrupt
 
     def _leaf_failed(self, node: _Node, exc: BaseException) -> BaseException:
-        """Record that a leaf's release function raised ``exc``; return it to re-raise."""
+        """Record that a leaf's release function raised ``exc``; return it to re-raise
+        (or the interrupt that came while waiting to record it)."""
         trash: list[object] = []
+        interrupt = None
         try:
-            _sync.enter()
+            interrupt = _enter_to_record()
             self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
         finally:
             if _reentered():
                 _release()
-        return exc
+        return interrupt if interrupt is not None else exc
 
     def _release_failed(self, node: _Node, exc: BaseException) -> None:
         """The compiled core's: the release function of ``node`` (claimed) raised ``exc``.
@@ -786,8 +790,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         are tainted by the failure, so they end leaked, never released.
         """
         trash: list[object] = []
+        interrupt = None
         try:
-            _sync.enter()
+            interrupt = _enter_to_record()
             ready = self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
         finally:
             if _reentered():
@@ -795,6 +800,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         trash.clear()
         for parent in reversed(ready):  # last first, as _release_chain's stack takes them
             self._release_chain(parent)
+        if interrupt is not None:
+            raise interrupt
 
     def _queue_for_owner(self, node: _Node) -> None:
         """A release due on a thread that does not own ``node``: queue it for the owner."""
@@ -1000,8 +1007,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 else:
                     outcome = Outcome.RELEASED
             try:
-                if not _acquire(False):
-                    _wait()
+                if not _acquire(False):  # (interrupted while waiting: recorded, then raised)
+                    interrupt = _enter_to_record()
+                    if error is None:
+                        error = interrupt
                 pending.extend(self._finish(node, outcome, detail, False, trash))
             finally:
                 if _reentered():

@@ -340,6 +340,27 @@ raise_exception(PyObject *exc) /* steals exc */
 #endif
 }
 
+/* enter_section() to record what already happened (a release function returned): an
+ * interrupt while waiting (a KeyboardInterrupt) must not lose the record.  Waits again
+ * (bounded: sections never wait) until it holds the lock; the first interrupt is left in
+ * *interrupt (a new reference) for the caller to raise once the record is made. */
+static void
+enter_section_to_record(unsigned long me, PyObject **interrupt)
+{
+    while (enter_section(me) < 0) {
+        PyObject *exc = take_exception();
+        if (*interrupt == NULL) {
+            *interrupt = exc;
+        }
+        else {
+            Py_XDECREF(exc);
+        }
+        if (LOAD(the_lock->owner) == me) {
+            break; /* (interrupted once the wait had taken it) */
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ RegistryCore */
 
 typedef struct {
@@ -1185,8 +1206,15 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
             return -1;
         }
     }
-    if (enter_section(me) < 0) {
-        return -1;
+    PyObject *interrupt = NULL; /* (raised by the caller, as a release function's error) */
+    enter_section_to_record(me, &interrupt);
+    if (interrupt != NULL) {
+        if (*error == NULL) {
+            *error = interrupt;
+        }
+        else {
+            Py_DECREF(interrupt);
+        }
     }
     int failed = 0;
     PyObject *parents = NULL;

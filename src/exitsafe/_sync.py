@@ -41,7 +41,7 @@ from ._core import speedups
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Optional
 
 #: The one lock of exitsafe (see the module documentation for its rules): the compiled
 #: core's lock when it is in use (its hot paths take it without a Python call), else a
@@ -106,6 +106,25 @@ def enter() -> None:
         if reentered():
             release()
         raise
+
+
+def enter_to_record() -> Optional[BaseException]:
+    """Take `LOCK` to record what already happened (a release function returned or
+    raised): an interrupt while waiting (``KeyboardInterrupt``) must not lose that record.
+
+    Waits again until it holds the lock (bounded: sections never wait) and returns the
+    first interrupt, for the caller to raise once the record is made (``None``: none).
+    """
+    interrupt: Optional[BaseException] = None
+    while True:
+        try:
+            enter()
+            return interrupt
+        except BaseException as exc:
+            if interrupt is None:
+                interrupt = exc
+            if reentered():  # interrupted once enter() had returned: the lock is held
+                return interrupt
 
 
 def enter_if_possible(timeout: float = 1.0) -> bool:

@@ -449,6 +449,53 @@ def test_a_ctrl_c_right_after_the_lock_was_taken_leaves_it_free(call):
     assert "Exception ignored" not in out.stderr and "still held" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("with_parent", [False, True], ids=["leaf", "chain"])
+def test_a_ctrl_c_while_waiting_to_record_a_release_loses_no_outcome(with_parent):
+    """The release function returned; the release then waits for the lock (another
+    thread's section) to record it, and a Ctrl-C arrives: the record is made, the parents
+    it frees are released, then the KeyboardInterrupt is raised (the handle stayed
+    'releasing' with no outcome, and its parent was leaked at exit)."""
+    program = textwrap.dedent(
+        f"""
+        import signal, threading, time
+        import exitsafe
+        from exitsafe import _sync
+        registry = exitsafe.Registry("k")
+        calls, holding = [], threading.Event()
+        main = threading.get_ident()
+        def section_elsewhere():
+            _sync.enter()
+            holding.set()
+            time.sleep(0.2)  # the release waits for the lock to record itself
+            signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C
+            time.sleep(0.2)
+            _sync.release()
+        def release(raw):
+            calls.append(raw)
+            threading.Thread(target=section_elsewhere).start()
+            holding.wait()
+        parents = [registry.track("P", calls.append, name="p")] if {with_parent!r} else []
+        h = registry.track("X", release, name="x", depends_on=parents)
+        for parent in parents:
+            parent.release()  # waits for x
+        try:
+            h.release()
+        except KeyboardInterrupt:
+            print("interrupted")
+        print(calls, [(e.name, e.outcome) for e in registry.ledger()])
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    expected = (
+        "['X', 'P'] [('x', 'released'), ('p', 'released')]" if with_parent
+        else "['X'] [('x', 'released')]"
+    )
+    assert out.stdout.splitlines() == ["interrupted", expected], out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("with_parent", [False, True], ids=["no-parent", "one-parent"])
 def test_track_raising_after_its_registration_owns_nothing(with_parent):
     """Queued work runs right after a registration; when it raises (a KeyboardInterrupt in a
