@@ -310,8 +310,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if _reentered():
             raise _refused("track()")
         parents = self._parent_handles(depends_on, "depends_on") if depends_on else ()
-        # Node._init, inlined (no frame): every field of the record, once; the creation
-        # number and the rank first, since __del__ may read them if an interrupt lands.
+        # Node._init, inlined (no frame): every field of the record, once.  The owner count
+        # last: until it is set, the handle's __del__ does nothing (an interrupt may land
+        # after any call here, and a half-made record must not be released or read).
         node = _new_handle(Handle)
         node._seq = 0
         node._rank = 0.0
@@ -324,7 +325,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         node._policy = exit_policy
         node._timeout = timeout
         node._role = LIBRARY if kind == "library" else HANDLE
-        node._refs = 1
         node._children = 0
         node._borrows = 0
         node._state = LIVE
@@ -334,6 +334,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         node._thread_id = _get_ident()
         node._affinity = owner
         node._in_child = False
+        node._refs = 1
         if parents or self._phase == CLOSED:
             if self._phase == CLOSED:  # no lock after close: see _registered_after_close
                 self._registered_after_close(node)
@@ -716,8 +717,13 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 else:
                     error = None
                     try:
-                        if not _acquire(False):  # (interrupted: recorded, then raised)
-                            error = _enter_to_record()
+                        try:
+                            if not _acquire(False):  # (interrupted: recorded, then raised)
+                                error = _enter_to_record()
+                        except BaseException as exc:  # raised right after the call
+                            error = exc
+                            if not _reentered():
+                                _enter_to_record()
                         if target._state == RELEASING:  # else a teardown gave up on it
                             target._state = RELEASED
                             target._releaser = 0
@@ -753,8 +759,13 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             return self._leaf_failed(node, exc)
         interrupt = None
         try:
-            if not _acquire(False):  # (interrupted while waiting: recorded, then returned)
-                interrupt = _enter_to_record()
+            try:
+                if not _acquire(False):  # (interrupted while waiting: recorded, returned)
+                    interrupt = _enter_to_record()
+            except BaseException as exc:  # (Python may raise it right after a call)
+                interrupt = exc
+                if not _reentered():
+                    _enter_to_record()
             if node._state == RELEASING:  # else a teardown gave up on it and recorded it
                 node._state = RELEASED
                 node._releaser = 0
@@ -1007,10 +1018,16 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 else:
                     outcome = Outcome.RELEASED
             try:
-                if not _acquire(False):  # (interrupted while waiting: recorded, then raised)
-                    interrupt = _enter_to_record()
-                    if error is None:
-                        error = interrupt
+                interrupt = None
+                try:
+                    if not _acquire(False):  # (interrupted while waiting: recorded, raised)
+                        interrupt = _enter_to_record()
+                except BaseException as exc:  # (Python may raise it right after a call)
+                    interrupt = exc
+                    if not _reentered():
+                        _enter_to_record()
+                if error is None:
+                    error = interrupt
                 pending.extend(self._finish(node, outcome, detail, False, trash))
             finally:
                 if _reentered():

@@ -35,6 +35,7 @@ The lock is a re-entrant lock only so that ownership is known atomically
 from __future__ import annotations
 
 import _thread
+import sys as _sys
 import time
 
 from ._core import speedups
@@ -180,32 +181,54 @@ def run_deferred() -> None:
 
     Errors of one item are logged and do not stop the others: the items are release
     requests whose callers could not receive an exception anyway (a finalizer, a
-    signal handler).
+    signal handler).  On the main thread, SIGINT and exitsafe's signals are held back
+    while it runs (see ``exitsafe._interrupts``): a ``KeyboardInterrupt`` between taking
+    an item and running it would lose that request; it is raised after the queue ran.
     """
     if reentered():
         return
     me = _get_ident()
     if me in _draining:
         return
-    _draining.add(me)
     try:
-        while _deferred:
-            try:
-                fn, args = _deferred.pop(0)
-            except IndexError:  # another thread took the last one
-                return
-            try:
-                fn(*args)
-            except Exception as exc:  # the caller is gone (a finalizer): log, go on
-                from ._report import log
+        _draining.add(me)
+        if _is_main_thread(me):  # (only it runs signal handlers)
+            from ._interrupts import held
 
-                log().error(
-                    "exitsafe: a release requested from a finalizer or signal handler "
-                    "failed: %s",
-                    repr(exc),
-                )
+            with held():
+                _drain()
+        else:
+            _drain()
     finally:
         _draining.discard(me)
+
+
+def _drain() -> None:
+    while _deferred:
+        try:
+            fn, args = _deferred.pop(0)
+        except IndexError:  # another thread took the last one
+            return
+        try:
+            fn(*args)
+        except Exception as exc:  # the caller is gone (a finalizer): log, go on
+            from ._report import log
+
+            log().error(
+                "exitsafe: a release requested from a finalizer or signal handler "
+                "failed: %s",
+                repr(exc),
+            )
+
+
+def _is_main_thread(ident: int) -> bool:
+    """Whether ``ident`` is the main thread's (without importing ``threading``: with no
+    ``threading`` module loaded, the main thread is the only one running Python)."""
+    threading = _sys.modules.get("threading")
+    if threading is None:
+        return True
+    main = threading.main_thread()
+    return bool(main.ident == ident)
 
 
 # ---------------------------------------------------------------------- fork

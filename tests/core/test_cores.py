@@ -496,6 +496,42 @@ def test_a_ctrl_c_while_waiting_to_record_a_release_loses_no_outcome(with_parent
     assert out.stdout.splitlines() == ["interrupted", expected], out.stdout + out.stderr
 
 
+def test_a_ctrl_c_while_queued_releases_run_is_raised_after_them():
+    """Releases queued by finalizers run on the main thread at its next exitsafe call;
+    a Ctrl-C arriving meanwhile could land between taking a request off the queue and
+    running it (the request was lost).  Signals are held back while the queue runs, and
+    the KeyboardInterrupt comes after it: here the first request's release is where the
+    Ctrl-C arrives, and the second still runs before it is raised."""
+    program = textwrap.dedent(
+        """
+        import signal
+        import exitsafe
+        from exitsafe import _sync
+        registry = exitsafe.Registry("k")
+        ran = []
+        def first(raw):
+            ran.append(raw)
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C, while the queue runs
+        handles = [registry.track("A", first), registry.track("B", ran.append)]
+        for h in handles:
+            _sync.defer(h.release)  # as finalizers that interrupted a section queue them
+        try:
+            registry.ledger()  # any exitsafe call runs the queue
+        except KeyboardInterrupt:
+            print("interrupted after", ran)
+        print([(e.name, e.outcome) for e in registry.ledger()])
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "interrupted after ['A', 'B']",
+        "[('handle#1', 'released'), ('handle#2', 'released')]",
+    ], out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("with_parent", [False, True], ids=["no-parent", "one-parent"])
 def test_track_raising_after_its_registration_owns_nothing(with_parent):
     """Queued work runs right after a registration; when it raises (a KeyboardInterrupt in a
