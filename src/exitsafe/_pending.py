@@ -64,6 +64,8 @@ def _run_mine_quietly() -> None:
     if threading.current_thread() not in _affine:
         return
     error = _run_mine()
+    if error is not None and _sync.is_interrupt(error):
+        raise error  # a Ctrl-C that came meanwhile: the caller's, as for any exitsafe call
     if error is not None:
         log().error("exitsafe: a queued thread-affine release failed: %s", repr(error))
 

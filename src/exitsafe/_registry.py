@@ -370,19 +370,23 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._seq = 0
             node._rank = 0.0
             self._registered_after_close(node)
-        elif _deferred:
-            self._run_deferred_after_track(node)
-        if _affine:
-            _run_mine_quietly()
+            if _affine:
+                _run_mine_quietly()
+        elif _deferred or _affine:
+            self._run_deferred_after_track(node, affine=True)
         return node
 
-    def _run_deferred_after_track(self, node: _Node) -> None:
-        """Run the queued work after the registration of ``node`` by ``track()``; if it
-        raises (a ``KeyboardInterrupt`` in a queued release, a logging filter that
-        raises), undo the registration before ``track()`` raises it: the caller never got
-        the handle and still owns the object (see `_undo_track`)."""
+    def _run_deferred_after_track(self, node: _Node, affine: bool = False) -> None:
+        """Run the queued work after the registration of ``node`` by ``track()`` (and,
+        with ``affine``, this thread's queued thread-affine releases); if it raises (a
+        ``KeyboardInterrupt`` in a queued release, a logging filter that raises), undo the
+        registration before ``track()`` raises it: the caller never got the handle and
+        still owns the object (see `_undo_track`)."""
         try:
-            _run_deferred()
+            if _deferred:
+                _run_deferred()
+            if affine and _affine:
+                _run_mine_quietly()
         except BaseException:
             self._undo_track(node)
             raise
@@ -794,11 +798,13 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 _release()
         return interrupt if interrupt is not None else exc
 
-    def _release_failed(self, node: _Node, exc: BaseException) -> None:
+    def _release_failed(self, node: _Node, exc: BaseException) -> Optional[BaseException]:
         """The compiled core's: the release function of ``node`` (claimed) raised ``exc``.
 
         Record it and go on with the parents this frees, as `_release_chain` does: they
-        are tainted by the failure, so they end leaked, never released.
+        are tainted by the failure, so they end leaked, never released.  Returns the
+        interrupt that came while waiting to record it, for the caller to raise once its
+        chain is done (``None``: none).
         """
         trash: list[object] = []
         interrupt = None
@@ -811,8 +817,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         trash.clear()
         for parent in reversed(ready):  # last first, as _release_chain's stack takes them
             self._release_chain(parent)
-        if interrupt is not None:
-            raise interrupt
+        return interrupt
 
     def _queue_for_owner(self, node: _Node) -> None:
         """A release due on a thread that does not own ``node``: queue it for the owner."""
@@ -898,7 +903,12 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             error = self._release_chain(node)
         else:
             error = self._release_leaf(node)
-        if error is not None:
+        if error is not None and _sync.is_interrupt(error):
+            # A Ctrl-C came while the release recorded itself, here where nothing can
+            # receive it (a finalizer): it is sent to the main thread again.
+            if isinstance(error, KeyboardInterrupt):
+                _thread.interrupt_main()
+        elif error is not None:
             self._log_collected_failure(node, error)
 
     def _log_collected_failure(self, node: _Node, error: BaseException) -> None:
@@ -1026,7 +1036,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     interrupt = exc
                     if not _reentered():
                         _enter_to_record()
-                if error is None:
+                if interrupt is not None:  # (raised rather than a release function's error)
                     error = interrupt
                 pending.extend(self._finish(node, outcome, detail, False, trash))
             finally:

@@ -341,13 +341,30 @@ raise_exception(PyObject *exc) /* steals exc */
 }
 
 /* enter_section() to record what already happened (a release function returned): an
- * interrupt while waiting (a KeyboardInterrupt) must not lose the record.  Waits again
- * (bounded: sections never wait) until it holds the lock; the first interrupt is left in
- * *interrupt (a new reference) for the caller to raise once the record is made. */
-static void
+ * interrupt while waiting (KeyboardInterrupt, or SystemExit from a signal handler) must
+ * not lose the record.  Waits again (bounded: sections never wait) until it holds the
+ * lock; the first interrupt is left in *interrupt (a new reference) for the caller to
+ * raise once the record is made.  -1 with another error set (a RecursionError would come
+ * back at every try), the lock not held, as exitsafe._sync.enter_to_record. */
+static int
 enter_section_to_record(unsigned long me, PyObject **interrupt)
 {
     while (enter_section(me) < 0) {
+        if (LOAD(the_lock->owner) == me) { /* (raised once the wait had taken it) */
+            PyObject *exc = take_exception();
+            if (*interrupt == NULL) {
+                *interrupt = exc;
+            }
+            else {
+                Py_XDECREF(exc);
+            }
+            return 0;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)
+            && !PyErr_ExceptionMatches(PyExc_SystemExit)) {
+            Py_CLEAR(*interrupt);
+            return -1;
+        }
         PyObject *exc = take_exception();
         if (*interrupt == NULL) {
             *interrupt = exc;
@@ -355,10 +372,8 @@ enter_section_to_record(unsigned long me, PyObject **interrupt)
         else {
             Py_XDECREF(exc);
         }
-        if (LOAD(the_lock->owner) == me) {
-            break; /* (interrupted once the wait had taken it) */
-        }
     }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ RegistryCore */
@@ -1190,6 +1205,11 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
             Py_DECREF(exc);
             return -1;
         }
+        if (done != Py_None) { /* an interrupt while recording it: raised, not an error */
+            Py_XSETREF(*error, done);
+            Py_DECREF(exc);
+            return 0;
+        }
         Py_DECREF(done);
         if (*error == NULL) {
             *error = exc;
@@ -1207,14 +1227,11 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
         }
     }
     PyObject *interrupt = NULL; /* (raised by the caller, as a release function's error) */
-    enter_section_to_record(me, &interrupt);
-    if (interrupt != NULL) {
-        if (*error == NULL) {
-            *error = interrupt;
-        }
-        else {
-            Py_DECREF(interrupt);
-        }
+    if (enter_section_to_record(me, &interrupt) < 0) {
+        return -1;
+    }
+    if (interrupt != NULL) { /* (raised rather than an earlier release's error) */
+        Py_XSETREF(*error, interrupt);
     }
     int failed = 0;
     PyObject *parents = NULL;

@@ -115,6 +115,8 @@ def enter_to_record() -> Optional[BaseException]:
 
     Waits again until it holds the lock (bounded: sections never wait) and returns the
     first interrupt, for the caller to raise once the record is made (``None``: none).
+    Any other error (a ``RecursionError``: it would come back at every try) is raised,
+    without the lock.
     """
     interrupt: Optional[BaseException] = None
     while True:
@@ -122,10 +124,18 @@ def enter_to_record() -> Optional[BaseException]:
             enter()
             return interrupt
         except BaseException as exc:
+            if reentered():  # raised once enter() had returned: the lock is held
+                return interrupt if interrupt is not None else exc
+            if not is_interrupt(exc):
+                raise
             if interrupt is None:
                 interrupt = exc
-            if reentered():  # interrupted once enter() had returned: the lock is held
-                return interrupt
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a signal handler raises (``KeyboardInterrupt``, or the
+    ``SystemExit`` of exitsafe's signal handlers), not an error of the code it interrupted."""
+    return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 def enter_if_possible(timeout: float = 1.0) -> bool:

@@ -532,6 +532,105 @@ def test_a_ctrl_c_while_queued_releases_run_is_raised_after_them():
     ], out.stdout + out.stderr
 
 
+def test_a_failed_release_at_the_recursion_limit_does_not_hang():
+    """Recording a failed release waits for the lock again after an interrupt; an error
+    that comes back at every try (a RecursionError, at the recursion limit) is raised,
+    never retried for ever (the process spun at 100% CPU)."""
+    program = textwrap.dedent(
+        """
+        import sys
+        import exitsafe
+        registry = exitsafe.Registry("deep")
+        def deep(n, h):
+            if n == 0:
+                try:
+                    h.release()
+                except BaseException as exc:
+                    return type(exc).__name__
+                return "returned"
+            return deep(n - 1, h)
+        sys.setrecursionlimit(200)
+        depth, frame = 0, sys._getframe()
+        while frame:
+            depth, frame = depth + 1, frame.f_back
+        for below in range(3, 9):  # int("x") raises in C: the release adds no frame
+            print(below, deep(200 - depth - below, registry.track("x", int)), flush=True)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.splitlines()) == 6, out.stdout + out.stderr
+
+
+def test_an_interrupt_in_the_affine_queue_run_by_track_owns_nothing(monkeypatch):
+    """track() runs this thread's queued thread-affine releases after the registration;
+    an interrupt there is raised by track(), which then owns nothing (the pure core
+    released the object the caller was told it still owned)."""
+    import gc
+
+    from exitsafe import _pending
+
+    registry = exitsafe.Registry("cores-affine-undo")
+    released: list[object] = []
+    affine = registry.track("AFFINE", released.append, affinity="creator", name="affine")
+    other = threading.Thread(target=affine.release)  # due on another thread: queued here
+    other.start()
+    other.join()
+    real = _pending._run_mine
+
+    def interrupted() -> None:
+        monkeypatch.setattr(_pending, "_run_mine", real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_pending, "_run_mine", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        registry.track("RAW", released.append)
+    gc.collect()
+    assert "RAW" not in released
+    assert ("handle#2", "detached") in [(e.name, e.outcome) for e in registry.ledger()]
+    registry.teardown()
+    assert released == ["AFFINE"]
+
+
+def test_an_interrupt_while_a_failed_release_records_itself_ends_the_chain_first(monkeypatch):
+    """A parent's release failed and a Ctrl-C came while it waited to record that: the
+    other parents the chain freed are still released, then the interrupt is raised (the
+    compiled core abandoned them: leaked at exit)."""
+    from exitsafe import _registry
+
+    registry = exitsafe.Registry("cores-chain-interrupt")
+    calls: list[object] = []
+
+    def failing(raw: object) -> None:
+        calls.append(raw)
+        raise OSError("close failed")
+
+    p1 = registry.track("P1", calls.append, name="p1")
+    p2 = registry.track("P2", failing, name="p2")
+    child = registry.track("C", calls.append, name="c", depends_on=[p1, p2])
+    p1.release()
+    p2.release()
+    record = _registry._enter_to_record
+
+    def interrupted_while_waiting() -> BaseException:
+        record()
+        return KeyboardInterrupt()  # what it returns when a Ctrl-C came while it waited
+
+    monkeypatch.setattr(_registry, "_enter_to_record", interrupted_while_waiting)
+    # (the compiled core records p2's failure through _release_failed, which waits for
+    # the lock; the pure-Python chain records it in place: there, no wait to interrupt)
+    expected = KeyboardInterrupt if exitsafe.CORE == "compiled" else OSError
+    with pytest.raises(expected):
+        child.release()
+    monkeypatch.undo()
+    assert sorted(calls) == ["C", "P1", "P2"]
+    assert {e.name: e.outcome for e in registry.ledger()} == {
+        "c": "released", "p1": "released", "p2": "release_failed",
+    }
+
+
 @pytest.mark.parametrize("with_parent", [False, True], ids=["no-parent", "one-parent"])
 def test_track_raising_after_its_registration_owns_nothing(with_parent):
     """Queued work runs right after a registration; when it raises (a KeyboardInterrupt in a
