@@ -273,7 +273,8 @@ class Adapter:
             pins_changed = self._pins_changed
             pin = self.pin_for_release(release, ctx, reg)
             if (
-                self.has_pins()
+                speedups is not None  # (only the compiled track reads what is remembered)
+                and self.has_pins()
                 and self.is_foreign_function(release, ctx)
                 and not _sync.reentered()  # (then reg.track refuses, naming track())
             ):
