@@ -721,6 +721,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 else:
                     error = None
                     try:
+                        # _enter_to_record, inlined for its common case (the lock free)
                         try:
                             if not _acquire(False):  # (interrupted: recorded, then raised)
                                 error = _enter_to_record()
@@ -763,13 +764,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             return self._leaf_failed(node, exc)
         interrupt = None
         try:
-            try:
-                if not _acquire(False):  # (interrupted while waiting: recorded, returned)
-                    interrupt = _enter_to_record()
-            except BaseException as exc:  # (Python may raise it right after a call)
-                interrupt = exc
-                if not _reentered():
-                    _enter_to_record()
+            interrupt = _enter_to_record()  # (an interrupt meanwhile: recorded, returned)
             if node._state == RELEASING:  # else a teardown gave up on it and recorded it
                 node._state = RELEASED
                 node._releaser = 0
@@ -1028,14 +1023,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 else:
                     outcome = Outcome.RELEASED
             try:
-                interrupt = None
-                try:
-                    if not _acquire(False):  # (interrupted while waiting: recorded, raised)
-                        interrupt = _enter_to_record()
-                except BaseException as exc:  # (Python may raise it right after a call)
-                    interrupt = exc
-                    if not _reentered():
-                        _enter_to_record()
+                interrupt = _enter_to_record()  # (an interrupt meanwhile: recorded, raised)
                 if interrupt is not None:  # (raised rather than a release function's error)
                     error = interrupt
                 pending.extend(self._finish(node, outcome, detail, False, trash))

@@ -121,10 +121,11 @@ def enter_to_record() -> Optional[BaseException]:
     interrupt: Optional[BaseException] = None
     while True:
         try:
-            enter()
+            if not acquire(False):
+                wait()  # (leaves the lock free when it raises)
             return interrupt
         except BaseException as exc:
-            if reentered():  # raised once enter() had returned: the lock is held
+            if reentered():  # raised right after the lock was taken: it is held
                 return interrupt if interrupt is not None else exc
             if not is_interrupt(exc):
                 raise
