@@ -21,7 +21,7 @@ from .toy import (
     PinReleasedInACollection,
     collection_inside_a_c_call,
     needs_proc_maps,
-    python_frames_of_adapter_track,
+    remembers_no_pin_until_one_is_made,
 )
 
 cffi = pytest.importorskip("cffi")
@@ -596,6 +596,17 @@ def test_a_pinned_librarys_release_function_keeps_its_pin_on_every_track(toy_cop
     assert pin.state == "released" and not is_mapped(toy_copy)
 
 
+def _assert_the_pin_holds_its_library(ffi, lib, pin, path, reg):  # type: ignore[no-untyped-def]
+    """A handle released by the library's function depends on ``pin``, which keeps the
+    library at ``path`` mapped until that handle ends, then closes it."""
+    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
+    assert h.depends_on == (pin,)
+    pin.release()  # waits for h
+    assert is_mapped(path)
+    h.release()
+    assert pin.state == "released" and not is_mapped(path)
+
+
 @needs_proc_maps
 def test_a_pin_is_of_the_librarys_own_file_when_it_declares_libc_functions_too(toy_copy, reg):
     # `free` sorts before the library's own names and resolves in libc: the pin must still
@@ -604,15 +615,10 @@ def test_a_pin_is_of_the_librarys_own_file_when_it_declares_libc_functions_too(t
     ffi.cdef(HEADER + "\nvoid free(void *);")
     lib = ffi.dlopen(toy_copy)
     pin = es_cffi.pin(ffi, lib, registry=reg)
-    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
-    assert h.depends_on == (pin,)
     c_memory = es_cffi.track(ffi, ffi.cast("void *", 0x1000), lib.free, registry=reg)
     assert c_memory.depends_on == ()  # libc's free is not the library's
     c_memory.detach()
-    pin.release()  # waits for h
-    assert is_mapped(toy_copy)
-    h.release()
-    assert pin.state == "released" and not is_mapped(toy_copy)
+    _assert_the_pin_holds_its_library(ffi, lib, pin, toy_copy, reg)
 
 
 @needs_proc_maps
@@ -624,12 +630,7 @@ def test_a_library_pinned_before_its_functions_are_declared_is_found(toy_copy, r
     lib = ffi.dlopen(toy_copy)
     pin = es_cffi.pin(ffi, lib, registry=reg)
     ffi.cdef(HEADER)
-    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
-    assert h.depends_on == (pin,)
-    pin.release()
-    assert is_mapped(toy_copy)
-    h.release()
-    assert pin.state == "released" and not is_mapped(toy_copy)
+    _assert_the_pin_holds_its_library(ffi, lib, pin, toy_copy, reg)
 
 
 @needs_proc_maps
@@ -644,12 +645,7 @@ def test_a_pin_is_of_the_file_most_declared_symbols_are_in_when_its_name_is_unkn
     lib = ffi.dlopen("./" + os.path.basename(toy_copy))
     monkeypatch.chdir("/")
     pin = es_cffi.pin(ffi, lib, registry=reg)
-    h = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, registry=reg)
-    assert h.depends_on == (pin,)
-    pin.release()
-    assert is_mapped(toy_copy)
-    h.release()
-    assert pin.state == "released" and not is_mapped(toy_copy)
+    _assert_the_pin_holds_its_library(ffi, lib, pin, toy_copy, reg)
 
 
 def test_a_remembered_pin_serves_its_own_registry_only_and_not_once_ended(abi, reg):
@@ -692,12 +688,9 @@ def test_a_function_of_an_unpinned_library_takes_the_compiled_path_too(abi, reg)
     def track() -> None:
         handles.append(es_cffi.track(cffi_c, libc.malloc(16), libc.free, registry=reg))
 
-    assert python_frames_of_adapter_track(track) == 1  # finds no pin
-    assert python_frames_of_adapter_track(track) == 0  # remembers that
-    libc_pin = es_cffi.pin(cffi_c, libc, registry=reg, close=False)  # forgets it
-    assert python_frames_of_adapter_track(track) == 1
-    assert python_frames_of_adapter_track(track) == 0
-    assert [h.depends_on for h in handles] == [(), (), (libc_pin,), (libc_pin,)]
+    libc_pin = remembers_no_pin_until_one_is_made(
+        track, handles, lambda: es_cffi.pin(cffi_c, libc, registry=reg, close=False)
+    )
     for h in handles:
         h.release()
     libc_pin.release()

@@ -24,6 +24,7 @@ from .toy import (
     collection_inside_a_c_call,
     needs_proc_maps,
     python_frames_of_adapter_track,
+    remembers_no_pin_until_one_is_made,
 )
 
 vp = ctypes.c_void_p
@@ -537,12 +538,9 @@ def test_a_function_of_an_unpinned_library_takes_the_compiled_path_too(ctoy, reg
     def track() -> None:
         handles.append(es_ctypes.track(libc.malloc(16), libc.free, registry=reg))
 
-    assert python_frames_of_adapter_track(track) == 1  # finds no pin
-    assert python_frames_of_adapter_track(track) == 0  # remembers that
-    libc_pin = es_ctypes.pin(libc, registry=reg, close=False)  # forgets it
-    assert python_frames_of_adapter_track(track) == 1
-    assert python_frames_of_adapter_track(track) == 0
-    assert [h.depends_on for h in handles] == [(), (), (libc_pin,), (libc_pin,)]
+    libc_pin = remembers_no_pin_until_one_is_made(
+        track, handles, lambda: es_ctypes.pin(libc, registry=reg, close=False)
+    )
     for h in handles:
         h.release()
     libc_pin.release()

@@ -97,3 +97,19 @@ def python_frames_of_adapter_track(call: object) -> int:
     finally:
         sys.setprofile(None)
     return entered
+
+
+def remembers_no_pin_until_one_is_made(
+    track: Any, handles: list[Any], make_pin: Any
+) -> Any:
+    """``track()`` (which appends a handle to ``handles``) of a function of an unpinned
+    library, while another library is pinned: the first track looks for its pin (the
+    Python path), the next one remembers there is none (the compiled path); the pin
+    ``make_pin()`` returns is then found, and remembered, the same way.  Returns it."""
+    assert python_frames_of_adapter_track(track) == 1  # finds no pin
+    assert python_frames_of_adapter_track(track) == 0  # remembers that
+    pin = make_pin()  # forgets it
+    assert python_frames_of_adapter_track(track) == 1
+    assert python_frames_of_adapter_track(track) == 0
+    assert [h.depends_on for h in handles] == [(), (), (pin,), (pin,)]
+    return pin
