@@ -73,6 +73,15 @@ class LibraryInfo:
         self.loader_ref = loader_ref
         self.base = base
 
+    def drop_loader_ref(self) -> None:
+        """Drop the extra loader reference, if any is still held (once: it is forgotten
+        first, so a second call, or an interrupt after the first, closes nothing twice)."""
+        ref, self.loader_ref = self.loader_ref, None
+        if ref is not None:
+            from ._native import close_library_handle
+
+            close_library_handle(ref)
+
 
 class _Pin:
     """One pinned library: the object, its pin handle, its base address, its close flag and
@@ -150,21 +159,14 @@ class _LibraryCloser:
             kept = (lib,)
             if self.adapter._kept_open.setdefault(info.key, kept) is kept:  # (atomic)
                 keep_forever(lib)
-            elif info.loader_ref is not None:
-                from ._native import close_library_handle
-
-                extra, info.loader_ref = info.loader_ref, None
-                close_library_handle(extra)
+            else:
+                info.drop_loader_ref()
             return
-        ref, info.loader_ref = info.loader_ref, None
         try:
             if info.close is not None and not still_pinned:
                 info.close(lib)
         finally:
-            if ref is not None:
-                from ._native import close_library_handle
-
-                close_library_handle(ref)
+            info.drop_loader_ref()
 
 
 class _CallbackRelease:
@@ -211,6 +213,9 @@ class Adapter:
         #: Libraries whose close=False pin ended, by pin key -> (the library,): kept loaded
         #: for ever with one loader reference (see _LibraryCloser).
         self._kept_open: dict[object, tuple[object]] = {}
+        #: id(foreign function) -> (that function, base address of its library or None):
+        #: what `pin_of_function` found with the loader, at most 1,024 functions.
+        self._function_bases: dict[int, tuple[object, Optional[int]]] = {}
         register_lookup(self.lookup)
 
     # ------------------------------------------------------------------ per FFI
@@ -378,6 +383,25 @@ class Adapter:
         """The pin table's key for ``lib`` (its identity, or a raw handle's value)."""
         return ("handle", lib) if isinstance(lib, int) and not isinstance(lib, bool) else id(lib)
 
+    def pin_of_function(
+        self, fn: object, address: int, registry: Registry
+    ) -> Optional[Handle]:
+        """The live pin in ``registry`` (as `pins_at`) of the library whose code the
+        foreign function ``fn``, at ``address``, lies in.  The library is asked of the
+        loader (``dladdr``) once per function, then remembered while ``fn`` lives."""
+        cached = self._function_bases.get(id(fn))
+        if cached is not None and cached[0] is fn:
+            base = cached[1]
+        else:
+            from ._native import module_of_address
+
+            found = module_of_address(address) if address else None
+            base = found[0] if found is not None else None
+            if len(self._function_bases) >= 1024:
+                self._function_bases.clear()
+            self._function_bases[id(fn)] = (fn, base)
+        return None if base is None else self.pins_at(base, registry)
+
     def pins_at(self, base: int, registry: Registry) -> Optional[Handle]:
         """The live pin in ``registry`` of the library whose base address is ``base`` (as
         `pin_of`, one that still has an owner: a released pin waiting for its dependents
@@ -441,10 +465,7 @@ class Adapter:
                 timeout=timeout,
             )
         except BaseException:  # refused (a bad name or timeout, re-entry): nothing pinned
-            if info.loader_ref is not None:
-                from ._native import close_library_handle
-
-                close_library_handle(info.loader_ref)
+            info.drop_loader_ref()
             raise
         if handle.state == "live":
             with _PIN_TABLE_SECTION:
@@ -477,10 +498,7 @@ class Adapter:
             handle.detach()
         except ExitsafeError:  # the teardown began meanwhile and took it (RegistryClosedError):
             return  # it closes nothing while the other pin lives (see _LibraryCloser)
-        if info.loader_ref is not None:
-            from ._native import close_library_handle
-
-            close_library_handle(info.loader_ref)
+        info.drop_loader_ref()
 
     # ------------------------------------------------------------------ callbacks
 

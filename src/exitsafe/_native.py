@@ -171,20 +171,30 @@ def module_of_loaded(name: Optional[str]) -> Optional[tuple[int, Optional[str]]]
     if handle is None:
         return None
     try:
-        dlinfo = _dl().get("dlinfo")
-        link_map = _c.c_void_p()
-        if (
-            dlinfo is None
-            or dlinfo(handle, _RTLD_DI_LINKMAP, _c.byref(link_map)) != 0
-            or not link_map.value
-        ):
-            return None
-        # struct link_map { l_addr; l_name; l_ld; ... }: l_ld, the library's dynamic
-        # section, lies in its own mapping
-        dynamic = _c.c_void_p.from_address(link_map.value + 2 * _c.sizeof(_c.c_void_p)).value
-        return module_of_address(dynamic) if dynamic else None
+        return module_of_handle(handle)
     finally:
         close_library_handle(handle)
+
+
+def module_of_handle(handle: int) -> Optional[tuple[int, Optional[str]]]:
+    """``(base address, path)`` of the library behind a loader handle that is open now, as
+    `module_of_address` gives them for its code (Windows: the handle is the base); ``None``:
+    not knowable here.  ``handle`` must be a live handle (see `is_loaded_handle`)."""
+    if WINDOWS:  # pragma: no cover - exercised on Windows only
+        return (handle, None) if handle else None
+    dlinfo = _dl().get("dlinfo")
+    link_map = _c.c_void_p()
+    if (
+        not handle
+        or dlinfo is None
+        or dlinfo(handle, _RTLD_DI_LINKMAP, _c.byref(link_map)) != 0
+        or not link_map.value
+    ):
+        return None
+    # struct link_map { l_addr; l_name; l_ld; ... }: l_ld, the library's dynamic section,
+    # lies in its own mapping (l_addr is only the load bias, 0 for the main program)
+    dynamic = _c.c_void_p.from_address(link_map.value + 2 * _c.sizeof(_c.c_void_p)).value
+    return module_of_address(dynamic) if dynamic else None
 
 
 def close_library_handle(handle: int) -> None:

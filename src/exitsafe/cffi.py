@@ -84,8 +84,6 @@ class _CffiAdapter(Adapter):
 
     def __init__(self) -> None:
         super().__init__()
-        #: id(release function cdata) -> (that cdata, base address of its library or None)
-        self._release_bases: dict[int, tuple[object, Optional[int]]] = {}
         self._uintptr: Any = None
         #: What `pointer_address` learnt from pointers it accepted: the class of plain
         #: (not cffi-owned) cdata of cffi's C backend, and the C types of those pointers.
@@ -186,22 +184,7 @@ class _CffiAdapter(Adapter):
                 return None
         except TypeError:
             return None
-        base = self._base_of_function(ffi, release)
-        return None if base is None else self.pins_at(base, registry)
-
-    def _base_of_function(self, ffi: Any, fn: object) -> Optional[int]:
-        """Base address of the shared library a function cdata points into (cached)."""
-        cached = self._release_bases.get(id(fn))
-        if cached is not None and cached[0] is fn:
-            return cached[1]
-        from ._native import module_of_address
-
-        found = module_of_address(int(ffi.cast("uintptr_t", fn)))
-        base = found[0] if found is not None else None
-        if len(self._release_bases) > 1024:
-            self._release_bases.clear()
-        self._release_bases[id(fn)] = (fn, base)
-        return base
+        return self.pin_of_function(release, int(ffi.cast("uintptr_t", release)), registry)
 
     def lookup(self, obj: object, registry: Registry) -> Optional[Handle]:
         found = self.pin_of(obj, registry)

@@ -32,7 +32,14 @@ from ._adopt import registry_arg, resolve
 from ._core import speedups
 from ._guard import Guarded
 from ._handle import Handle
-from ._native import WINDOWS, close_library_handle, is_loaded_handle, loader_ref, path_of_handle
+from ._native import (
+    WINDOWS,
+    close_library_handle,
+    is_loaded_handle,
+    loader_ref,
+    module_of_handle,
+    path_of_handle,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -120,7 +127,14 @@ class _CtypesAdapter(Adapter):
 
     def pin_for_release(self, release: object, ctx: Any, registry: Registry) -> Optional[Handle]:
         library = _library_of(release)
-        return None if library is None else self.pin_of(library, registry)
+        if library is not None:
+            return self.pin_of(library, registry)
+        if not isinstance(release, _ctypes.CFuncPtr) or not self.has_pins():
+            return None
+        # A function pointer made from an address (``PROTO(address)``, or one read from a
+        # struct): the library its code lies in, asked of the loader.  A CFUNCTYPE of a
+        # Python callable points into libffi's trampolines, which belong to no library.
+        return self.pin_of_function(release, _c.cast(release, _c.c_void_p).value or 0, registry)
 
     def names_of_library(self, lib: object) -> tuple[object, ...]:
         """A ``CDLL`` and the raw handle it holds: the loader returns one handle per loaded
@@ -182,8 +196,14 @@ class _CtypesAdapter(Adapter):
             ref = loader_ref(address=lib_handle) if lib_handle else None
         else:
             ref = loader_ref(path=path) if path else None
+        # (the base finds the pin from a function pointer made from an address)
+        found = module_of_handle(lib_handle) if lib_handle else None
         return LibraryInfo(
-            self.pin_key(lib), label, _HandleCloser(lib_handle) if lib_handle else None, ref, None
+            self.pin_key(lib),
+            label,
+            _HandleCloser(lib_handle) if lib_handle else None,
+            ref,
+            found[0] if found is not None else None,
         )
 
     def lookup(self, obj: object, registry: Registry) -> Optional[Handle]:
@@ -266,7 +286,9 @@ def track(
         lib: the library whose code `release` runs (kept referenced); if it, or the library
             of `release`, is pinned with [`pin`][exitsafe.ctypes.pin] in the same registry,
             the handle depends on the pin, so the library is closed only after this release
-            ran.
+            ran.  The library of a foreign function loaded from a `CDLL` is that `CDLL`; of
+            one made from an address (`PROTO(address)`), the library the loader says its
+            code lies in.
         kind: a label (`"device"`, `"buffer"`...) for the ledger, the trace and exit
             policies; `"library"` makes the handle go last at teardown.
         depends_on: handles or objects exitsafe knows (pinned libraries, tracked pointers,

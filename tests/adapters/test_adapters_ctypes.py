@@ -656,6 +656,39 @@ def test_a_library_pinned_by_its_raw_handle_is_found_from_its_functions(
     assert pin.state == "released" and not is_mapped(toy_copy)
 
 
+@needs_proc_maps
+@pytest.mark.parametrize("pinned_as", ["cdll", "raw handle"])
+def test_a_function_pointer_made_from_an_address_finds_the_pin_of_its_library(
+    toy_copy, reg, track, pinned_as
+):
+    # A binding that reads its release function's address from a table (or builds it with
+    # PROTO(address)) holds a foreign function ctypes loaded from no library: the loader
+    # says which library its code is in, and the handle depends on that library's pin.
+    lib = _toy_cdll(toy_copy)
+    free = ctypes.CFUNCTYPE(None, vp)(ctypes.cast(lib.toy_ctx_free, vp).value)
+    assert not free._objects  # (no CDLL to find it by)
+    pin = es_ctypes.pin(lib if pinned_as == "cdll" else lib._handle, registry=reg)
+    handles = [track(lib.toy_ctx_new(), free, registry=reg) for _ in range(3)]
+    assert [h.depends_on for h in handles] == [(pin,)] * 3
+    # a function pointer into another library, or a CFUNCTYPE of a Python function
+    # (libffi's trampoline), depends on no pin
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = vp
+    libc_free = ctypes.CFUNCTYPE(None, vp)(ctypes.cast(libc.free, vp).value)
+    other = track(libc.malloc(16), libc_free, registry=reg)
+    python_free = ctypes.CFUNCTYPE(None, vp)(lambda p, free=lib.toy_ctx_free: free(p))
+    plain = track(lib.toy_ctx_new(), python_free, registry=reg)
+    assert other.depends_on == () and plain.depends_on == ()
+    other.release()
+    plain.release()
+    del lib, free
+    pin.release()  # waits for its dependents: the library stays mapped
+    assert pin.state == "live" and is_mapped(toy_copy)
+    for h in handles:
+        h.release()
+    assert pin.state == "released" and not is_mapped(toy_copy)
+
+
 def test_a_pin_ending_between_its_lookup_and_the_registration_is_not_an_error(
     ctoy, reg, monkeypatch
 ):
