@@ -100,6 +100,19 @@ def process_ending() -> bool:
     return _ending[0]
 
 
+def load_teardown() -> None:
+    """Import now every module of exitsafe that a teardown imports on its first use.
+
+    For a teardown run by a signal handler: the handler runs between two bytecodes of
+    whatever the main thread was doing, which may be the first import of one of those
+    modules (by a teardown the signal interrupted); the handler's teardown would then
+    find it half-executed and fail on an ``ImportError``, releasing nothing.  Importing
+    them before any handler is installed leaves no such window.  Not done by ``import
+    exitsafe``, whose cost stays low.
+    """
+    from . import _interrupts, _steps, _teardown  # noqa: F401
+
+
 def teardown_all(reason: str) -> None:
     """Tear down every registry, newest first, then write the ledger if asked to.
 

@@ -136,6 +136,9 @@ def teardown_on_signals(
         ) from None
     numbers = list(dict.fromkeys(_signal_number(s) for s in items))
     from . import _interrupts
+    from ._process import load_teardown
+
+    load_teardown()  # (a handler's teardown must find no module of its own half-imported)
 
     installed: dict[int, Any] = {}
     handler = _exit_handler if mode == "exit" else _immediate_handler

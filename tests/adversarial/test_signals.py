@@ -313,3 +313,31 @@ def test_sigint_during_the_exit_teardown_lets_the_other_atexit_callbacks_run(tmp
     assert_died_by(run, signal.SIGINT)
     assert run.order == ["h", "earlier atexit callback", "buffered log record"]
     assert run.outcomes() == {"ctrl-c": "hook_ran", "h": "released_at_exit"}
+
+
+def test_immediate_signal_during_the_first_import_of_the_teardowns_modules(tmp_path):
+    # The teardown imports some of its modules on first use (import exitsafe stays cheap).
+    # A signal whose handler tears down can land while the main thread's own teardown is
+    # executing such an import for the first time: the handler's teardown must not find
+    # that module half-executed (it used to fail on an ImportError, releasing nothing).
+    # The signal is sent at the first Python code of exitsafe._steps this process runs,
+    # inside the explicit teardown below.
+    body = """
+        teardown_on_signals("SIGTERM", mode="immediate")
+        sent = []
+
+        def tracer(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.endswith("_steps.py") and not sent:
+                sent.append(True)
+                record("signal-sent")
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        sys.settrace(tracer)
+        exitsafe.default_registry().teardown(reason="explicit")
+        time.sleep(30)  # never reached: the handler ends the process
+    """
+    run = run_program(program(GRAPH, body), tmp_path, ledger=True, timeout=30)
+    assert_died_by(run, signal.SIGTERM)
+    assert "failed" not in run.stderr, run.describe()
+    assert run.order == ["signal-sent", "device", "instance"]
+    assert run.outcomes() == {"device": "released_at_exit", "instance": "released_at_exit"}
