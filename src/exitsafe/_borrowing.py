@@ -25,7 +25,7 @@ from ._report import log_if_loaded
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, NoReturn, Optional
 
 __all__ = ["Borrowing"]
 
@@ -56,6 +56,8 @@ class Borrowing:
 
     def _borrow_enter(self, node: _Node) -> Any:
         if self._phase == CLOSED:  # every handle ended; no lock after close (_late_request)
+            if node._releaser and process_ending() and _threads.is_daemon_thread():
+                self._park(node)  # it ended in the exit (see _refuse_borrow)
             raise HandleClosedError(closed_message(node))
         if _reentered():
             # A finalizer interrupted a section of this thread: no other thread can
@@ -124,8 +126,17 @@ class Borrowing:
                 if node._state <= RELEASING
                 else closed_message(node)
             )
+        self._park(node)
+
+    def _park(self, node: _Node) -> NoReturn:
+        """Park this daemon thread for good, at a borrow of ``node`` in the exit (counted
+        and logged).  After the close the count is taken as a late record is: without the
+        lock if a thread frozen in the exit holds it."""
         try:
-            _sync.enter()
+            if self._phase == CLOSED:
+                _sync.enter_if_possible()
+            else:
+                _sync.enter()
             self._parked += 1
         finally:
             if _reentered():
@@ -177,4 +188,7 @@ class Borrowing:
         if _deferred:
             _run_deferred()
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                error = None  # (no frame of ours keeps it: see Registry._release_chain)

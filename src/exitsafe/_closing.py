@@ -100,8 +100,16 @@ class Closing:
             return
         if _deferred:
             _run_deferred()  # settle the requests queued before the teardown
-        if not self._early_ran:
-            self._run_early_hooks(reason)
+        from . import _teardown
+
+        # Signals are held back from the early hooks on, delivered once it is all done.
+        with _teardown.signals_held():
+            if not self._early_ran:
+                self._run_early_hooks(reason)
+            self._tear_down(reason)
+
+    def _tear_down(self, reason: str) -> None:
+        """`teardown` after the early hooks (signals held back by the caller)."""
         from . import _teardown
 
         me = _get_ident()
@@ -247,7 +255,7 @@ class Closing:
 
         done = self._teardown_done
         total = self._total_timeout()
-        bound = IN_FLIGHT_WAIT if total is None else total
+        bound = IN_FLIGHT_WAIT if total is None else min(total, _thread.TIMEOUT_MAX)
         if done is not None and done.acquire(True, bound):
             done.release()
         elif self._phase != CLOSED:

@@ -92,10 +92,14 @@ def run_early_phase(reason: str) -> None:
     if not first:
         return
     try:
+        from ._interrupts import held
         from ._process import registries
 
-        for registry in reversed(registries()):
-            registry._run_early_hooks(reason)
+        # A signal arriving while an early hook runs is held back, as during the exit
+        # teardown, and ends the process once the exit is done (not a hook's failure).
+        with held(at_exit=True):
+            for registry in reversed(registries()):
+                registry._run_early_hooks(reason)
     except BaseException as exc:  # see the docstring: never raise into _shutdown
         _report(exc)
 

@@ -34,7 +34,10 @@ def run_pending() -> None:
     """
     error = _run_mine()
     if error is not None:
-        raise error
+        try:
+            raise error
+        finally:
+            error = None  # (no frame of ours keeps it: see Registry._release_chain)
 
 
 def _run_mine() -> Optional[BaseException]:
@@ -52,9 +55,13 @@ def _run_mine() -> Optional[BaseException]:
         error = node._registry._release_chain(node)
         if first is None:
             first = error
+        error = None  # (no frame of ours keeps it: see Registry._release_chain)
     if _deferred:
         _run_deferred()
-    return first
+    try:
+        return first
+    finally:
+        del first
 
 
 def _run_mine_quietly() -> None:
@@ -64,8 +71,11 @@ def _run_mine_quietly() -> None:
     if threading.current_thread() not in _affine:
         return
     error = _run_mine()
-    if error is not None and _sync.is_interrupt(error):
-        raise error  # a Ctrl-C that came meanwhile: the caller's, as for any exitsafe call
-    if error is not None:
-        log().error("exitsafe: a queued thread-affine release failed: %s", repr(error))
+    try:
+        if error is not None and _sync.is_interrupt(error):
+            raise error  # a Ctrl-C that came meanwhile: the caller's, as for any exitsafe call
+        if error is not None:
+            log().error("exitsafe: a queued thread-affine release failed: %s", repr(error))
+    finally:
+        error = None  # (no frame of ours keeps it: see Registry._release_chain)
 

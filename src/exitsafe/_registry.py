@@ -585,6 +585,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             self._seq += 1
             node._seq = self._seq
             node._state = LEAKED
+            node._releaser = ENDED_AT_EXIT  # (a daemon thread's borrow of it parks)
             node._refs = 0
             keep, node._parents = node._parents, ()
             self._ledger.add(
@@ -748,7 +749,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if _deferred:
                 _run_deferred()
             if error is not None:
-                raise error
+                try:
+                    raise error
+                finally:
+                    error = None  # (see _release_chain: no frame of ours keeps it)
         elif _deferred:
             _run_deferred()
         if _affine:
@@ -778,7 +782,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if _reentered():
                 _release()
         node._raw = node._fn = None  # outside the lock: this may run the object's __del__
-        return interrupt
+        try:
+            return interrupt
+        finally:
+            del interrupt  # (see _release_chain)
 
     def _leaf_failed(self, node: _Node, exc: BaseException) -> BaseException:
         """Record that a leaf's release function raised ``exc``; return it to re-raise
@@ -791,7 +798,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         finally:
             if _reentered():
                 _release()
-        return interrupt if interrupt is not None else exc
+        try:
+            return interrupt if interrupt is not None else exc
+        finally:
+            del interrupt, exc  # (see _release_chain)
 
     def _release_failed(self, node: _Node, exc: BaseException) -> Optional[BaseException]:
         """The compiled core's: the release function of ``node`` (claimed) raised ``exc``.
@@ -812,7 +822,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         trash.clear()
         for parent in reversed(ready):  # last first, as _release_chain's stack takes them
             self._release_chain(parent)
-        return interrupt
+        try:
+            return interrupt
+        finally:
+            del interrupt, exc  # (see _release_chain)
 
     def _queue_for_owner(self, node: _Node) -> None:
         """A release due on a thread that does not own ``node``: queue it for the owner."""
@@ -898,13 +911,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             error = self._release_chain(node)
         else:
             error = self._release_leaf(node)
-        if error is not None and _sync.is_interrupt(error):
-            # A Ctrl-C came while the release recorded itself, here where nothing can
-            # receive it (a finalizer): it is sent to the main thread again.
-            if isinstance(error, KeyboardInterrupt):
-                _thread.interrupt_main()
-        elif error is not None:
+        if error is not None:
             self._log_collected_failure(node, error)
+            error = None  # (see _release_chain)
 
     def _log_collected_failure(self, node: _Node, error: BaseException) -> None:
         # Log the repr, not the exception: a handler that keeps records (pytest's caplog,
@@ -937,7 +946,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if target is not None:
             error = self._release_chain(target)
             if error is not None:
-                raise error
+                try:
+                    raise error
+                finally:
+                    error = None  # (see _release_chain)
 
     def _dependent_names(self, node: _Node) -> list[str]:
         return [
@@ -985,7 +997,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if _deferred:
             _run_deferred()
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                error = None  # (see _release_chain)
         return raw
 
     def _release_chain(self, first: _Node) -> Optional[BaseException]:
@@ -1031,7 +1046,14 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 if _reentered():
                     _release()
             trash.clear()  # drops the raw object and release function: outside the lock
-        return error
+        # The exception's traceback holds this frame, and through its callers' frames
+        # (f_back) every object they refer to: a local of this frame (or of any of theirs)
+        # holding the exception would make a cycle, keeping all of that, handles of the
+        # program included, alive until a collection.  So no frame of ours keeps it.
+        try:
+            return error
+        finally:
+            del error
 
     def _finish(
         self,

@@ -86,7 +86,9 @@ class _Worker:
         self._go.release()
 
     def wait(self, timeout: float) -> bool:
-        return self._done.acquire(True, timeout)
+        # (a timeout beyond what a lock can wait, some 292 years, waits that long: it
+        # would raise OverflowError, and the worker's next step would find _done free)
+        return self._done.acquire(True, min(timeout, _thread.TIMEOUT_MAX))
 
     def stop(self) -> None:
         self._task = None

@@ -70,12 +70,32 @@ def held_here(node: Node) -> int:
 # ---------------------------------------------------------------------- parking
 
 
+#: CPython 3.12+: the main thread's ident, kept right across a fork.
+_main_thread_ident = getattr(_thread, "_get_main_thread_ident", None)
+#: The thread that imported exitsafe: the main thread's ident where no better source is
+#: left (before 3.12, with ``threading`` not loaded, or already cleared late in the exit).
+_importing_thread = _get_ident()
+
+
+def is_main_thread() -> bool:
+    """Whether the calling thread is the main thread.  Imports nothing, and still right
+    late in the exit, when the interpreter may have cleared ``threading`` from
+    ``sys.modules`` (the main thread then runs the modules' finalizers)."""
+    if _main_thread_ident is not None:
+        return bool(_get_ident() == _main_thread_ident())
+    threading = sys.modules.get("threading")
+    main = threading.main_thread().ident if threading is not None else _importing_thread
+    return bool(_get_ident() == main)
+
+
 def is_daemon_thread() -> bool:
     """Whether the calling thread is one the interpreter does not wait for at exit.
 
-    Imports nothing (see `park`): without ``threading`` loaded, the thread was started
-    with ``_thread``, which the interpreter never waits for.
+    Never the main thread.  Imports nothing (see `park`): without ``threading`` loaded,
+    another thread was started with ``_thread``, which the interpreter never waits for.
     """
+    if is_main_thread():
+        return False
     threading = sys.modules.get("threading")
     return threading is None or bool(threading.current_thread().daemon)
 

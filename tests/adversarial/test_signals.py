@@ -341,3 +341,58 @@ def test_immediate_signal_during_the_first_import_of_the_teardowns_modules(tmp_p
     assert "failed" not in run.stderr, run.describe()
     assert run.order == ["signal-sent", "device", "instance"]
     assert run.outcomes() == {"device": "released_at_exit", "instance": "released_at_exit"}
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_an_early_hook_at_exit_ends_the_process_after_the_exit(
+    tmp_path, signame
+):
+    # An early-exit hook (a server's graceful stop) was cut by the signal's exception,
+    # recorded as the hook's own failure, and the process exited 0: the signal was lost.
+    # It is held back like one during the teardown: the hook finishes, the teardown
+    # runs, and the process ends by the signal.
+    body = f"""
+        teardown_on_signals()  # SIGTERM: SystemExit(143); SIGINT: KeyboardInterrupt
+
+        def stop_server():
+            os.kill(os.getpid(), signal.{signame})  # arrives while the hook runs
+            record("server stopped")
+
+        exitsafe.on_early_exit(stop_server, name="stop server")
+    """
+    run = run_program(program(GRAPH, body), tmp_path, ledger=True, timeout=30)
+    assert_died_by(run, getattr(signal, signame))
+    assert run.order == ["server stopped", "device", "instance"]
+    assert run.outcomes() == {
+        "stop server": "hook_ran",
+        "device": "released_at_exit",
+        "instance": "released_at_exit",
+    }
+
+
+def test_a_signal_during_the_early_hooks_of_an_explicit_teardown_is_raised_after_it(tmp_path):
+    body = """
+        teardown_on_signals()
+
+        def stop_server():
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the hook runs
+            record("server stopped")
+
+        exitsafe.on_early_exit(stop_server, name="stop server")
+        try:
+            exitsafe.teardown(reason="explicit")
+        except SystemExit as exc:
+            record(f"SystemExit({exc.code}) after the teardown")
+            raise
+        record("teardown returned: the signal was lost")
+    """
+    run = run_program(program(GRAPH, body), tmp_path, ledger=True, timeout=30)
+    assert run.returncode == 128 + signal.SIGTERM, run.describe()
+    assert run.order == [
+        "server stopped", "device", "instance", "SystemExit(143) after the teardown"
+    ]
+    assert run.outcomes() == {
+        "stop server": "hook_ran",
+        "device": "released_at_exit",
+        "instance": "released_at_exit",
+    }

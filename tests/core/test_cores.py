@@ -898,3 +898,46 @@ def test_the_compiled_core_is_set_up_once():
         speedups.setup_cffi(print, {}, set(), set())
     with pytest.raises(RuntimeError, match="already set up"):
         speedups.setup()
+
+
+def test_a_collected_handle_whose_release_raises_an_interrupt_is_logged_like_any_failure():
+    """The garbage collection of a handle runs its release where no caller can receive an
+    exception: a release function raising ``KeyboardInterrupt`` or ``SystemExit`` there is
+    logged, like any other failure, by both cores (the pure-Python core re-sent the
+    KeyboardInterrupt to the main thread, where it landed inside the finalizer itself: an
+    "Exception ignored" traceback, and the interrupt lost all the same; a SystemExit left
+    no trace at all)."""
+    program = textwrap.dedent(
+        """
+        import exitsafe
+
+        registry = exitsafe.Registry("k")
+
+        def release(raw):
+            raise raw(f"from {raw.__name__}")
+
+        for error in (KeyboardInterrupt, SystemExit, OSError):
+            h = registry.track(error, release, name=error.__name__)
+            del h  # collected: released, and the error logged
+            print("went on after", error.__name__, flush=True)
+        print(sorted((e.name, e.outcome) for e in registry.ledger()))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "went on after KeyboardInterrupt",
+        "went on after SystemExit",
+        "went on after OSError",
+        "[('KeyboardInterrupt', 'release_failed'), ('OSError', 'release_failed'),"
+        " ('SystemExit', 'release_failed')]",
+    ], out.stdout + out.stderr
+    assert "Exception ignored" not in out.stderr, out.stderr
+    for error in ("KeyboardInterrupt", "SystemExit", "OSError"):
+        line = (
+            f"release of handle {error!r} failed after its last reference was dropped: "
+            f"{error}('from {error}')"
+        )
+        assert line in out.stderr, out.stderr

@@ -399,3 +399,60 @@ def test_a_handle_collected_in_a_cycle_and_releasing_at_exit_is_seen_by_the_tear
     assert_clean(run)
     assert "parent" not in run.order, "released under the child's release"
     assert run.outcomes("cycle") == {"child": "leaked_in_use", "parent": "leaked_dependent"}
+
+
+DAEMON_BORROWS_AFTER_THE_CLOSE = """
+    import atexit, os, sys, threading, time
+
+    _LOG = os.open(os.environ["ORDER_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def record(raw):
+        os.write(_LOG, (str(raw) + "\\n").encode())
+
+    def parked_threads():
+        return sorted(
+            t.name
+            for t in threading.enumerate()
+            if (frame := sys._current_frames().get(t.ident)) is not None
+            and frame.f_code.co_name == "park"
+        )
+
+    def after_exitsafe():
+        # registered before exitsafe was imported: runs after its teardown, the
+        # registry closed, while the process is still ending (another library's flush)
+        go.set()
+        end = time.monotonic() + 30
+        while len(parked_threads()) < 2 and time.monotonic() < end:
+            time.sleep(0.001)
+        record(f"parked: {parked_threads()}")
+
+    atexit.register(after_exitsafe)
+    import exitsafe
+
+    go = threading.Event()
+    session = exitsafe.track("session", lambda raw: record("session released"), name="session")
+
+    def periodic_worker():
+        go.wait()
+        with session.borrow():  # the next tick of a periodic worker
+            record("entered session")
+
+    def late_creator():
+        go.wait()
+        mine = exitsafe.track("late", lambda raw: record("late released"), name="late")
+        with mine.borrow():  # leaked at once (registered after the close), then borrowed
+            record("entered late")
+
+    threading.Thread(target=periodic_worker, name="periodic", daemon=True).start()
+    threading.Thread(target=late_creator, name="creator", daemon=True).start()
+"""
+
+
+def test_a_daemon_thread_borrowing_after_the_registry_closed_is_parked(tmp_path):
+    # A periodic daemon worker whose next borrow falls after the exit teardown closed
+    # the registry (an atexit callback registered before exitsafe still runs) raised
+    # HandleClosedError and printed its traceback during the exit; so did a daemon
+    # thread borrowing a handle it created after the close.  Both are parked.
+    run = run_program(DAEMON_BORROWS_AFTER_THE_CLOSE, tmp_path, prelude=False)
+    assert_clean(run)
+    assert run.order == ["session released", "parked: ['creator', 'periodic']"]

@@ -283,6 +283,46 @@ def test_failing_release_is_recorded_and_raised(reg):
     assert got["p"] == Outcome.LEAKED_DEPENDENT, "a parent is never released from under a failure"
 
 
+@pytest.mark.parametrize("how", ["release", "collected"])
+@pytest.mark.parametrize("with_parent", [False, True], ids=["leaf", "chain"])
+def test_a_failed_release_keeps_nothing_of_its_caller_alive(reg, rec, how, with_parent):
+    """The exception of a release function, raised to the caller of `release()` (or logged
+    after a garbage collection), must not keep the caller's frame alive, nor the handles it
+    referred to: with the cyclic collector off, a handle the caller dropped is released as
+    the caller returns, as after a release that did not fail.  (The pure-Python core kept the
+    exception in a local of its own frames, which the exception's traceback reaches: a cycle
+    only a collection broke.)"""
+
+    def boom(raw: object) -> None:
+        raise OSError(raw)
+
+    def caller() -> None:
+        parents = [reg.track("p", rec, name="p")] if with_parent else []
+        bad = reg.track("bad", boom, name="bad", depends_on=parents)
+        for parent in parents:
+            parent.release()
+        other = reg.track("other", rec, name="other")  # noqa: F841  (dropped on return)
+        if how == "release":
+            try:
+                bad.release()
+            except OSError:
+                pass
+        else:
+            del bad  # its release fails, and is logged
+        assert rec.log == []
+
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        caller()
+        assert rec.log == ["other"], "the handle the caller dropped was not released"
+    finally:
+        if enabled:
+            gc.enable()
+    assert outcomes(reg)["bad"] == Outcome.RELEASE_FAILED
+
+
 def test_borrow_defers_release(reg, rec):
     h = reg.track("a", rec)
     with h.borrow() as raw:

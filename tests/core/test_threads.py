@@ -636,6 +636,54 @@ def test_teardown_timeout_is_a_total_deadline():
     assert all(h.state == "leaked" for h in keep)
 
 
+def test_timeouts_longer_than_a_lock_can_wait_wait_as_long_as_it_can():
+    """A step or teardown timeout beyond `threading.TIMEOUT_MAX` (some 292 years: in
+    effect, no limit) made the wait for the step raise OverflowError: the teardown
+    failed, recording a release that ran as leaked, and the step's worker thread later
+    died on "release unlocked lock"; a second thread's wait for the teardown failed the
+    same way.  Both now wait as long as a lock can."""
+    huge = threading.TIMEOUT_MAX * 10
+    reg = Registry(
+        name="threads-huge", step_timeout=huge, teardown_timeout=huge, ledger_limit=None
+    )
+    rec = Recorder()
+    main = threading.get_ident()
+    started, waiting = threading.Event(), threading.Event()
+
+    def waits_for_the_second_teardown(raw):
+        started.set()
+        # until the main thread waits for this teardown to finish (its stack says so)
+        while not any(
+            f.f_code.co_name == "_wait_for_teardown"
+            for f in _frames_of(sys._current_frames().get(main))
+        ):
+            threading.Event().wait(0.001)
+        waiting.set()
+        rec(raw)
+
+    keep = [reg.track("a", rec, name="a", timeout=huge)]
+    keep.append(reg.track("b", waits_for_the_second_teardown, name="b"))
+    first = threading.Thread(target=reg.teardown)
+    first.start()
+    started.wait()
+    reg.teardown()  # the main thread: waits for the first one
+    first.join()
+    assert waiting.is_set()
+    assert sorted(rec.raws) == ["a", "b"]
+    assert outcomes(reg) == {"a": Outcome.RELEASED_AT_EXIT, "b": Outcome.RELEASED_AT_EXIT}
+    # the worker that ran the steps runs the next one
+    again = Registry(name="threads-huge-again", step_timeout=huge)
+    again.track("c", rec, name="c")
+    again.teardown()
+    assert rec.raws[-1] == "c"
+
+
+def _frames_of(frame):
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
 # ---------------------------------------------------------------- core bugs
 
 
