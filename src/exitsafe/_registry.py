@@ -56,7 +56,7 @@ from ._node import Node as _Node
 from ._pending import _run_mine_quietly
 from ._phase import CLOSED, OPEN
 from ._process import keep_forever
-from ._report import log
+from ._report import error_from_finalizer, log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -919,7 +919,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         # Log the repr, not the exception: a handler that keeps records (pytest's caplog,
         # a MemoryHandler) would otherwise keep its traceback, and through its frames
         # every handle they refer to.
-        log().error(
+        error_from_finalizer(
             "release of %s %r failed after its last reference was dropped: %s",
             node._kind,
             node._display_name(),

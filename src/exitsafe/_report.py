@@ -32,6 +32,21 @@ def log_if_loaded() -> Any:
     return None if logging is None else logging.getLogger("exitsafe")
 
 
+def error_from_finalizer(message: str, *args: object) -> None:
+    """Log an error from code a garbage collection runs (a handle's finalizer), which may
+    be inside any import of the program: through ``logging`` when it is fully imported,
+    else as one line on stderr, as ``logging``'s last resort would print it.  Imports
+    nothing: importing ``logging`` there could find one of its own imports (``threading``)
+    half-executed, and fail."""
+    logging = sys.modules.get("logging")
+    if logging is not None and not getattr(
+        getattr(logging, "__spec__", None), "_initializing", False  # (as importlib tells)
+    ):
+        logging.getLogger("exitsafe").error(message, *args)
+    else:
+        emit(message % args)
+
+
 def emit(line: str) -> None:
     """Write one trace line to stderr, best effort."""
     stream = sys.stderr

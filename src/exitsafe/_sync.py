@@ -223,9 +223,9 @@ def _drain() -> None:
         try:
             fn(*args)
         except Exception as exc:  # the caller is gone (a finalizer): log, go on
-            from ._report import log
+            from ._report import error_from_finalizer
 
-            log().error(
+            error_from_finalizer(
                 "exitsafe: a release requested from a finalizer or signal handler "
                 "failed: %s",
                 repr(exc),

@@ -47,6 +47,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+
+from . import _sync
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,6 +60,11 @@ if TYPE_CHECKING:
 __all__ = ["teardown_on_signals"]
 
 _MODES = ("exit", "immediate")
+
+#: Frames added to the recursion limit for the teardown of the immediate mode, which runs
+#: on whatever stack the signal interrupted (a deep recursion, a few frames from the
+#: limit): the process ends by the signal right after it, so the limit stays raised.
+_TEARDOWN_ROOM = 300
 
 #: Signals whose handler cannot be changed: asking for them is an error, not a no-op.
 _UNCATCHABLE = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
@@ -155,8 +163,6 @@ def teardown_on_signals(
 
 
 def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
-    from . import _sync
-
     if _sync.reentered():
         _send_again(signum)  # see _send_again
         return
@@ -165,11 +171,10 @@ def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
-    from . import _sync
-
     if _sync.reentered():
         _send_again(signum)
         return
+    sys.setrecursionlimit(sys.getrecursionlimit() + _TEARDOWN_ROOM)  # (see _TEARDOWN_ROOM)
     _acted_on(signum)
     _teardown_and_die(signum)
 

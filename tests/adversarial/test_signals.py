@@ -396,3 +396,24 @@ def test_a_signal_during_the_early_hooks_of_an_explicit_teardown_is_raised_after
         "device": "released_at_exit",
         "instance": "released_at_exit",
     }
+
+
+def test_immediate_signal_a_few_frames_from_the_recursion_limit_still_ends_by_it(tmp_path):
+    # The immediate mode's teardown runs on the stack the signal interrupted: ten frames
+    # from the recursion limit, its imports and the ledger's write raised RecursionError,
+    # and the process exited 1, not by the signal.
+    body = """
+        teardown_on_signals("SIGTERM", mode="immediate")
+
+        def deep(n):  # a recursive parser, a tree walk
+            if n:
+                return deep(n - 1) + 0
+            os.kill(os.getpid(), signal.SIGTERM)
+            return 0
+
+        deep(sys.getrecursionlimit() - 10)
+    """
+    run = run_program(program(GRAPH, body), tmp_path, ledger=True, timeout=30)
+    assert_died_by(run, signal.SIGTERM)
+    assert run.order == ["device", "instance"]
+    assert run.outcomes() == {"device": "released_at_exit", "instance": "released_at_exit"}

@@ -941,3 +941,56 @@ def test_a_collected_handle_whose_release_raises_an_interrupt_is_logged_like_any
             f"{error}('from {error}')"
         )
         assert line in out.stderr, out.stderr
+
+
+def test_a_failed_release_collected_inside_an_import_is_reported_without_importing():
+    """A collection can run at any allocation, so inside an import of the program: the
+    failure of a collected handle's release, logged from there, imported ``logging``, which
+    found the ``threading`` being imported half-executed ("Exception ignored", nothing
+    logged).  With ``logging`` not (fully) imported, the line goes to stderr as logging's
+    last resort would print it.  The collection is forced inside ``import threading``."""
+    program = textwrap.dedent(
+        """
+        import gc, sys
+        import exitsafe
+
+        assert "threading" not in sys.modules and "logging" not in sys.modules
+
+        class Box:
+            pass
+
+        def release(raw):
+            raise OSError("device lost")
+
+        box = Box()
+        box.h = exitsafe.track(box, release, name="cyclic")  # a cycle: only gc frees it
+        del box
+        gc.disable()
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_filename.endswith("threading.py"):
+                def line(frame, event, arg):
+                    if event == "line" and frame.f_lineno > 30:
+                        sys.settrace(None)
+                        frame.f_trace = None
+                        gc.collect()  # as an automatic collection at an allocation here
+                    return line
+                return line
+            return None
+
+        sys.settrace(tracer)
+        import threading
+        sys.settrace(None)
+        print([(e.name, e.outcome) for e in exitsafe.ledger()])
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[('cyclic', 'release_failed')]"], out.stdout
+    assert "Exception ignored" not in out.stderr, out.stderr
+    assert out.stderr.splitlines() == [
+        "release of handle 'cyclic' failed after its last reference was dropped: "
+        "OSError('device lost')"
+    ], out.stderr
