@@ -164,8 +164,10 @@ class ClaimTable:
                     if self._entries.get(key, (None, None))[1] is _RESERVED:
                         del self._entries[key]
                 finally:
-                    if _sync.reentered():
+                    try:
                         _sync.release()  # (no queued work run: the error in flight first)
+                    except RuntimeError:  # (not held: interrupted before taking it)
+                        pass
             raise
 
     def bind(self, key: object, handle: Handle) -> None:

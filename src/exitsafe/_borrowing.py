@@ -82,8 +82,10 @@ class Borrowing:
                 node._borrows += 1
                 raw = node._raw
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         if gated:
             self._refuse_borrow(node)  # parks this thread or raises
         try:
@@ -139,8 +141,10 @@ class Borrowing:
                 _sync.enter()
             self._parked += 1
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         logger = log_if_loaded()  # (an import here could freeze half-way: see park())
         if logger is not None:
             logger.info(
@@ -182,8 +186,10 @@ class Borrowing:
             else:
                 target = None
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         error = self._release_chain(target) if target is not None else None
         if _deferred:
             _run_deferred()

@@ -128,8 +128,10 @@ class Closing:
                 nodes = self._nodes()
                 elsewhere = _teardown.claim(nodes, me)
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         if phase != OPEN:
             if phase == TEARING and self._teardown_thread != me:
                 self._wait_for_teardown()
@@ -168,8 +170,10 @@ class Closing:
                     self, decided, position, chunk, elsewhere, self._finish, trash
                 )
             finally:
-                if _reentered():
+                try:
                     _release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
             trash.clear()
         records: list[tuple[_Node, tuple[str, Optional[str]]]] = (
             [] if speedups is not None else list(decided.items())
@@ -189,16 +193,20 @@ class Closing:
                     # the releasing thread may have recorded its outcome first.
                     self._finish(node, outcome, why, True, trash, node not in elsewhere)
             finally:
-                if _reentered():
+                try:
                     _release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
             trash.clear()
         try:
             _sync.enter()
             self._phase = CLOSED
             self._teardown_thread = 0
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: forget what the parent's *other* threads were doing.
@@ -246,8 +254,10 @@ class Closing:
                         True, trash, True,
                     )
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         trash.clear()
 
     def _wait_for_teardown(self) -> None:

@@ -87,8 +87,12 @@ def run_early_phase(reason: str) -> None:
         first = not _ran[0]
         _ran[0] = True
     finally:
-        if _sync.reentered():
-            _sync.leave()
+        try:
+            _sync.release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
+        else:
+            _sync.run_deferred()
     if not first:
         return
     try:

@@ -182,8 +182,12 @@ class HookRegistration:
                 self._early[seq] = node
                 self._hooks += 1
         finally:
-            if _sync.reentered():
-                _sync.leave()
+            try:
+                _sync.release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+            else:
+                _sync.run_deferred()
         if not is_open:
             self._registered_after_close(node)
         else:
@@ -273,8 +277,12 @@ class HookRegistration:
                     if isinstance(n._fn, _Call) and isinstance(n._fn.fn, _threads.WorkerStop)
                 ] if self._hooks else []
         finally:
-            if _sync.reentered():
-                _sync.leave()
+            try:
+                _sync.release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+            else:
+                _sync.run_deferred()
         if done:
             return
         settings = Settings(self, reason)  # type: ignore[arg-type]
@@ -321,8 +329,10 @@ class HookRegistration:
             self._early.pop(hook._seq, None)
             self._finish(hook, outcome, detail, True, trash)
         finally:
-            if _sync.reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         trash.clear()
 
 
@@ -337,8 +347,10 @@ class HookRegistration:
                 self._early.pop(node._seq, None)
                 self._finish(node, Outcome.HOOK_CANCELLED, None, False, trash)
         finally:
-            if _sync.reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         trash.clear()
         if _deferred:
             _run_deferred()

@@ -59,8 +59,12 @@ class Inspection:
             _sync.enter()
             return fn(*args)
         finally:
-            if _sync.reentered():
-                _sync.leave()
+            try:
+                _sync.release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+            else:
+                _sync.run_deferred()
 
     @property
     def late_requests(self) -> int:

@@ -48,8 +48,10 @@ def _run_mine() -> Optional[BaseException]:
         _sync.enter()
         nodes = _threads.take_mine()
     finally:
-        if _sync.reentered():
+        try:
             _release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
     first: Optional[BaseException] = None
     for node in nodes:
         error = node._registry._release_chain(node)

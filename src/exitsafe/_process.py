@@ -55,8 +55,12 @@ def register(registry: Registry) -> bool:
         _registries.append(_weakref(registry))
         return _exit_phase[0] != "exited"
     finally:
-        if _sync.reentered():
-            _sync.leave()
+        try:
+            _sync.release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
+        else:
+            _sync.run_deferred()
 
 
 def keep_until_teardown(registry: Registry) -> None:
@@ -83,8 +87,12 @@ def default_registry() -> Registry:
             _default.append(created)
         return _default[0]
     finally:
-        if _sync.reentered():
-            _sync.leave()
+        try:
+            _sync.release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
+        else:
+            _sync.run_deferred()
 
 
 def keep_forever(obj: object) -> None:

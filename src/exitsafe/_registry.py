@@ -358,8 +358,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     node._rank = seq
                     self._live.add(node, False)
             finally:
-                if _reentered():
+                try:
                     _release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
         except BaseException:  # interrupted (KeyboardInterrupt): the caller still owns raw
             if node._seq:  # registered meanwhile
                 self._undo_track(node)
@@ -415,8 +417,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._refs = 0
             ready = self._finish(node, Outcome.DETACHED, None, False, trash)
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         trash.clear()
         for parent in ready:
             self._release_chain(parent)  # (an error is recorded; the caller's is raised)
@@ -526,8 +530,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             else:
                 is_open = False
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         if error is not None:
             _disown(node)
             raise error
@@ -641,8 +647,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 if node._role != HOOK:  # a hook's edges only order the teardown
                     parent._children += 1
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         if _deferred:
             _run_deferred()
 
@@ -660,8 +668,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 raise HandleClosedError(closed_message(node))
             node._refs += 1
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         if _deferred:
             _run_deferred()
 
@@ -701,8 +711,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         node._releaser = _get_ident()
                         target = node
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         if late:
             if self._trace:
                 self._trace_late(node)
@@ -742,8 +754,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                             if len(records) > self._ledger.cap:
                                 self._ledger.trim()
                     finally:
-                        if _reentered():
+                        try:
                             _release()
+                        except RuntimeError:  # (not held: interrupted before taking it)
+                            pass
                     # Outside the lock: dropping these may run the object's __del__.
                     target._raw = target._fn = None
             if _deferred:
@@ -779,8 +793,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 if len(records) > self._ledger.cap:
                     self._ledger.trim()
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         node._raw = node._fn = None  # outside the lock: this may run the object's __del__
         try:
             return interrupt
@@ -796,8 +812,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             interrupt = _enter_to_record()
             self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         try:
             return interrupt if interrupt is not None else exc
         finally:
@@ -817,8 +835,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             interrupt = _enter_to_record()
             ready = self._finish(node, Outcome.RELEASE_FAILED, repr(exc), False, trash)
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         trash.clear()
         for parent in reversed(ready):  # last first, as _release_chain's stack takes them
             self._release_chain(parent)
@@ -833,8 +853,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             _sync.enter()
             _threads.queue_for_owner(node)
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
 
     def _collected(self, node: _Node) -> None:
         # Handle.__del__ of a handle with owners, on any thread, possibly during
@@ -891,8 +913,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         node._releaser = _get_ident()
                         target = node
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         trash.clear()
         if target is not None:
             self._release_collected(target)
@@ -941,8 +965,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             else:
                 target = None
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         if target is not None:
             error = self._release_chain(target)
             if error is not None:
@@ -988,8 +1014,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._refs = 0  # exitsafe owns nothing of it any more
             ready = self._finish(node, Outcome.DETACHED, None, False, trash)
         finally:
-            if _reentered():
+            try:
                 _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
         trash.clear()
         error = None
         for parent in ready:
@@ -1043,8 +1071,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     error = interrupt
                 pending.extend(self._finish(node, outcome, detail, False, trash))
             finally:
-                if _reentered():
+                try:
                     _release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
             trash.clear()  # drops the raw object and release function: outside the lock
         # The exception's traceback holds this frame, and through its callers' frames
         # (f_back) every object they refer to: a local of this frame (or of any of theirs)

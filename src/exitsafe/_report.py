@@ -28,8 +28,18 @@ def log_if_loaded() -> Any:
     main thread's finalization still takes.  A program that never imported ``logging``
     configured no handler that would show an ``INFO`` record.
     """
-    logging = sys.modules.get("logging")
+    logging = _fully_imported("logging")
     return None if logging is None else logging.getLogger("exitsafe")
+
+
+def _fully_imported(name: str) -> Any:
+    """The module ``name`` if its import has finished, else ``None`` (not imported, or
+    being imported, maybe by another thread: its names may not exist yet).  Imports
+    nothing; asks as importlib itself does, by the module's ``__spec__._initializing``."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
 
 
 def error_from_finalizer(message: str, *args: object) -> None:
@@ -38,10 +48,8 @@ def error_from_finalizer(message: str, *args: object) -> None:
     else as one line on stderr, as ``logging``'s last resort would print it.  Imports
     nothing: importing ``logging`` there could find one of its own imports (``threading``)
     half-executed, and fail."""
-    logging = sys.modules.get("logging")
-    if logging is not None and not getattr(
-        getattr(logging, "__spec__", None), "_initializing", False  # (as importlib tells)
-    ):
+    logging = _fully_imported("logging")
+    if logging is not None:
         logging.getLogger("exitsafe").error(message, *args)
     else:
         emit(message % args)

@@ -78,8 +78,10 @@ def wait() -> None:
                 return
         acquire()
     except BaseException:  # interrupted (KeyboardInterrupt), maybe once it held the lock:
-        if reentered():  # it leaves without it (see enter)
+        try:  # it leaves without it (see enter)
             release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
         raise
 
 
@@ -94,18 +96,24 @@ def enter() -> None:
             _sync.enter()
             ...  # the section
         finally:
-            if _sync.reentered():
+            try:
                 _sync.release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
 
     since an interrupt may also land between this function's return and a ``try``
-    written after it (CPython checks for signals after calls).
+    written after it (CPython checks for signals after calls).  The ``finally`` calls
+    ``release`` at once, without asking `reentered` first: an interrupt landing right
+    after that question returned would skip the release and leave the lock held.
     """
     try:
         if not acquire(False):
             wait()
     except BaseException:
-        if reentered():
+        try:
             release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
         raise
 
 
@@ -153,8 +161,10 @@ def enter_if_possible(timeout: float = 1.0) -> bool:
     except RuntimeError:
         return False
     except BaseException:  # interrupted, maybe once it held the lock: it leaves without it
-        if reentered():
+        try:
             release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
         raise
 
 
@@ -196,7 +206,7 @@ def run_deferred() -> None:
     while it runs (see ``exitsafe._interrupts``): a ``KeyboardInterrupt`` between taking
     an item and running it would lose that request; it is raised after the queue ran.
     """
-    if reentered():
+    if not _deferred or reentered():  # (nothing queued: no hold of signals, no import)
         return
     me = _get_ident()
     if me in _draining:
@@ -328,8 +338,10 @@ class section:
         try:
             enter()
         except BaseException:  # interrupted once enter() returned: `with` calls no __exit__
-            if reentered():
+            try:
                 release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
             raise
 
     def __exit__(self, *exc: object) -> None:
