@@ -104,7 +104,7 @@ def leave(code: Optional[int] = 0) -> NoReturn:
     try:
         from ._process import teardown_all
 
-        teardown_all("exitsafe.exit")
+        teardown_all("exitsafe.exit", leaving=True)
     finally:
         _flush_stdio()
         os._exit(status)

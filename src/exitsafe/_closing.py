@@ -46,6 +46,7 @@ class Closing:
         _teardown_threads: set[int]
         _teardown_done: Any
         _teardown_timeout: Optional[float]
+        _in_progress: Any
 
         def _run_early_hooks(self, reason: str) -> None: ...
         def _nodes(self) -> list[_Node]: ...
@@ -141,15 +142,30 @@ class Closing:
         # one (a second signal in the immediate mode writes the ledger) sees them all.
         with _teardown.signals_held():
             try:
+                self._in_progress = (nodes, elsewhere, decided)
                 settings = _teardown.Settings(self, reason)  # type: ignore[arg-type]
                 settings.allowed = self._teardown_threads
                 self._trace = settings.trace
                 _teardown.run(nodes, elsewhere, settings, decided)
             finally:
-                self._close(nodes, elsewhere, decided)
+                self._close_in_progress()
                 done.release()
         if _deferred:
             _run_deferred()
+
+    def finish_own_teardown(self) -> None:
+        """Record now what the teardown running on this thread decided so far, the rest
+        ``leaked_interrupted``, and close: for `exitsafe.exit` called by one of its steps (a
+        release function, a hook), which ends the process without returning to it.  The
+        teardown records its outcomes only when it ends, so the ledger written on the way
+        out would otherwise hold none of them.  Nothing to do otherwise."""
+        if self._teardown_thread == _get_ident():
+            self._close_in_progress()
+
+    def _close_in_progress(self) -> None:
+        state, self._in_progress = self._in_progress, None  # (once: see finish_own_teardown)
+        if state is not None:
+            self._close(*state)
 
     def _close(
         self,

@@ -121,12 +121,15 @@ def load_teardown() -> None:
     from . import _interrupts, _steps, _teardown  # noqa: F401
 
 
-def teardown_all(reason: str) -> None:
+def teardown_all(reason: str, leaving: bool = False) -> None:
     """Tear down every registry, newest first, then write the ledger if asked to.
 
     A registry created meanwhile (by a hook, or a release function) is torn down in a
     further round.  One registry failing does not stop the others.  Used by the exit
     hook and by the signal handlers of [`exitsafe.signals`][exitsafe.signals].
+    ``leaving`` (`exitsafe.exit`): the process ends right after, without returning to a
+    teardown this thread may be running (exit() called by one of its steps), so that
+    teardown records what it decided first.
     """
     _ending[0] = True
     done: set[int] = set()
@@ -143,6 +146,9 @@ def teardown_all(reason: str) -> None:
                     "exitsafe: teardown of registry %r failed: %s", registry.name, repr(exc)
                 )
             _kept.pop(id(registry), None)
+    if leaving:
+        for registry in registries():
+            registry.finish_own_teardown()
     path = _config.ledger_path()
     if path:
         write_ledger(path)

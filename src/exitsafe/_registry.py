@@ -201,6 +201,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         #: Threads that may still borrow once the teardown began: its own, its workers.
         self._teardown_threads: set[int] = set()
         self._teardown_done: Any = None  # a lock held while the teardown runs
+        #: The running teardown's claimed nodes, its nodes elsewhere and its decisions,
+        #: until it records them (see Closing.finish_own_teardown).
+        self._in_progress: Any = None
         self._parked = 0  # threads parked at a borrow after the teardown began
         self._early: dict[int, Handle] = {}  # early hooks not yet run (owned)
         self._early_ran = False

@@ -166,6 +166,29 @@ def test_exit_code_is_checked(tmp_path, code):
     assert run.returncode == 1 and ("ValueError" in run.stderr or "TypeError" in run.stderr)
 
 
+@pytest.mark.parametrize("when", ["atexit", "explicit"])
+def test_exitsafe_exit_from_a_release_during_the_teardown_writes_every_outcome(tmp_path, when):
+    # The teardown records its outcomes when it ends; exitsafe.exit() called by one of its
+    # release functions ends the process without returning to it, and the ledger written
+    # on the way out held no entry at all (not even the release that had run).
+    body = f"""
+        a = exitsafe.track("a", lambda raw: record("released a"), name="a")
+        b = exitsafe.track("b", lambda raw: exitsafe.exit(4), name="b", depends_on=[a])
+        c = exitsafe.track("c", lambda raw: record("released c"), name="c", depends_on=[b])
+        if {when!r} == "explicit":
+            exitsafe.teardown(reason="explicit")
+            record("never reached")
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert run.returncode == 4, run.describe()
+    assert run.order == ["released c"]
+    assert run.outcomes() == {
+        "c": "released_at_exit",
+        "b": "leaked_interrupted",  # its release function ended the process
+        "a": "leaked_interrupted",
+    }
+
+
 def test_set_fork_exit_is_checked():
     import exitsafe
 
