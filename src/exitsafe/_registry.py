@@ -686,38 +686,48 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         if _reentered():
             _defer(self._drop_owner, node)
             return
+        me = _get_ident()
+        target = None
         try:
-            if not _acquire(False):
-                _wait()
-            if self._phase == CLOSED:
-                self._ledger.add_late_request()
-                target = None
-                late = True
-            else:
-                late = False
-                if node._state != LIVE or not node._refs:
-                    target = None
-                elif self.strict and node._refs == 1 and node._children:
-                    names = self._dependent_names(node)
-                    raise LiveDependentsError(
-                        f"{node._kind} {node._display_name()!r} still has live dependents: "
-                        + ", ".join(names)
-                        + "; release them first",
-                        names,
-                    )
-                else:
-                    refs = node._refs = node._refs - 1
-                    if refs or node._children or node._borrows or self._phase:
-                        target = None  # deferred (or left to the running teardown)
-                    else:
-                        node._state = RELEASING
-                        node._releaser = _get_ident()
-                        target = node
-        finally:
             try:
-                _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
+                if not _acquire(False):
+                    _wait()
+                if self._phase == CLOSED:
+                    self._ledger.add_late_request()
+                    target = None
+                    late = True
+                else:
+                    late = False
+                    if node._state != LIVE or not node._refs:
+                        target = None
+                    elif self.strict and node._refs == 1 and node._children:
+                        names = self._dependent_names(node)
+                        raise LiveDependentsError(
+                            f"{node._kind} {node._display_name()!r} still has live dependents: "
+                            + ", ".join(names)
+                            + "; release them first",
+                            names,
+                        )
+                    else:
+                        refs = node._refs = node._refs - 1
+                        if refs or node._children or node._borrows or self._phase:
+                            target = None  # deferred (or left to the running teardown)
+                        else:
+                            node._state = RELEASING  # (no call from here to the finally)
+                            node._releaser = me
+                            target = node
+            finally:
+                try:
+                    _release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
+        except BaseException:
+            if target is not None:
+                # Claimed, then interrupted (a Ctrl-C acted on as the section ended): the
+                # release asked for happens all the same, recorded, then the interrupt is
+                # raised.  (Left claimed, the handle stayed "releasing" for good.)
+                self._release_chain(target)
+            raise
         if late:
             if self._trace:
                 self._trace_late(node)
@@ -748,12 +758,13 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                         if target._state == RELEASING:  # else a teardown gave up on it
                             target._state = RELEASED
                             target._releaser = 0
-                            seq = target._seq
-                            self._live.discard(target)
                             records = self._records
+                            # the record first: an interrupt acted on after a call leaves
+                            # at worst a stale entry in the live table, never no outcome
                             records.append(
-                                (seq, target._kind, target._name, _RELEASED, None, False)
+                                (target._seq, target._kind, target._name, _RELEASED, None, False)
                             )
+                            self._live.discard(target)
                             if len(records) > self._ledger.cap:
                                 self._ledger.trim()
                     finally:
@@ -789,10 +800,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if node._state == RELEASING:  # else a teardown gave up on it and recorded it
                 node._state = RELEASED
                 node._releaser = 0
-                seq = node._seq
-                self._live.discard(node)
                 records = self._records
-                records.append((seq, node._kind, node._name, _RELEASED, None, False))
+                records.append((node._seq, node._kind, node._name, _RELEASED, None, False))
+                self._live.discard(node)  # (after the record: see _drop_owner)
                 if len(records) > self._ledger.cap:
                     self._ledger.trim()
         finally:
@@ -892,34 +902,40 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
 
     def _collected_now(self, node: _Node) -> None:
         trash: list[object] = []
+        me = _get_ident()
+        target = None
         try:
-            if not self._phase:
-                _sync.enter()
-            else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
-                _sync.enter_if_possible()  # (without the lock: no other thread runs)
-            target = None
-            if node._state == LIVE and node._refs:
-                if self._phase:
-                    # A teardown began but its snapshot did not hold this handle: a cyclic
-                    # collection cleared our weak reference to it before running this
-                    # finalizer.  Native code must not run any more: leak it, so that it
-                    # still ends in exactly one outcome, and taint what it depends on.
-                    self._finish(
-                        node, Outcome.LEAKED_AFTER_CLOSE,
-                        "collected while the teardown began, unseen by it", True, trash,
-                    )
-                else:
-                    node._refs = 0
-                    self._live.hold(node)  # not ended yet: the teardown must see it
-                    if not (node._children or node._borrows):
-                        node._state = RELEASING
-                        node._releaser = _get_ident()
-                        target = node
-        finally:
             try:
-                _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
+                if not self._phase:
+                    _sync.enter()
+                else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
+                    _sync.enter_if_possible()  # (without the lock: no other thread runs)
+                if node._state == LIVE and node._refs:
+                    if self._phase:
+                        # A teardown began but its snapshot did not hold this handle: a cyclic
+                        # collection cleared our weak reference to it before running this
+                        # finalizer.  Native code must not run any more: leak it, so that it
+                        # still ends in exactly one outcome, and taint what it depends on.
+                        self._finish(
+                            node, Outcome.LEAKED_AFTER_CLOSE,
+                            "collected while the teardown began, unseen by it", True, trash,
+                        )
+                    else:
+                        node._refs = 0
+                        self._live.hold(node)  # not ended yet: the teardown must see it
+                        if not (node._children or node._borrows):
+                            node._state = RELEASING  # (no call from here to the finally)
+                            node._releaser = me
+                            target = node
+            finally:
+                try:
+                    _release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
+        except BaseException:
+            if target is not None:  # claimed, then interrupted: see _drop_owner
+                self._release_collected(target)
+            raise
         trash.clear()
         if target is not None:
             self._release_collected(target)
