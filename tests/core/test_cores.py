@@ -1034,6 +1034,28 @@ def test_an_interrupt_after_any_call_in_a_section_never_leaves_the_lock_held():
             def __init__(self, at):
                 self.at, self.seen, self.fired = at, 0, False
 
+            def at_instruction(self, code, offset):
+                if offset in points(code):
+                    self.seen += 1
+                    if self.seen == self.at:
+                        self.fired = True
+                        raise KeyboardInterrupt
+
+            # CPython 3.12+: sys.monitoring's instruction events (opcode tracing is not
+            # delivered on every version there); before: sys.settrace's opcode events
+            def start(self):
+                if MONITORING is None:
+                    sys.settrace(self.tracer)
+                else:
+                    CURRENT[0] = self
+                    MONITORING.set_events(TOOL, MONITORING.events.INSTRUCTION)
+
+            def stop(self):
+                if MONITORING is None:
+                    sys.settrace(None)
+                else:
+                    MONITORING.set_events(TOOL, 0)
+
             def tracer(self, frame, event, arg):
                 if not frame.f_code.co_filename.startswith(DIR):
                     return None
@@ -1041,17 +1063,30 @@ def test_an_interrupt_after_any_call_in_a_section_never_leaves_the_lock_held():
                 return self.local
 
             def local(self, frame, event, arg):
-                if event == "opcode" and frame.f_lasti in points(frame.f_code):
-                    self.seen += 1
-                    if self.seen == self.at:
-                        self.fired = True
-                        raise KeyboardInterrupt
+                if event == "opcode":
+                    self.at_instruction(frame.f_code, frame.f_lasti)
                 return self.local
+
+        MONITORING, TOOL, CURRENT = getattr(sys, "monitoring", None), None, [None]
+        if MONITORING is not None:
+            for TOOL in (4, 3):
+                try:
+                    MONITORING.use_tool_id(TOOL, "interrupt injection")
+                    break
+                except ValueError:  # (taken)
+                    continue
+
+            def on_instruction(code, offset):
+                if not code.co_filename.startswith(DIR):
+                    return MONITORING.DISABLE  # (never of interest: not asked again)
+                CURRENT[0].at_instruction(code, offset)
+
+            MONITORING.register_callback(TOOL, MONITORING.events.INSTRUCTION, on_instruction)
 
         def scenario(kind, at):
             registry = exitsafe.Registry("k", step_timeout=0.5)  # (a dropped borrow's wait)
             inject = Inject(at)
-            sys.settrace(inject.tracer)
+            inject.start()
             tracked = False
             try:
                 h = registry.track("raw", lambda raw: None)
@@ -1069,7 +1104,7 @@ def test_an_interrupt_after_any_call_in_a_section_never_leaves_the_lock_held():
             except KeyboardInterrupt:
                 pass
             finally:
-                sys.settrace(None)
+                inject.stop()
             held = _sync.reentered()
             while _sync.reentered():
                 _sync.release()
