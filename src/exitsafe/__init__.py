@@ -349,12 +349,13 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     handlers of native libraries, which in a forked child may hang or crash on the parent's
     driver state.  Every registry is torn down first (handles this process created are
     released in order; inherited ones end `leaked_inherited`), and the ledger is written if
-    `EXITSAFE_LEDGER` asks for it.  Called by a step of a teardown (a release function, a
-    hook), it never returns to that teardown: what it decided so far is recorded, and every
-    handle it had not finished ends `leaked_interrupted`, the one whose step called it
-    included.  Meant for forked children (see the fork page); in any other process it skips
-    what a normal exit would do, `finally` blocks of other frames included.  Never
-    returns.
+    `EXITSAFE_LEDGER` asks for it.  Called by a step of a teardown run on the teardown's
+    own thread (a release function or a hook, with no step timeout), it never returns to
+    that teardown: what it decided so far is recorded, and every handle it had not finished
+    ends `leaked_interrupted`, the one whose step called it included.  (A step under a
+    timeout runs on a worker thread: the teardown then goes on, racing the exit.)  Meant
+    for forked children (see the fork page); in any other process it skips what a normal
+    exit would do, `finally` blocks of other frames included.  Never returns.
 
     Args:
         code: the exit status, 0-255; `None` means 0.

@@ -103,14 +103,18 @@ class Closing:
             _run_deferred()  # settle the requests queued before the teardown
         from . import _teardown
 
-        # Signals are held back from the early hooks on, delivered once it is all done.
+        # Signals are held back from the early hooks on, delivered once it is all done
+        # (not while waiting for another thread's teardown: a Ctrl-C may end that wait).
         with _teardown.signals_held():
             if not self._early_ran:
                 self._run_early_hooks(reason)
-            self._tear_down(reason)
+            running_elsewhere = self._tear_down(reason)
+        if running_elsewhere:
+            self._wait_for_teardown()
 
-    def _tear_down(self, reason: str) -> None:
-        """`teardown` after the early hooks (signals held back by the caller)."""
+    def _tear_down(self, reason: str) -> bool:
+        """`teardown` after the early hooks (signals held back by the caller); whether a
+        teardown of this registry runs on another thread (the caller waits for it)."""
         from . import _teardown
 
         me = _get_ident()
@@ -134,9 +138,7 @@ class Closing:
             except RuntimeError:  # (not held: interrupted before taking it)
                 pass
         if phase != OPEN:
-            if phase == TEARING and self._teardown_thread != me:
-                self._wait_for_teardown()
-            return
+            return phase == TEARING and self._teardown_thread != me
         decided: dict[_Node, tuple[str, Optional[str]]] = {}
         # Signals are held back until every outcome is recorded: a handler acting on
         # one (a second signal in the immediate mode writes the ledger) sees them all.
@@ -152,6 +154,7 @@ class Closing:
                 done.release()
         if _deferred:
             _run_deferred()
+        return False
 
     def finish_own_teardown(self) -> None:
         """Record now what the teardown running on this thread decided so far, the rest

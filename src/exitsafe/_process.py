@@ -18,7 +18,7 @@ import os
 import sys
 from _weakref import ref as _weakref
 
-from . import _config, _sync
+from . import _config, _sync, _threads
 from ._report import log
 
 TYPE_CHECKING = False
@@ -160,6 +160,7 @@ def at_exit() -> None:
     from ._interrupts import end_by_uncaught_keyboard_interrupt, held, signals_to_take_over
 
     _exit_phase[0] = "exiting"
+    _threads.note_main_thread()  # (read late in the exit, when threading may be gone)
     if _sync.reentered():
         # No exitsafe frame is on this thread's stack at exit, so this thread holds the
         # lock only if an interrupt escaped a section in a way no check above caught: free

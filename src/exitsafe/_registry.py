@@ -602,8 +602,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 "registered after teardown began", True,
             )
         finally:
-            if not inside and _reentered():
-                _release()
+            if not inside:
+                try:
+                    _release()
+                except RuntimeError:  # (not held: interrupted before taking it, or late
+                    pass  # in shutdown enter_if_possible gave up)
         if node._role != HOOK and node._raw is not None:
             keep_forever(node._raw)  # never released; never freed by us either
         node._raw = node._fn = None
@@ -1058,6 +1061,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         """
         pending = [first]
         error: Optional[BaseException] = None
+        interrupt: Optional[BaseException] = None
         trash: list[object] = []
         while pending:
             node = pending.pop()
@@ -1102,7 +1106,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         try:
             return error
         finally:
-            del error
+            del error, interrupt
 
     def _finish(
         self,

@@ -131,7 +131,12 @@ def enter_to_record() -> Optional[BaseException]:
         try:
             if not acquire(False):
                 wait()  # (leaves the lock free when it raises)
-            return interrupt
+            try:
+                return interrupt
+            finally:
+                # (no frame of ours keeps an exception: its traceback reaches the callers'
+                # frames, a cycle that keeps their objects alive until a collection)
+                interrupt = None
         except BaseException as exc:
             if reentered():  # raised right after the lock was taken: it is held
                 return interrupt if interrupt is not None else exc

@@ -72,20 +72,29 @@ def held_here(node: Node) -> int:
 
 #: CPython 3.12+: the main thread's ident, kept right across a fork.
 _main_thread_ident = getattr(_thread, "_get_main_thread_ident", None)
-#: The thread that imported exitsafe: the main thread's ident where no better source is
-#: left (before 3.12, with ``threading`` not loaded, or already cleared late in the exit).
-_importing_thread = _get_ident()
+#: Before 3.12, where ``threading`` is not loaded (or already cleared, late in the exit):
+#: the main thread's ident as last known (see `note_main_thread`), else None.
+_known_main: list[Optional[int]] = [None]
+
+
+def note_main_thread() -> None:
+    """Remember the main thread's ident while it can still be asked (the exit teardown
+    calls this on the main thread, before the interpreter clears ``threading``)."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        _known_main[0] = threading.main_thread().ident
 
 
 def is_main_thread() -> bool:
-    """Whether the calling thread is the main thread.  Imports nothing, and still right
-    late in the exit, when the interpreter may have cleared ``threading`` from
-    ``sys.modules`` (the main thread then runs the modules' finalizers)."""
+    """Whether the calling thread is the main thread (True when that cannot be told: the
+    caller then never parks it).  Imports nothing, and still right late in the exit, when
+    the interpreter may have cleared ``threading`` from ``sys.modules`` (the main thread
+    then runs the modules' finalizers)."""
     if _main_thread_ident is not None:
         return bool(_get_ident() == _main_thread_ident())
     threading = sys.modules.get("threading")
-    main = threading.main_thread().ident if threading is not None else _importing_thread
-    return bool(_get_ident() == main)
+    main = threading.main_thread().ident if threading is not None else _known_main[0]
+    return main is None or bool(_get_ident() == main)
 
 
 def is_daemon_thread() -> bool:
@@ -156,7 +165,7 @@ class WorkerStop:
         thread = self.thread
         if thread.ident is None or thread.ident == _get_ident():
             return  # never started, or the teardown runs on the worker itself
-        thread.join(self.timeout)
+        thread.join(min(self.timeout, _thread.TIMEOUT_MAX))  # (beyond: OverflowError)
         if thread.is_alive():
             raise StillRunning(
                 f"worker {thread.name!r} still running {self.timeout:.3g} s after it was "

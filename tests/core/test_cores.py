@@ -1164,3 +1164,98 @@ def test_a_logging_module_another_thread_is_importing_is_not_used(monkeypatch, c
     assert _report.log_if_loaded() is None
     _report.error_from_finalizer("release of %s failed: %s", "x", "OSError()")
     assert capsys.readouterr().err == "release of x failed: OSError()\n"
+
+
+def test_a_ctrl_c_while_waiting_for_another_threads_teardown_ends_the_wait():
+    """``teardown()`` on the main thread waits (bounded) for a teardown running on another
+    thread; a Ctrl-C meanwhile is raised at once.  (Signals were held back for the whole
+    call, so the wait went on until that teardown was over.)  Here that teardown ends only
+    once the main thread got its KeyboardInterrupt."""
+    program = textwrap.dedent(
+        """
+        import os, signal, threading
+        import exitsafe
+        registry = exitsafe.Registry("k", teardown_timeout=60)
+        started, interrupted = threading.Event(), threading.Event()
+        def slow(raw):
+            started.set()
+            print("other teardown finished:", interrupted.wait(30), flush=True)
+        keep = registry.track("x", slow, name="x")
+        other = threading.Thread(target=registry.teardown)
+        other.start()
+        started.wait()
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            registry.teardown()  # waits for the other thread's teardown
+            print("returned")
+        except KeyboardInterrupt:
+            print("interrupted while waiting", flush=True)
+            interrupted.set()
+        other.join()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "interrupted while waiting", "other teardown finished: True"
+    ], out.stdout + out.stderr
+
+
+def test_an_interrupt_while_a_release_records_itself_keeps_nothing_of_its_caller():
+    """A Ctrl-C landing while a release waits for the lock to record itself is raised to
+    the caller once the record is made; no frame of exitsafe may keep it (its traceback
+    reaches the caller's frame: a cycle kept the caller's objects alive until a
+    collection)."""
+    program = textwrap.dedent(
+        """
+        import gc, signal, threading, time, weakref
+        import exitsafe
+        from exitsafe import _sync
+
+        class Thing:
+            pass
+
+        registry = exitsafe.Registry("c")
+        holding = threading.Event()
+
+        def hold_lock():
+            _sync.acquire()
+            holding.set()
+            time.sleep(0.5)
+            _sync.release()
+
+        def release(raw):  # another thread holds the lock when this returns: a wait
+            threading.Thread(target=hold_lock).start()
+            holding.wait()
+            signal.setitimer(signal.ITIMER_REAL, 0.1)  # a Ctrl-C during that wait
+
+        def on_alarm(signum, frame):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGALRM, on_alarm)
+
+        def caller():
+            thing = Thing()
+            h = registry.track("raw", release, name="h")
+            try:
+                h.release()
+            except KeyboardInterrupt:
+                print("interrupted")
+            return weakref.ref(thing)
+
+        gc.disable()
+        ref = caller()
+        time.sleep(0.6)
+        print("caller's object alive:", ref() is not None)
+        print([(e.name, e.outcome) for e in registry.ledger()])
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "interrupted", "caller's object alive: False", "[('h', 'released')]"
+    ], out.stdout + out.stderr

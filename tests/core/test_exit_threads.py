@@ -456,3 +456,49 @@ def test_a_daemon_thread_borrowing_after_the_registry_closed_is_parked(tmp_path)
     run = run_program(DAEMON_BORROWS_AFTER_THE_CLOSE, tmp_path, prelude=False)
     assert_clean(run)
     assert run.order == ["session released", "parked: ['creator', 'periodic']"]
+
+
+MAIN_THREAD_FINALIZER_LATE = """
+    import gc, os, sys, threading
+
+    _LOG = os.open(os.environ["ORDER_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def record(raw):
+        os.write(_LOG, (str(raw) + "\\n").encode())
+
+    if sys.argv[1:] == ["off-main"]:  # exitsafe first imported by another thread
+        importer = threading.Thread(target=lambda: __import__("exitsafe"))
+        importer.start()
+        importer.join()
+    import exitsafe
+
+    h = exitsafe.track("x", lambda raw: record("released x"), name="x")
+
+    class Wrapper:
+        def __init__(self, h):
+            self.h, self.me = h, self  # a cycle: freed by the exit's last collections
+
+        def __del__(self):  # on the main thread, late in the exit
+            try:
+                with self.h.borrow():
+                    record("entered")
+            except exitsafe.HandleClosedError:
+                record("HandleClosedError")
+
+    Wrapper(h)
+    gc.disable()
+"""
+
+
+@pytest.mark.parametrize("imported_on", ["main", "off-main"])
+def test_the_main_thread_borrowing_late_in_the_exit_is_never_parked(tmp_path, imported_on):
+    # A borrow after the close parks a daemon thread; the main thread, running the
+    # finalizers late in the exit once threading is cleared, was taken for one (before
+    # 3.12, when exitsafe was first imported on another thread): the exit hung.
+    run = run_program(
+        MAIN_THREAD_FINALIZER_LATE, tmp_path, args=[imported_on], prelude=False, timeout=30
+    )
+    assert not run.hung, run.describe()
+    assert run.returncode == 0, run.describe()
+    assert run.order[0] == "released x"
+    assert run.order[1:] in ([], ["HandleClosedError"]), run.describe()

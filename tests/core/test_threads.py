@@ -799,3 +799,15 @@ def test_hot_path_waits_for_a_long_held_lock():
     assert results == ["done"]
     assert rec.raws == ["other"]
     assert h.owners == 1
+
+
+def test_a_worker_timeout_longer_than_a_lock_can_wait_joins_as_long_as_it_can():
+    # thread.join(timeout) raised OverflowError beyond TIMEOUT_MAX: the hook failed.
+    reg = Registry(name="threads-huge-worker", ledger_limit=None)
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, daemon=True)
+    worker.start()
+    reg.worker(worker, stop=stop, timeout=threading.TIMEOUT_MAX * 10, name="w")
+    reg.teardown()
+    assert not worker.is_alive()
+    assert outcomes(reg) == {"w": Outcome.HOOK_RAN}
