@@ -140,18 +140,18 @@ class Closing:
         if phase != OPEN:
             return phase == TEARING and self._teardown_thread != me
         decided: dict[_Node, tuple[str, Optional[str]]] = {}
-        # Signals are held back until every outcome is recorded: a handler acting on
-        # one (a second signal in the immediate mode writes the ledger) sees them all.
-        with _teardown.signals_held():
-            try:
-                self._in_progress = (nodes, elsewhere, decided)
-                settings = _teardown.Settings(self, reason)  # type: ignore[arg-type]
-                settings.allowed = self._teardown_threads
-                self._trace = settings.trace
-                _teardown.run(nodes, elsewhere, settings, decided)
-            finally:
-                self._close_in_progress()
-                done.release()
+        # (Signals are held back by the caller until every outcome is recorded: a handler
+        # acting on one, a second signal in the immediate mode writing the ledger, sees
+        # them all.)
+        try:
+            self._in_progress = (nodes, elsewhere, decided)
+            settings = _teardown.Settings(self, reason)  # type: ignore[arg-type]
+            settings.allowed = self._teardown_threads
+            self._trace = settings.trace
+            _teardown.run(nodes, elsewhere, settings, decided)
+        finally:
+            self._close_in_progress()
+            done.release()
         if _deferred:
             _run_deferred()
         return False
