@@ -173,13 +173,6 @@ def enter_if_possible(timeout: float = 1.0) -> bool:
         raise
 
 
-def leave() -> None:
-    """Release `LOCK`, then run the work queued meanwhile (see `defer`)."""
-    release()
-    if _deferred:
-        run_deferred()
-
-
 # ---------------------------------------------------------------------- deferred work
 
 #: Work queued by requests that arrived inside a section (FIFO).  A plain list: append
