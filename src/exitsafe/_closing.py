@@ -15,7 +15,7 @@ import sys
 from . import _config, _sync, _threads
 from ._core import speedups
 from ._ledger import Outcome
-from ._node import LIVE, RELEASING
+from ._node import CLOSED_KEY, LIVE, RELEASING, SIMPLE
 from ._node import Node as _Node
 from ._phase import CLOSED, OPEN, TEARING
 from ._report import log
@@ -47,9 +47,12 @@ class Closing:
         _teardown_done: Any
         _teardown_timeout: Optional[float]
         _in_progress: Any
+        _unclaimed: dict[int, None]
+        _live: Any
 
         def _run_early_hooks(self, reason: str) -> None: ...
         def _nodes(self) -> list[_Node]: ...
+        def _take_over(self, nodes: list[_Node]) -> set[_Node]: ...
         def _finish(
             self, node: _Node, outcome: str, detail: Optional[str], at_exit: bool,
             trash: list[object], decided: bool = False,
@@ -123,6 +126,9 @@ class Closing:
             phase = self._phase
             if phase == OPEN:
                 self._phase = TEARING  # closes the borrow gate to other threads
+                # Before listing the nodes: a lock-free registration that does not see
+                # this key is in the list (see Registry.track).
+                self._unclaimed[CLOSED_KEY] = None
                 self._teardown_thread = me
                 self._teardown_threads = {me}
                 done = self._teardown_done = _thread.allocate_lock()
@@ -131,7 +137,7 @@ class Closing:
                     queued._state = LIVE
                     queued._releaser = 0
                 nodes = self._nodes()
-                elsewhere = _teardown.claim(nodes, me)
+                elsewhere = _teardown.claim(nodes, me, self._take_over(nodes))
         finally:
             try:
                 _release()
@@ -209,8 +215,12 @@ class Closing:
                 _sync.enter()
                 for node, (outcome, why) in records[start : start + chunk]:
                     # The teardown settled its own nodes; for one it gave up waiting for,
-                    # the releasing thread may have recorded its outcome first.
-                    self._finish(node, outcome, why, True, trash, node not in elsewhere)
+                    # the releasing thread may have recorded its outcome first (whoever
+                    # removes it from the live table records it: a lock-free release
+                    # records without the lock).
+                    mine = node not in elsewhere
+                    if mine or self._live.take(node):
+                        self._finish(node, outcome, why, True, trash, mine)
             finally:
                 try:
                     _release()
@@ -246,6 +256,7 @@ class Closing:
         stepping = steps.running_here() if abandoned and steps is not None else None
         if abandoned:
             self._phase = OPEN
+            self._unclaimed.pop(CLOSED_KEY, None)
             self._teardown_thread = 0
             self._teardown_done = None
             self._teardown_threads = set()
@@ -254,7 +265,14 @@ class Closing:
         try:
             _sync.enter()  # (the child's only thread: no wait, but the same discipline)
             for node in self._nodes():
-                if node is stepping:
+                if node._releaser == SIMPLE:
+                    # Inherited: the child's releases take the locked path, which leaks
+                    # it.  Claimed by a lock-free release on a thread of the parent: that
+                    # release will never finish here, so it is live again (as below).
+                    self._unclaimed.pop(node._seq, None)
+                    node._state = LIVE
+                    node._releaser = 0
+                elif node is stepping:
                     self._finish(
                         node, Outcome.LEAKED_INHERITED,
                         "its teardown step was running when this process was forked from it",

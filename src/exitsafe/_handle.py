@@ -9,9 +9,23 @@ lock: each reads one field, which is atomic.
 
 from __future__ import annotations
 
-from ._core import speedups
+import _thread
+
+from . import _sync, _threads
+from ._core import LOCK_FREE, speedups
 from ._errors import HandleClosedError
-from ._node import DETACHED, LEAKED, LIVE, RELEASED, RELEASING, STATE_NAMES, Node
+from ._ledger import Outcome
+from ._node import (
+    CLOSED_KEY,
+    DETACHED,
+    LEAKED,
+    LIVE,
+    RELEASED,
+    RELEASING,
+    SIMPLE,
+    STATE_NAMES,
+    Node,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -275,6 +289,59 @@ class HookHandle(Handle):
         pass
 
 
+if LOCK_FREE:
+    _reentered = _sync.reentered
+    _deferred = _sync._deferred
+    _affine = _threads.pending
+    _get_ident = _thread.get_ident
+    _RELEASED = Outcome.RELEASED
+
+    def _release_simple(self: Handle) -> None:
+        # The pure-Python core's Handle.release: a simple node (see _node.SIMPLE) is
+        # claimed by deleting its key from the unclaimed dict, and released with no lock;
+        # every other case goes to Registry._drop_owner, under the lock.
+        registry = self._registry
+        unclaimed = registry._unclaimed
+        if CLOSED_KEY in unclaimed or _reentered():  # a teardown began; a finalizer or a
+            registry._drop_owner(self)  # signal handler interrupted a section here
+            return
+        seq = self._seq
+        try:
+            del unclaimed[seq]  # the claim: one delete succeeds, whoever else tries
+        except KeyError:  # an ordinary node, ended, or being released by another thread
+            registry._drop_owner(self)
+            return
+        self._refs = 0  # (no call between the claim and these stores)
+        self._state = RELEASING
+        self._releaser = _get_ident()
+        try:
+            self._fn(self._raw)  # type: ignore[misc]
+        except BaseException as exc:  # recorded, then re-raised to the caller
+            error = registry._leaf_failed(self, exc)
+            del exc
+            try:
+                raise error
+            finally:
+                error = None  # (no frame of ours keeps it: see Registry._release_chain)
+        try:
+            del registry._live[seq]  # ended: whoever removes the entry records the end
+        except KeyError:
+            pass  # a teardown gave up waiting for this release and recorded it
+        else:
+            self._state = RELEASED  # (no call from the delete to the record: an
+            self._releaser = 0  # interrupt cannot separate them)
+            records = registry._records
+            records.append((seq, self._kind, self._name, _RELEASED, None, False))
+            if len(records) > registry._cap:
+                registry._trim_ledger()
+        self._raw = self._fn = None  # this may run the object's __del__
+        if _deferred or _affine:
+            registry._after_release()
+
+    _release_simple.__doc__ = Handle.release.__doc__
+    _release_simple.__name__ = _release_simple.__qualname__ = "release"
+    Handle.release = _release_simple  # type: ignore[method-assign]
+
 if speedups is not None:
     # The compiled core's common cases; each hands every other case to the methods above
     # (through the registry's _drop_owner and _retain), so both cores keep one semantics.
@@ -388,7 +455,7 @@ def closed_message(node: Node) -> str:
         what = "was leaked"
     elif state == DETACHED:
         what = "was detached (the program owns it again)"
-    elif state == RELEASING:
+    elif state == RELEASING or node._releaser == SIMPLE:  # (SIMPLE: claimed, see _node)
         what = "is being released"
     else:
         what = "has no owner left (its release is pending"

@@ -65,6 +65,7 @@ class HookRegistration:
             self, node: _Node, after: tuple[Handle, ...], run_deferred: bool = True
         ) -> None: ...
         def _registered_after_close(self, node: _Node) -> None: ...
+        def _next_seq(self) -> int: ...
         def _nodes(self) -> list[_Node]: ...
         def _parent_handles(self, handles: object, what: str) -> tuple[Handle, ...]: ...
         def _finish(
@@ -177,8 +178,7 @@ class HookRegistration:
             _sync.enter()
             is_open = self._phase == OPEN and not self._early_ran
             if is_open:
-                seq = self._seq = self._seq + 1
-                node._seq = seq
+                seq = node._seq = self._next_seq()
                 self._early[seq] = node
                 self._hooks += 1
         finally:

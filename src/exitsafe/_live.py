@@ -3,13 +3,13 @@
 A handle is held *weakly*: dropping the last reference to it (even in a reference cycle
 through its own raw object) means its owner let go, and its finalizer releases it.  A
 teardown hook is held *strongly*: the registry owns it until its teardown.  The table
-is changed only under `exitsafe._sync.LOCK`; reading it (`nodes`, ``len``) is done
-under the lock too.
+is changed under `exitsafe._sync.LOCK`, except by the pure-Python core's lock-free hot
+path (see `PurePythonLiveTable`); reading it (`nodes`, ``len``) is done under the lock.
 
 `LiveTable` is the compiled core's (``exitsafe._speedups.LiveTable``: the records are
 linked in place, so adding and removing one allocates nothing) or, in pure Python, the
 class below: a dict from creation number to a weak reference or the hook itself.  Both
-keep insertion order, which is creation order (numbers are handed out under the lock).
+list their nodes in creation order.
 """
 
 from __future__ import annotations
@@ -27,17 +27,23 @@ if TYPE_CHECKING:
 __all__ = ["LiveTable"]
 
 
-class PurePythonLiveTable:
-    """The pure-Python `LiveTable` (see the module documentation)."""
+class PurePythonLiveTable(dict):  # type: ignore[type-arg]
+    """The pure-Python `LiveTable` (see the module documentation).
 
-    __slots__ = ("_entries",)
+    It is the dict itself, creation number -> weak reference (a handle) or node (a hook,
+    or a handle being collected), so that the pure-Python core's lock-free hot path
+    (``Registry.track`` and ``Handle.release`` of a handle nothing else touched: see
+    ``Registry._promote``) adds and removes entries with one dict operation, which is
+    atomic.  Removing an entry decides who records a handle's end: whoever removes it
+    (`take`, ``del``) records the outcome, so a release finishing on one thread and a
+    teardown giving up waiting for it on another never both do.
+    """
 
-    def __init__(self) -> None:
-        self._entries: dict[int, Any] = {}
+    __slots__ = ()
 
     def add(self, node: Node, owned: bool) -> None:
         """Add ``node``: held strongly if ``owned`` (a hook), else weakly (a handle)."""
-        self._entries[node._seq] = node if owned else _weakref(node)
+        self[node._seq] = node if owned else _weakref(node)
 
     def hold(self, node: Node) -> None:
         """Hold ``node`` strongly from now on, if it is here: a handle whose garbage
@@ -45,20 +51,28 @@ class PurePythonLiveTable:
         dependents or borrows).  A cyclic collection clears the weak reference before the
         finalizer runs; without this the teardown would not see the handle, which would
         end with no outcome, and its parents would be released under it."""
-        if node._seq in self._entries:
-            self._entries[node._seq] = node
+        if node._seq in self:
+            self[node._seq] = node
 
     def discard(self, node: Node) -> None:
         """Remove ``node`` if it is here."""
-        self._entries.pop(node._seq, None)
+        self.pop(node._seq, None)
+
+    def take(self, node: Node) -> bool:
+        """Remove ``node``; whether it was here (then the caller records its end)."""
+        return self.pop(node._seq, None) is not None
 
     def nodes(self) -> list[Node]:
-        """The handles and hooks still here and alive, oldest first."""
-        found = [e() if type(e) is _weakref else e for e in self._entries.values()]
-        return [n for n in found if n is not None]
+        """The handles and hooks still here and alive, oldest first.
 
-    def __len__(self) -> int:
-        return len(self._entries)
+        Iterates over a copy: the lock-free hot path may add or remove entries meanwhile
+        (a copy is one atomic operation)."""
+        found = [e() if type(e) is _weakref else e for e in self.copy().values()]
+        return sorted((n for n in found if n is not None), key=_creation_number)
+
+
+def _creation_number(node: Node) -> int:
+    return node._seq
 
 
 LiveTable: Any = speedups.LiveTable if speedups is not None else PurePythonLiveTable

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import _thread
 import sys
+from _weakref import ref as _weakref_type
+from itertools import count as _count
 
 from . import _graph, _sync, _threads
 from ._borrowing import Borrowing
 from ._checks import check_name, check_policy, check_timeout
 from ._closing import Closing
-from ._core import speedups
+from ._core import LOCK_FREE, speedups
 from ._errors import (
     DependencyCycleError,
     ForeignHandleError,
@@ -41,6 +43,9 @@ from ._inspection import Inspection
 from ._ledger import Ledger, Outcome, quote
 from ._live import LiveTable
 from ._node import (
+    CLOSED_KEY as _CLOSED_KEY,
+)
+from ._node import (
     DETACHED,
     ENDED_AT_EXIT,
     HANDLE,
@@ -50,6 +55,7 @@ from ._node import (
     LIVE,
     RELEASED,
     RELEASING,
+    SIMPLE,
     TAINTING,
 )
 from ._node import Node as _Node
@@ -84,6 +90,9 @@ _local = _threads._local
 _affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
 _new_handle = object.__new__
 _init = _Node._init
+_weakref = _weakref_type
+
+
 
 
 def _emit_late_release(
@@ -192,6 +201,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         self._cap = min(self._ledger.cap, sys.maxsize)
         self._phase = OPEN
         self._seq = 0
+        # The pure-Python core's creation numbers (atomic: the lock-free track takes one),
+        # and the simple nodes nobody has claimed (see exitsafe._node.SIMPLE).
+        self._numbers = _count(1).__next__
+        self._unclaimed: dict[int, None] = {}
         # Every handle not yet ended, held weakly (dropping the last reference to a
         # handle releases it), and every hook, owned until teardown (see _live).
         self._live: Any = LiveTable()
@@ -211,6 +224,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
 
         if not _process.register(self):
             self._phase = CLOSED  # the process's exit teardown already finished
+            self._unclaimed[_CLOSED_KEY] = None
 
     # ------------------------------------------------------------------ settings
 
@@ -305,6 +319,57 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             raise TypeError(f"kind must be a str, got {type(kind).__name__}")
         if name is not None:
             check_name(name)
+        if (
+            LOCK_FREE
+            and exit_policy is None
+            and timeout is None
+            and affinity is None
+            and not depends_on
+            and kind != "library"
+        ):
+            # The pure-Python core's lock-free registration of a simple node (see
+            # exitsafe._node.SIMPLE).  Every field of the record once, the owner count
+            # last (until then its __del__ does nothing); then the live table, then the
+            # unclaimed set: once there, a release may claim it.
+            if _reentered():
+                raise _refused("track()")
+            node = _new_handle(Handle)
+            node._seq = seq = self._numbers()
+            node._rank = seq
+            node._registry = self
+            node._raw = raw
+            node._fn = release
+            node._kind = kind
+            node._name = name
+            node._parents = ()
+            node._policy = None
+            node._timeout = None
+            node._role = HANDLE
+            node._children = 0
+            node._borrows = 0
+            node._state = LIVE
+            node._releaser = SIMPLE
+            node._taint = None
+            node._gen = _sync.generation
+            node._thread_id = _get_ident()
+            node._affinity = None
+            node._in_child = False
+            node._refs = 1
+            unclaimed = self._unclaimed
+            try:
+                self._live[seq] = _weakref(node)
+                unclaimed[seq] = None
+                # A teardown adds _CLOSED_KEY, then lists the live table: absent here,
+                # that list will hold this node.
+                closed = _CLOSED_KEY in unclaimed
+            except BaseException:  # interrupted (KeyboardInterrupt): the caller owns raw
+                self._undo_simple(node)
+                raise
+            if closed:
+                return self._simple_after_close(node)
+            if _deferred or _affine:
+                self._run_deferred_after_track(node, affine=True)
+            return node
         if exit_policy is not None:
             check_policy(exit_policy, "exit_policy")
         if timeout is not None:
@@ -356,8 +421,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     is_open = False
                 else:
                     is_open = True
-                    seq = self._seq = self._seq + 1
-                    node._seq = seq
+                    seq = node._seq = self._next_seq()
                     node._rank = seq
                     self._live.add(node, False)
             finally:
@@ -427,6 +491,92 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         trash.clear()
         for parent in ready:
             self._release_chain(parent)  # (an error is recorded; the caller's is raised)
+
+    def _undo_simple(self, node: _Node) -> None:
+        """The lock-free ``track()`` raised while registering ``node`` (an interrupt):
+        take it back, so that nothing releases the object its caller still owns.  Once
+        fully registered it ends ``detached``, as in `_undo_track`; a teardown that took
+        it over meanwhile keeps it (the window `_undo_track` describes)."""
+        seq = node._seq
+        try:
+            del self._unclaimed[seq]
+        except KeyError:  # not registered yet, or taken over by a teardown
+            if node._releaser != SIMPLE:
+                return
+            self._live.pop(seq, None)
+            _disown(node)
+            return
+        node._releaser = 0  # an ordinary node now, and ours
+        self._undo_track(node)
+
+    def _simple_after_close(self, node: _Node) -> Handle:
+        """The lock-free ``track()`` found that a teardown began while it registered
+        ``node``: whoever claims it first decides.  The teardown: it listed the node and
+        releases it at exit.  This thread: it registered after the teardown began."""
+        try:
+            del self._unclaimed[node._seq]
+        except KeyError:
+            return node  # type: ignore[return-value]
+        node._releaser = 0
+        self._live.pop(node._seq, None)
+        node._seq = 0
+        node._rank = 0.0
+        self._registered_after_close(node)
+        if _affine:
+            _run_mine_quietly()
+        return node  # type: ignore[return-value]
+
+    def _promote(self, node: _Node) -> bool:
+        """Make ``node`` an ordinary node if it is a simple one (see
+        `exitsafe._node.SIMPLE`); whether it is one now.  ``False``: a lock-free release
+        claimed it and runs it (its state may still read ``LIVE``): the caller must treat
+        it as being released.  Any code that changes a node calls this first, holding
+        the lock (a teardown, a fork, or a section this thread interrupted)."""
+        if node._releaser != SIMPLE:
+            return True
+        try:
+            del self._unclaimed[node._seq]
+        except KeyError:
+            return False
+        node._releaser = 0
+        return True
+
+    def _take_over(self, nodes: list[_Node]) -> set[_Node]:
+        """Promote the simple nodes among ``nodes`` (a teardown beginning, the lock held);
+        return those a lock-free release claimed first: they are being released."""
+        racing = set()
+        if LOCK_FREE:
+            for node in nodes:
+                if node._releaser == SIMPLE and not self._promote(node):
+                    racing.add(node)
+        return racing
+
+    def _trim_ledger(self) -> None:
+        """Trim the ledger, beyond its cap after a lock-free record (rare: see `Ledger`)."""
+        try:
+            _sync.enter()
+            if len(self._records) > self._ledger.cap:
+                self._ledger.trim()
+        finally:
+            try:
+                _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+
+    def _after_release(self) -> None:
+        """After a lock-free release: run the queued work and this thread's queued
+        thread-affine releases, as `_drop_owner` does."""
+        if _deferred:
+            _run_deferred()
+        if _affine:
+            _run_mine_quietly()
+
+    def _next_seq(self) -> int:
+        """A new creation number.  In the compiled core the caller holds the lock."""
+        if speedups is None:
+            return self._numbers()
+        seq = self._seq = self._seq + 1
+        return seq
 
     def pin(
         self,
@@ -512,8 +662,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if self._phase == OPEN:
                 error = self._check_new_edges(node, after)
                 if error is None:
-                    seq = self._seq = self._seq + 1
-                    node._seq = seq
+                    seq = node._seq = self._next_seq()
                     node._rank = seq
                     if node._role != HOOK:
                         # A hook's "before" edges order the teardown only; they must
@@ -553,11 +702,15 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
     def _check_new_edges(self, node: _Node, after: tuple[Handle, ...]) -> Optional[Exception]:
         """Why ``node`` cannot join the graph with its parents and ``after`` edges, or None."""
         for parent in node._parents:
-            if parent._state != LIVE or not parent._refs:
+            if (
+                parent._state != LIVE
+                or not parent._refs
+                or (parent._releaser == SIMPLE and not self._promote(parent))
+            ):
                 what = "before" if node._role == HOOK else "depends_on"
                 return HandleClosedError(f"{what}: " + closed_message(parent))
         for cnode in after:
-            if cnode._state != LIVE:
+            if cnode._state != LIVE or (cnode._releaser == SIMPLE and not self._promote(cnode)):
                 return HandleClosedError("after: " + closed_message(cnode))
             for parent in node._parents:
                 # The new edges are cnode -> hook -> parent: a cycle if parent already
@@ -591,8 +744,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         try:
             if not inside:
                 _sync.enter_if_possible()
-            self._seq += 1
-            node._seq = self._seq
+            node._seq = self._next_seq()
             node._state = LEAKED
             node._releaser = ENDED_AT_EXIT  # (a daemon thread's borrow of it parks)
             node._refs = 0
@@ -629,13 +781,21 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         node = handle
         try:
             _sync.enter()
-            if node._state != LIVE or not node._refs:
+            if (
+                node._state != LIVE
+                or not node._refs
+                or (node._releaser == SIMPLE and not self._promote(node))
+            ):
                 raise HandleClosedError(closed_message(node))
             if self._phase != OPEN:
                 raise RegistryClosedError(f"registry {self.name!r} is closed")
             new = []
             for parent in parents_h:
-                if parent._state != LIVE or not parent._refs:
+                if (
+                    parent._state != LIVE
+                    or not parent._refs
+                    or (parent._releaser == SIMPLE and not self._promote(parent))
+                ):
                     raise HandleClosedError("add_dependency: " + closed_message(parent))
                 if parent in node._parents:
                     continue
@@ -670,7 +830,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         try:
             if not _acquire(False):
                 _wait()
-            if node._state != LIVE or not node._refs:
+            if (
+                node._state != LIVE
+                or not node._refs
+                or (node._releaser == SIMPLE and not self._promote(node))
+            ):
                 raise HandleClosedError(closed_message(node))
             node._refs += 1
         finally:
@@ -701,8 +865,12 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     late = True
                 else:
                     late = False
-                    if node._state != LIVE or not node._refs:
-                        target = None
+                    if (
+                        node._state != LIVE
+                        or not node._refs
+                        or (node._releaser == SIMPLE and not self._promote(node))
+                    ):
+                        target = None  # ended, or being released (by a lock-free release)
                     elif self.strict and node._refs == 1 and node._children:
                         names = self._dependent_names(node)
                         raise LiveDependentsError(
@@ -913,7 +1081,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     _sync.enter()
                 else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
                     _sync.enter_if_possible()  # (without the lock: no other thread runs)
-                if node._state == LIVE and node._refs:
+                if (
+                    node._state == LIVE
+                    and node._refs
+                    and (node._releaser != SIMPLE or self._promote(node))
+                ):
                     if self._phase:
                         # A teardown began but its snapshot did not hold this handle: a cyclic
                         # collection cleared our weak reference to it before running this
@@ -1017,7 +1189,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     f"registry {self.name!r} is tearing down or closed; "
                     f"{node._kind} {node._display_name()!r} can no longer be detached"
                 )
-            if node._state != LIVE or not node._refs:
+            if (
+                node._state != LIVE
+                or not node._refs
+                or (node._releaser == SIMPLE and not self._promote(node))
+            ):
                 raise HandleClosedError(closed_message(node))
             if node._borrows:
                 raise HandleClosedError(

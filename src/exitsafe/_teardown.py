@@ -25,7 +25,7 @@ from . import _config, _sync, _threads
 from ._core import speedups
 from ._graph import teardown_order
 from ._ledger import Outcome, trace_line
-from ._node import HOOK, LEAKED, LIVE, RELEASED, RELEASING, TAINTING
+from ._node import HOOK, LEAKED, LIVE, RELEASED, RELEASING, SIMPLE, TAINTING
 from ._report import emit, log
 from ._threads import StillRunning
 
@@ -48,17 +48,21 @@ IN_FLIGHT_WAIT = 5.0
 _RELEASED_AT_EXIT = Outcome.RELEASED_AT_EXIT
 
 
-def claim(nodes: list[Node], me: int) -> set[Node]:
+def claim(nodes: list[Node], me: int, racing: set[Node]) -> set[Node]:
     """Mark every live node of ``nodes`` as being released by this teardown.
 
     Called under the lock in the section that begins the teardown.  Returns the nodes
-    some thread was already releasing: the teardown waits for them instead.
+    some thread was already releasing: the teardown waits for them instead.  ``racing``
+    holds those a lock-free release claimed (pure-Python core), whatever their state
+    reads yet.
     """
     if speedups is not None and type(nodes) is list:
         claimed_elsewhere: set[Node] = speedups.claim(nodes, me)  # the same loop, in C
         return claimed_elsewhere
-    elsewhere = set()
+    elsewhere = set(racing)
     for node in nodes:
+        if node in elsewhere:
+            continue
         if node._state == LIVE:
             node._state = RELEASING
             node._releaser = me
@@ -371,14 +375,20 @@ def _wait_in_flight(node: Node, settings: Settings) -> Optional[tuple[str, Optio
         if settings.deadline is not None:
             end = min(end, settings.deadline)
         pause = 0.0005
-        while node._state == RELEASING and perf_counter() < end:
+        while _in_flight(node) and perf_counter() < end:
             sleep(pause)
             pause = min(pause * 2, 0.02)
-        if node._state != RELEASING:
+        if not _in_flight(node):
             return None
         detail = f"still being released on another thread after {limit:.3g} s"
     log().warning("exitsafe: %s %r %s; leaking it", node._kind, node._display_name(), detail)
     return Outcome.LEAKED_IN_USE, detail
+
+
+def _in_flight(node: Node) -> bool:
+    """Whether a release another thread began is still running: ``RELEASING``, or a
+    simple node a lock-free release has claimed but not yet marked (see ``_node.SIMPLE``)."""
+    return node._state == RELEASING or node._releaser == SIMPLE
 
 
 # A decision is None (release) or why the handle is leaked.  A callable policy is asked
