@@ -306,14 +306,18 @@ if LOCK_FREE:
             registry._drop_owner(self)  # signal handler interrupted a section here
             return
         seq = self._seq
+        me = _get_ident()
         try:
             del unclaimed[seq]  # the claim: one delete succeeds, whoever else tries
         except KeyError:  # an ordinary node, ended, or being released by another thread
             registry._drop_owner(self)
             return
-        self._refs = 0  # (no call between the claim and these stores)
+        # No call from the claim to the release function: CPython acts on a signal (a
+        # KeyboardInterrupt) only after a call, so none can land between them (a claimed
+        # node nobody releases would stay "releasing" for good).
+        self._refs = 0
         self._state = RELEASING
-        self._releaser = _get_ident()
+        self._releaser = me
         try:
             self._fn(self._raw)  # type: ignore[misc]
         except BaseException as exc:  # recorded, then re-raised to the caller

@@ -519,9 +519,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             return node  # type: ignore[return-value]
         node._releaser = 0
         self._live.pop(node._seq, None)
-        node._seq = 0
-        node._rank = 0.0
-        self._registered_after_close(node)
+        self._registered_after_close(node)  # (it keeps its creation number)
         if _affine:
             _run_mine_quietly()
         return node  # type: ignore[return-value]
@@ -744,7 +742,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         try:
             if not inside:
                 _sync.enter_if_possible()
-            node._seq = self._next_seq()
+            if not node._seq:
+                node._seq = self._next_seq()
             node._state = LEAKED
             node._releaser = ENDED_AT_EXIT  # (a daemon thread's borrow of it parks)
             node._refs = 0

@@ -110,8 +110,13 @@ CROSS_REGISTRY = """
 
     class Wrapper:
         def __init__(self, i):
-            b_handles[i] = b.track(i, lambda raw: record(f"b{raw}"), name=f"b{i}")
-            self.h = a.track(i, release_a, name=f"a{i}")
+            # (An option: the locked path of both cores, whose sections run Python code
+            # where the collection is forced; the pure-Python core's lock-free path for
+            # handles without options has no section.)
+            b_handles[i] = b.track(
+                i, lambda raw: record(f"b{raw}"), name=f"b{i}", exit_policy="release"
+            )
+            self.h = a.track(i, release_a, name=f"a{i}", exit_policy="release")
             self.cycle = self
 
         def __del__(self):
