@@ -14,8 +14,9 @@ import sys
 
 from . import _config, _sync, _threads
 from ._core import speedups
+from ._handle import released_here
 from ._ledger import Outcome
-from ._node import CLOSED_KEY, LIVE, RELEASING, SIMPLE
+from ._node import LIVE, RELEASING, SIMPLE
 from ._node import Node as _Node
 from ._phase import CLOSED, OPEN, TEARING
 from ._report import log
@@ -125,10 +126,9 @@ class Closing:
             _sync.enter()
             phase = self._phase
             if phase == OPEN:
+                # Before listing the nodes: a lock-free registration that still sees the
+                # registry open is in the list (see Registry.track).
                 self._phase = TEARING  # closes the borrow gate to other threads
-                # Before listing the nodes: a lock-free registration that does not see
-                # this key is in the list (see Registry.track).
-                self._unclaimed[CLOSED_KEY] = None
                 self._teardown_thread = me
                 self._teardown_threads = {me}
                 done = self._teardown_done = _thread.allocate_lock()
@@ -256,7 +256,6 @@ class Closing:
         stepping = steps.running_here() if abandoned and steps is not None else None
         if abandoned:
             self._phase = OPEN
-            self._unclaimed.pop(CLOSED_KEY, None)
             self._teardown_thread = 0
             self._teardown_done = None
             self._teardown_threads = set()
@@ -266,12 +265,17 @@ class Closing:
             _sync.enter()  # (the child's only thread: no wait, but the same discipline)
             for node in self._nodes():
                 if node._releaser == SIMPLE:
-                    # Inherited: the child's releases take the locked path, which leaks
-                    # it.  Claimed by a lock-free release on a thread of the parent: that
-                    # release will never finish here, so it is live again (as below).
-                    self._unclaimed.pop(node._seq, None)
-                    node._state = LIVE
-                    node._releaser = 0
+                    if node._seq in self._unclaimed:
+                        # Inherited: from now on the child's releases of it take the
+                        # locked path, which leaks it.
+                        del self._unclaimed[node._seq]
+                        node._releaser = 0
+                    elif not released_here(node):
+                        # Claimed by a lock-free release on a thread of the parent, which
+                        # will never finish here: live again (as below).  One running on
+                        # this thread (a fork in a release function) goes on.
+                        node._state = LIVE
+                        node._releaser = 0
                 elif node is stepping:
                     self._finish(
                         node, Outcome.LEAKED_INHERITED,

@@ -9,14 +9,13 @@ lock: each reads one field, which is atomic.
 
 from __future__ import annotations
 
-import _thread
+import sys
 
 from . import _sync, _threads
 from ._core import LOCK_FREE, speedups
 from ._errors import HandleClosedError
 from ._ledger import Outcome
 from ._node import (
-    CLOSED_KEY,
     DETACHED,
     LEAKED,
     LIVE,
@@ -257,7 +256,25 @@ class Handle(Node):
     ) -> None:
         self.release()
 
-    if speedups is None:  # the compiled record has the same finalizer in C (tp_finalize)
+    def __repr__(self) -> str:
+        return (
+            f"<exitsafe.Handle {self._kind} {self._display_name()!r} {STATE_NAMES[self._state]}"
+            f" owners={self._refs} registry={self._registry.name!r}>"
+        )
+
+
+if speedups is None:
+
+    class OwnedHandle(Handle):
+        """The class of a pure-Python handle until it ends: a `Handle` with the finalizer
+        that releases it when its last reference is dropped (the compiled record has the
+        same finalizer in C, and its handles are plain `Handle` objects).
+
+        A handle the lock-free release ended becomes a plain `Handle` (``__class__`` is
+        assigned; the layouts are the same), whose collection then costs no Python call.
+        """
+
+        __slots__ = ()
 
         def __del__(self) -> None:
             # No module globals here: during interpreter finalization they may be None.
@@ -268,11 +285,8 @@ class Handle(Node):
             if refs:
                 self._registry._collected(self)
 
-    def __repr__(self) -> str:
-        return (
-            f"<exitsafe.Handle {self._kind} {self._display_name()!r} {STATE_NAMES[self._state]}"
-            f" owners={self._refs} registry={self._registry.name!r}>"
-        )
+else:
+    OwnedHandle = Handle
 
 
 class HookHandle(Handle):
@@ -290,10 +304,11 @@ class HookHandle(Handle):
 
 
 if LOCK_FREE:
-    _reentered = _sync.reentered
+    _LOCK = _sync.LOCK
+    _is_owned = type(_LOCK)._is_owned  # _LOCK._is_owned(): CPython calls this form cheaply
     _deferred = _sync._deferred
     _affine = _threads.pending
-    _get_ident = _thread.get_ident
+    _getframe = sys._getframe
     _RELEASED = Outcome.RELEASED
 
     def _release_simple(self: Handle) -> None:
@@ -301,12 +316,11 @@ if LOCK_FREE:
         # claimed by deleting its key from the unclaimed dict, and released with no lock;
         # every other case goes to Registry._drop_owner, under the lock.
         registry = self._registry
-        unclaimed = registry._unclaimed
-        if CLOSED_KEY in unclaimed or _reentered():  # a teardown began; a finalizer or a
+        if registry._phase or _is_owned(_LOCK):  # a teardown began; a finalizer or a
             registry._drop_owner(self)  # signal handler interrupted a section here
             return
+        unclaimed = registry._unclaimed
         seq = self._seq
-        me = _get_ident()
         try:
             del unclaimed[seq]  # the claim: one delete succeeds, whoever else tries
         except KeyError:  # an ordinary node, ended, or being released by another thread
@@ -314,10 +328,11 @@ if LOCK_FREE:
             return
         # No call from the claim to the release function: CPython acts on a signal (a
         # KeyboardInterrupt) only after a call, so none can land between them (a claimed
-        # node nobody releases would stay "releasing" for good).
+        # node nobody releases would stay "releasing" for good).  _releaser stays SIMPLE:
+        # released_here() finds this frame when it matters (a teardown or a fork on this
+        # thread during the release), which keeps a call off the hot path.
         self._refs = 0
         self._state = RELEASING
-        self._releaser = me
         try:
             self._fn(self._raw)  # type: ignore[misc]
         except BaseException as exc:  # recorded, then re-raised to the caller
@@ -339,12 +354,32 @@ if LOCK_FREE:
             if len(records) > registry._cap:
                 registry._trim_ledger()
         self._raw = self._fn = None  # this may run the object's __del__
+        self.__class__ = Handle  # ended: no finalizer needed any more (see OwnedHandle)
         if _deferred or _affine:
             registry._after_release()
+
+    def released_here(node: Node) -> bool:
+        """Whether a lock-free release of ``node`` (claimed, ``_releaser`` still
+        ``SIMPLE``) is running on this thread: a frame of it is on this thread's stack."""
+        code = _release_simple.__code__
+        frame = _getframe(1)
+        while frame is not None:
+            if frame.f_code is code and frame.f_locals.get("self") is node:
+                return True
+            frame = frame.f_back
+        return False
 
     _release_simple.__doc__ = Handle.release.__doc__
     _release_simple.__name__ = _release_simple.__qualname__ = "release"
     Handle.release = _release_simple  # type: ignore[method-assign]
+
+else:
+
+    def released_here(node: Node) -> bool:
+        """Whether a lock-free release of ``node`` runs on this thread: never, here (no
+        lock-free release in this core)."""
+        return False
+
 
 if speedups is not None:
     # The compiled core's common cases; each hands every other case to the methods above

@@ -42,18 +42,13 @@ ENDED_AT_EXIT = 1
 #: ``Registry.track`` (no dependency, no option) that nothing but a release has touched
 #: since.  Its creation number is in its registry's ``_unclaimed`` dict while it is
 #: LIVE with one owner; ``Handle.release`` claims it without the lock by deleting that
-#: key (the one delete that succeeds wins), then sets ``RELEASING`` and its own ident.
+#: key (the one delete that succeeds wins), then sets ``RELEASING`` (its ``_releaser``
+#: stays ``SIMPLE``: `exitsafe._handle.released_here` tells whether that is this thread).
 #: Any locked code that changes such a node first takes it over with
 #: ``Registry._promote`` (the same delete, then ``_releaser = 0``): from then on it is
 #: an ordinary node.  A simple node no longer in ``_unclaimed`` is being released by
 #: the thread that claimed it, even while its ``_state`` still reads ``LIVE``.
 SIMPLE = -1
-
-#: The key a teardown adds to a registry's ``_unclaimed`` dict when it begins (creation
-#: numbers start at 1): a lock-free registration or release that finds it takes the
-#: locked path instead.
-CLOSED_KEY = 0
-
 # Roles, which are also the planner's step priorities among ready steps: hooks first,
 # then ordinary handles, then libraries (whose code the others' releases may run).
 HOOK, HANDLE, LIBRARY = 0, 1, 2

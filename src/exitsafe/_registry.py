@@ -37,14 +37,11 @@ from ._errors import (
     LiveDependentsError,
     RegistryClosedError,
 )
-from ._handle import Handle, HandleInfo, closed_message
+from ._handle import Handle, HandleInfo, OwnedHandle, closed_message
 from ._hooks import HookRegistration
 from ._inspection import Inspection
 from ._ledger import Ledger, Outcome, quote
 from ._live import LiveTable
-from ._node import (
-    CLOSED_KEY as _CLOSED_KEY,
-)
 from ._node import (
     DETACHED,
     ENDED_AT_EXIT,
@@ -76,6 +73,8 @@ __all__ = ["Registry"]
 
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
+_LOCK = _sync.LOCK
+_is_owned = type(_LOCK)._is_owned
 _acquire = _sync.acquire
 _release = _sync.release
 _wait = _sync.wait
@@ -203,7 +202,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         self._seq = 0
         # The pure-Python core's creation numbers (atomic: the lock-free track takes one),
         # and the simple nodes nobody has claimed (see exitsafe._node.SIMPLE).
-        self._numbers = _count(1).__next__
+        self._numbers = _count(1)
         self._unclaimed: dict[int, None] = {}
         # Every handle not yet ended, held weakly (dropping the last reference to a
         # handle releases it), and every hook, owned until teardown (see _live).
@@ -224,7 +223,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
 
         if not _process.register(self):
             self._phase = CLOSED  # the process's exit teardown already finished
-            self._unclaimed[_CLOSED_KEY] = None
 
     # ------------------------------------------------------------------ settings
 
@@ -262,7 +260,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         self,
         raw: object,
         release: Callable[[Any], object],
-        *,
         kind: str = "handle",
         depends_on: Iterable[Handle] = (),
         exit_policy: Optional[ExitPolicy] = None,
@@ -276,6 +273,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         cffi and ctypes pointers prefer [`exitsafe.cffi.track`][exitsafe.cffi.track] /
         [`exitsafe.ctypes.track`][exitsafe.ctypes.track], which check the pointer and find the
         library's pin.
+
+        The options after `release` are usually given by keyword, as here; they are
+        positional-or-keyword (in this order) because CPython makes a cheaper call to a
+        function without keyword-only parameters, which matters on the hot path of the
+        pure-Python core.
 
         Args:
             raw: the native object (a pointer, an integer handle, any object); kept referenced
@@ -331,10 +333,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             # exitsafe._node.SIMPLE).  Every field of the record once, the owner count
             # last (until then its __del__ does nothing); then the live table, then the
             # unclaimed set: once there, a release may claim it.
-            if _reentered():
+            if _is_owned(_LOCK):  # (_reentered(), in the call form CPython makes cheaply)
                 raise _refused("track()")
-            node = _new_handle(Handle)
-            node._seq = seq = self._numbers()
+            node = _new_handle(OwnedHandle)
+            node._seq = seq = next(self._numbers)
             node._rank = seq
             node._registry = self
             node._raw = raw
@@ -355,13 +357,14 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._affinity = None
             node._in_child = False
             node._refs = 1
-            unclaimed = self._unclaimed
             try:
-                self._live[seq] = _weakref(node)
-                unclaimed[seq] = None
-                # A teardown adds _CLOSED_KEY, then lists the live table: absent here,
-                # that list will hold this node.
-                closed = _CLOSED_KEY in unclaimed
+                entry = _weakref(node)
+                # Unclaimed first, then live (no call between them): a teardown that lists
+                # the node can take it over.  A teardown sets the phase, then lists the
+                # live table: still open here, that list holds the node.
+                self._unclaimed[seq] = None
+                self._live[seq] = entry
+                closed = self._phase
             except BaseException:  # interrupted (KeyboardInterrupt): the caller owns raw
                 self._undo_simple(node)
                 raise
@@ -381,7 +384,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         # Node._init, inlined (no frame): every field of the record, once.  The owner count
         # last: until it is set, the handle's __del__ does nothing (an interrupt may land
         # after any call here, and a half-made record must not be released or read).
-        node = _new_handle(Handle)
+        node = _new_handle(OwnedHandle)
         node._seq = 0
         node._rank = 0.0
         node._registry = self
@@ -501,13 +504,23 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         try:
             del self._unclaimed[seq]
         except KeyError:  # not registered yet, or taken over by a teardown
-            if node._releaser != SIMPLE:
-                return
-            self._live.pop(seq, None)
-            _disown(node)
+            if node._releaser == SIMPLE:
+                _disown(node)
             return
-        node._releaser = 0  # an ordinary node now, and ours
-        self._undo_track(node)
+        # Ours.  Out of the live table before it stops being SIMPLE: a teardown listing
+        # it meanwhile waits for it as for a release in flight, and records nothing.
+        trash: list[object] = []
+        try:
+            _sync.enter()
+            node._releaser = 0
+            node._refs = 0
+            self._finish(node, Outcome.DETACHED, None, False, trash)
+        finally:
+            try:
+                _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+        trash.clear()
 
     def _simple_after_close(self, node: _Node) -> Handle:
         """The lock-free ``track()`` found that a teardown began while it registered
@@ -517,8 +530,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             del self._unclaimed[node._seq]
         except KeyError:
             return node  # type: ignore[return-value]
-        node._releaser = 0
+        # Out of the live table before it stops being SIMPLE (see _undo_simple).
         self._live.pop(node._seq, None)
+        node._releaser = 0
         self._registered_after_close(node)  # (it keeps its creation number)
         if _affine:
             _run_mine_quietly()
@@ -572,7 +586,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
     def _next_seq(self) -> int:
         """A new creation number.  In the compiled core the caller holds the lock."""
         if speedups is None:
-            return self._numbers()
+            return next(self._numbers)
         seq = self._seq = self._seq + 1
         return seq
 

@@ -3108,7 +3108,7 @@ done:
 static PyMethodDef Registry_methods[] = {
     {"track", (PyCFunction)(void (*)(void))Registry_track,
      METH_FASTCALL | METH_KEYWORDS,
-     "track($self, raw, release, *, kind='handle', depends_on=(), exit_policy=None, "
+     "track($self, raw, release, kind='handle', depends_on=(), exit_policy=None, "
      "name=None, timeout=None, affinity=None)\n--\n\n"
      "Start owning `raw`: `release(raw)` is called exactly once, or never if leaked.\n\n"
      "The compiled Registry.track (see exitsafe.Registry.track)."},

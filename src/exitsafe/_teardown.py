@@ -24,6 +24,7 @@ from time import perf_counter, sleep
 from . import _config, _sync, _threads
 from ._core import speedups
 from ._graph import teardown_order
+from ._handle import released_here
 from ._ledger import Outcome, trace_line
 from ._node import HOOK, LEAKED, LIVE, RELEASED, RELEASING, SIMPLE, TAINTING
 from ._report import emit, log
@@ -367,7 +368,9 @@ def _wait_in_flight(node: Node, settings: Settings) -> Optional[tuple[str, Optio
     """
     import _thread
 
-    if node._releaser == _thread.get_ident():
+    if node._releaser == _thread.get_ident() or (
+        node._releaser == SIMPLE and released_here(node)
+    ):
         detail = "its release is in progress on the thread running the teardown"
     else:
         limit = settings.step_timeout if settings.step_timeout is not None else IN_FLIGHT_WAIT
