@@ -28,7 +28,7 @@ from ._node import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import TracebackType
+    from types import FrameType, TracebackType
     from typing import Any, Callable, Optional
 
     from ._registry import Registry
@@ -286,7 +286,7 @@ if speedups is None:
                 self._registry._collected(self)
 
 else:
-    OwnedHandle = Handle
+    OwnedHandle = Handle  # type: ignore[misc,assignment]
 
 
 class HookHandle(Handle):
@@ -341,7 +341,7 @@ if LOCK_FREE:
             try:
                 raise error
             finally:
-                error = None  # (no frame of ours keeps it: see Registry._release_chain)
+                del error  # (no frame of ours keeps it: see Registry._release_chain)
         try:
             del registry._live[seq]  # ended: whoever removes the entry records the end
         except KeyError:
@@ -362,7 +362,7 @@ if LOCK_FREE:
         """Whether a lock-free release of ``node`` (claimed, ``_releaser`` still
         ``SIMPLE``) is running on this thread: a frame of it is on this thread's stack."""
         code = _release_simple.__code__
-        frame = _getframe(1)
+        frame: Optional[FrameType] = _getframe(1)
         while frame is not None:
             if frame.f_code is code and frame.f_locals.get("self") is node:
                 return True
