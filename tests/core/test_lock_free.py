@@ -1,0 +1,266 @@
+"""The pure-Python core registers and releases a handle without options with no lock (a
+claim is one dict delete; see ``exitsafe._node.SIMPLE``).  Each test forces one race of
+that path against a teardown, another release, a fork or the handle's own release
+function, deterministically, and checks what a user would: the release function ran
+exactly once (or never, when the program still owns the object), and the ledger holds
+exactly one outcome per handle.  Both cores must pass them: the compiled core has no such
+path, and the same promises hold there."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ..support import assert_clean, run_program
+
+PURE = os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0")
+
+
+def test_a_release_in_flight_when_the_teardown_begins_is_waited_for(tmp_path):
+    """The teardown finds the handle claimed by a release running on another thread: it
+    waits (its first pause lets the release finish), records nothing itself, and the
+    release records ``released``."""
+    run = run_program(
+        """
+        from exitsafe import _teardown
+        registry = exitsafe.Registry("r")
+        started, go = threading.Event(), threading.Event()
+
+        def release(raw):
+            record(raw)
+            started.set()
+            go.wait()
+
+        real_sleep = _teardown.sleep
+        def first_pause(seconds):  # the teardown waits for the release in flight
+            go.set()
+            real_sleep(seconds)
+        _teardown.sleep = first_pause
+
+        h = registry.track("H", release, name="h")
+        t = threading.Thread(target=h.release)
+        t.start()
+        started.wait()
+        registry.teardown()
+        t.join()
+        print(h.state, registry.ledger_counts())
+        """,
+        tmp_path,
+    )
+    assert_clean(run)
+    assert run.order == ["H"]
+    assert run.stdout.split("\n")[0] == "released {'released': 1}", run.describe()
+
+
+def test_a_release_the_teardown_gave_up_on_records_nothing_when_it_ends(tmp_path):
+    """The teardown waits at most the step timeout, records ``leaked_in_use``; the
+    release, which goes on, finds it recorded and adds no second outcome."""
+    run = run_program(
+        """
+        registry = exitsafe.Registry("r", step_timeout=0.01)
+        started, go = threading.Event(), threading.Event()
+
+        def release(raw):
+            record(raw)
+            started.set()
+            go.wait()
+
+        h = registry.track("H", release, name="h")
+        t = threading.Thread(target=h.release)
+        t.start()
+        started.wait()
+        registry.teardown()  # gives up waiting: the release is still blocked
+        go.set()
+        t.join()
+        print(h.state, registry.ledger_counts(), len(registry))
+        """,
+        tmp_path,
+        ledger=True,
+    )
+    assert_clean(run)
+    assert run.order == ["H"]
+    assert run.stdout.split("\n")[0] == "leaked {'leaked_in_use': 1} 0", run.describe()
+    assert run.outcomes("r") == {"h": "leaked_in_use"}
+
+
+def test_a_teardown_started_by_the_release_function_does_not_wait_for_it(tmp_path):
+    """A release function that tears the registry down (here through ``exitsafe.exit``'s
+    building block, ``teardown``) runs on the thread holding the claim: the teardown must
+    see that at once rather than wait for itself until its bound."""
+    run = run_program(
+        """
+        registry = exitsafe.Registry("r")
+
+        def release(raw):
+            record(raw)
+            registry.teardown()
+
+        h = registry.track("H", release, name="h")
+        other = registry.track("O", record, name="o")
+        h.release()
+        print(h.state, sorted(registry.ledger_counts().items()))
+        print([e.detail for e in registry.ledger() if e.name == "h"])
+        """,
+        tmp_path,
+    )
+    assert_clean(run)
+    assert run.order == ["H", "O"]
+    lines = run.stdout.split("\n")
+    assert lines[0] == "leaked [('leaked_in_use', 1), ('released_at_exit', 1)]", run.describe()
+    assert lines[1] == "['its release is in progress on the thread running the teardown']"
+
+
+def test_two_threads_releasing_one_handle_release_it_once(tmp_path):
+    """Both threads ask at once, many times over: one claim wins each time; the other
+    release is the no-op a second release always is."""
+    run = run_program(
+        """
+        registry = exitsafe.Registry("r")
+        count = 2000
+        calls = []
+        barrier = threading.Barrier(2)
+        handles = []
+
+        def worker():
+            for h in handles:
+                barrier.wait()
+                h.release()
+
+        for i in range(count):
+            handles.append(registry.track(i, calls.append))
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(len(calls), len(set(calls)), registry.ledger_counts(), len(registry))
+        """,
+        tmp_path,
+        timeout=120,
+    )
+    assert_clean(run)
+    assert run.stdout.split("\n")[0] == "2000 2000 {'released': 2000} 0", run.describe()
+
+
+def _track_line(text: str) -> int:
+    """The line of ``Registry.track`` (pure-Python core) holding ``text``."""
+    import inspect
+
+    from exitsafe._registry import Registry
+
+    track = getattr(Registry, "_track_py", Registry.track)
+    lines, first = inspect.getsourcelines(track)
+    for offset, line in enumerate(lines):
+        if text in line:
+            return first + offset
+    raise AssertionError(f"{text!r} is not in Registry.track")
+
+
+RACE = """
+    registry = exitsafe.Registry("r")
+    LINE = {line}
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name == "track":
+            return local
+        return None
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == LINE:
+            sys.settrace(None)
+            frame.f_trace = None
+            registry.teardown()  # begins between two steps of the registration
+        return local
+
+    sys.settrace(tracer)
+    h = registry.track("H", record, name="h")
+    sys.settrace(None)
+    print(h.state, registry.ledger_counts(), len(registry))
+"""
+
+
+@pytest.mark.skipif(not PURE, reason="the compiled core registers under its lock: no window")
+def test_a_teardown_beginning_after_the_registration_releases_the_handle(tmp_path):
+    """The teardown lists the handle the registration just made visible, takes it over
+    and releases it at exit; the registration then sees the teardown and gives way."""
+    line = _track_line("closed = self._phase")
+    run = run_program(RACE.format(line=line), tmp_path)
+    assert_clean(run)
+    assert run.order == ["H"]
+    assert run.stdout.split("\n")[0] == "released {'released_at_exit': 1} 0", run.describe()
+
+
+@pytest.mark.skipif(not PURE, reason="the compiled core registers under its lock: no window")
+def test_a_teardown_beginning_before_the_registration_leaks_the_handle(tmp_path):
+    """The teardown began before the handle was visible: the registration claims it back
+    and records ``leaked_after_close``, as for any handle tracked after the teardown
+    began; nothing releases it."""
+    line = _track_line("entry = _weakref(node)")
+    run = run_program(RACE.format(line=line), tmp_path)
+    assert_clean(run)
+    assert run.order == []
+    assert run.stdout.split("\n")[0] == "leaked {'leaked_after_close': 1} 0", run.describe()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_fork_during_a_release_on_another_thread(tmp_path):
+    """The child inherits a handle another thread of the parent was releasing: that
+    release never finishes in the child, so the handle is live there again, and the
+    child's exit leaks it as inherited; the parent's release ends as usual."""
+    run = run_program(
+        """
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)  # (fork with a thread running)
+        registry = exitsafe.Registry("r")
+        started, go = threading.Event(), threading.Event()
+
+        def release(raw):
+            record(f"{raw} in {os.getpid() == PARENT and 'parent' or 'child'}")
+            started.set()
+            go.wait()
+
+        PARENT = os.getpid()
+        h = registry.track("H", release, name="h")
+        t = threading.Thread(target=h.release)
+        t.start()
+        started.wait()
+        pid = os.fork()
+        if pid == 0:
+            print("child", h.state, h.owners)
+            registry.teardown()
+            print("child", registry.ledger_counts())
+            sys.stdout.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        go.set()
+        t.join()
+        print("parent", h.state, registry.ledger_counts())
+        """,
+        tmp_path,
+    )
+    assert_clean(run)
+    assert run.order == ["H in parent"], run.describe()
+    assert run.stdout.split("\n")[:3] == [
+        "child live 0",
+        "child {'leaked_inherited': 1}",
+        "parent released {'released': 1}",
+    ], run.describe()
+
+
+def test_tracking_options_positionally(tmp_path):
+    """``Registry.track``'s options may be given by position, in their documented order."""
+    run = run_program(
+        """
+        registry = exitsafe.Registry("r")
+        parent = registry.track("P", record, "device")
+        h = registry.track("H", record, "buffer", (parent,), "release", "h1", 2.0, None)
+        print(h.kind, h.name, h.depends_on == (parent,))
+        h.release()
+        parent.release()
+        """,
+        tmp_path,
+    )
+    assert_clean(run)
+    assert run.order == ["H", "P"]
+    assert run.stdout.split("\n")[0] == "buffer h1 True"
