@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 speedups: Optional[ModuleType]
 
-if os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0"):
+_CHOICE = os.environ.get("EXITSAFE_PURE_PYTHON", "")
+
+if _CHOICE not in ("", "0"):
     speedups = None
 else:
     try:
@@ -36,8 +38,13 @@ else:
 #: The pure-Python core registers and releases a handle with no dependency and no option
 #: without the lock (see `exitsafe._node.SIMPLE`).  Not on a free-threaded build running
 #: without the GIL, where the creation counter (`itertools.count`) is not atomic: there
-#: every registration and release takes the lock.
-LOCK_FREE = speedups is None and getattr(sys, "_is_gil_enabled", lambda: True)()
+#: every registration and release takes the lock.  ``EXITSAFE_PURE_PYTHON=locked`` runs the
+#: pure-Python core that way anywhere (how CI tests what a free-threaded build runs).
+LOCK_FREE = (
+    speedups is None
+    and _CHOICE != "locked"
+    and getattr(sys, "_is_gil_enabled", lambda: True)()
+)
 
 CORE = "compiled" if speedups is not None else "python"
 """Which core runs exitsafe's hot path in this process: `"compiled"` (the C extension

@@ -3,8 +3,9 @@
 and the borrow context manager.
 
 A [`Handle`][exitsafe.Handle] is its own record (`Node`); every state change
-goes through its registry.  Reads of ``state``, ``owners``, ``raw`` and the like take no
-lock: each reads one field, which is atomic.
+goes through its registry, except the pure-Python core's lock-free release of a simple
+handle, here (`_release_simple`; see ``_node.SIMPLE``).  Reads of ``state``, ``owners``,
+``raw`` and the like take no lock: each reads one field, which is atomic.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from ..support import assert_clean, run_program
+from exitsafe._core import LOCK_FREE
 
-PURE = os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0")
+from ..support import assert_clean, run_program
 
 
 def test_a_release_in_flight_when_the_teardown_begins_is_waited_for(tmp_path):
@@ -180,7 +180,7 @@ RACE = """
 """
 
 
-@pytest.mark.skipif(not PURE, reason="the compiled core registers under its lock: no window")
+@pytest.mark.skipif(not LOCK_FREE, reason="this core registers under its lock: no such window")
 def test_a_teardown_beginning_after_the_registration_releases_the_handle(tmp_path):
     """The teardown lists the handle the registration just made visible, takes it over
     and releases it at exit; the registration then sees the teardown and gives way."""
@@ -191,7 +191,7 @@ def test_a_teardown_beginning_after_the_registration_releases_the_handle(tmp_pat
     assert run.stdout.split("\n")[0] == "released {'released_at_exit': 1} 0", run.describe()
 
 
-@pytest.mark.skipif(not PURE, reason="the compiled core registers under its lock: no window")
+@pytest.mark.skipif(not LOCK_FREE, reason="this core registers under its lock: no such window")
 def test_a_teardown_beginning_before_the_registration_leaks_the_handle(tmp_path):
     """The teardown began before the handle was visible: the registration claims it back
     and records ``leaked_after_close``, as for any handle tracked after the teardown
