@@ -199,8 +199,9 @@ def write_ledger(path: str) -> None:
 
     A symbolic link is followed to its target.  A path naming a directory, a device,
     a FIFO or anything but a regular file is refused with one logged error and left
-    untouched; the file is written through a temporary file in the same directory,
-    which never outlives this call.
+    untouched; the file is written through a temporary file in the same directory, of
+    this call alone (two writes at once, from two threads, never share one: each
+    replaces the file with a complete ledger), which never outlives this call.
     """
     import json
     import stat
@@ -227,9 +228,8 @@ def write_ledger(path: str) -> None:
         "python": sys.version.split()[0],
         "registries": [r._as_json() for r in registries()],
     }
-    tmp = f"{target}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd, tmp = _new_temporary(target)
         try:
             with open(fd, "w", encoding="utf-8") as fh:
                 json.dump(data, fh, indent=1)
@@ -239,6 +239,30 @@ def write_ledger(path: str) -> None:
                 os.unlink(tmp)
     except OSError as exc:
         log().error("exitsafe: could not write the ledger to %r: %s", path, exc)
+
+
+#: How many names `_new_temporary` tries before it gives up (as ``tempfile.mkstemp``).
+_TEMPORARY_ATTEMPTS = 100
+
+
+def _new_temporary(target: str) -> tuple[int, str]:
+    """Create a file no other call uses, next to ``target``: ``(fd, path)``.
+
+    A random name created with ``O_EXCL``, as ``tempfile.mkstemp`` does, but with the
+    ledger's own mode (0o644 less the umask) rather than 0o600: it becomes the ledger.
+
+    Raises:
+        OSError: it could not be created (``FileExistsError`` after
+            `_TEMPORARY_ATTEMPTS` names taken).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(_TEMPORARY_ATTEMPTS):
+        tmp = f"{target}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+        try:
+            return os.open(tmp, flags, 0o644), tmp
+        except FileExistsError:  # taken (by another writer, or left by a killed one)
+            continue
+    raise FileExistsError(f"no unused temporary name next to {target!r}")
 
 
 # ---------------------------------------------------------------------- fork

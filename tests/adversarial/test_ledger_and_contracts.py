@@ -2,9 +2,10 @@
 
 ``EXITSAFE_LEDGER`` is written only to a regular file (a symbolic link is followed):
 a device node, a FIFO or a directory gets one clear error and nothing is replaced, and
-no temporary file is left behind.  Exit policies read a snapshot of the handle in
-which ``raw`` and the rest are readable; the finalization of handles that already
-ended is not a late request.
+no temporary file is left behind.  Two writes at once (the exit teardown, and
+exitsafe.exit() on another thread) each go through a temporary file of their own.
+Exit policies read a snapshot of the handle in which ``raw`` and the rest are
+readable; the finalization of handles that already ended is not a late request.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 
 import pytest
+
+from exitsafe import _process
 
 from ..support import assert_clean, run_program
 
@@ -135,3 +139,64 @@ def test_exit_policy_answer_that_cannot_be_compared_is_a_bad_answer(tmp_path):
     assert "failed" not in run.stderr
     entry = next(e for e in run.ledger()["registries"][0]["entries"] if e["name"] == "a")
     assert entry["detail"].startswith("exit policy returned <")
+
+
+def test_two_ledger_writes_at_once_never_collide(tmp_path, monkeypatch, caplog):
+    # Both writers are held inside their write, each with its temporary file open, until
+    # the other got there too: with one temporary name per process, the second could not
+    # even create it (and a writer's clean-up could delete the other's file).
+    target = tmp_path / "ledger.json"
+    both_writing = threading.Barrier(2, timeout=30)
+    real_dump = json.dump
+
+    def dump_when_both_write(*args, **kwargs):
+        both_writing.wait()
+        return real_dump(*args, **kwargs)
+
+    monkeypatch.setattr(json, "dump", dump_when_both_write)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            _process.write_ledger(str(target))
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    with caplog.at_level("ERROR", logger="exitsafe"):
+        writers = [threading.Thread(target=write) for _ in range(2)]
+        for t in writers:
+            t.start()
+        for t in writers:
+            t.join(60)
+    assert not any(t.is_alive() for t in writers)
+    assert errors == [] and caplog.records == [], (errors, caplog.text)
+    data = json.loads(target.read_text())
+    assert data["pid"] == os.getpid() and isinstance(data["registries"], list)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_ledger_write_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
+    target = tmp_path / "ledger.json"
+    target.write_text("previous")
+
+    def refuse(src, dst):
+        raise PermissionError(13, "refused", dst)
+
+    monkeypatch.setattr(_process.os, "replace", refuse)
+    with caplog.at_level("ERROR", logger="exitsafe"):
+        _process.write_ledger(str(target))
+    assert "could not write the ledger" in caplog.text
+    assert target.read_text() == "previous"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_temporary_name_in_use_is_skipped(tmp_path, monkeypatch):
+    # A name left by a writer that was killed (or taken by another) is never reused.
+    target = str(tmp_path / "ledger.json")
+    tokens = iter([b"\x00" * 6, b"\x00" * 6, b"\x01" * 6])
+    monkeypatch.setattr(_process.os, "urandom", lambda n: next(tokens))
+    fd, first = _process._new_temporary(target)
+    os.close(fd)
+    fd, second = _process._new_temporary(target)
+    os.close(fd)
+    assert first != second and os.path.exists(first) and os.path.exists(second)
