@@ -349,13 +349,29 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     handlers of native libraries, which in a forked child may hang or crash on the parent's
     driver state.  Every registry is torn down first (handles this process created are
     released in order; inherited ones end `leaked_inherited`), and the ledger is written if
-    `EXITSAFE_LEDGER` asks for it.  Called by a step of a teardown run on the teardown's
-    own thread (a release function or a hook, with no step timeout), it never returns to
-    that teardown: what it decided so far is recorded, and every handle it had not finished
-    ends `leaked_interrupted`, the one whose step called it included.  (A step under a
-    timeout runs on a worker thread: the teardown then goes on, racing the exit.)  Meant
-    for forked children (see the fork page); in any other process it skips what a normal
-    exit would do, `finally` blocks of other frames included.  Never returns.
+    `EXITSAFE_LEDGER` asks for it.  Meant for forked children (see the fork page); in any
+    other process it skips what a normal exit would do, `finally` blocks of other frames
+    included.  Never returns.
+
+    Called by a step of a teardown (a release function, a hook, an exit policy):
+
+    * on the teardown's own thread (no timeout applies to the step), it never returns to
+      that teardown: what it decided so far is recorded, and every handle it had not
+      finished ends `leaked_interrupted`, the one whose step called it included;
+    * on a worker thread (the step has a timeout: `track(..., timeout=...)`,
+      `Registry(step_timeout=...)`, `EXITSAFE_STEP_TIMEOUT`), the exit is handed to the
+      thread running the teardown: the step ends there (`leaked_interrupted`, and what it
+      depends on `leaked_dependent`; the worker stays parked in it, a daemon thread), the
+      teardown goes on with its other steps and records every outcome, then that thread
+      leaves the process as this function does (the other registries, the ledger, stdio,
+      `os._exit(code)`).  A timed early hook ([`on_early_exit`][exitsafe.on_early_exit])
+      likewise hands the exit over to the end of the early phase.  The status is that of
+      the first step that asked, even in a teardown an `exit()` began; a step already
+      abandoned for its timeout (recorded `leaked_timeout`) exits the usual way, from its
+      own thread.
+
+    Either way there is one teardown, every handle has one outcome in the ledger, and the
+    process ends with `code`.
 
     Args:
         code: the exit status, 0-255; `None` means 0.

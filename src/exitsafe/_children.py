@@ -99,8 +99,17 @@ def in_worker() -> None:
 
 
 def leave(code: Optional[int] = 0) -> NoReturn:
-    """Tear down what this process owns, flush stdio, and end with ``os._exit(code)``."""
+    """Tear down what this process owns, flush stdio, and end with ``os._exit(code)``.
+
+    Called by a timed teardown step on its worker thread, while the thread that handed it
+    the step still waits for it: the exit is handed to that thread, which leaves once the
+    phase it runs has ended, and this thread parks for good (see
+    ``exitsafe._steps.hand_back_exit``).
+    """
     status = _status_of(code)
+    steps = sys.modules.get("exitsafe._steps")
+    if steps is not None:  # (not imported: no step ever ran on a worker)
+        steps.hand_back_exit(status)  # returns only if this thread is no such worker
     try:
         from ._process import teardown_all
 

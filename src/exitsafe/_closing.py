@@ -35,6 +35,13 @@ _deferred = _sync._deferred
 _run_deferred = _sync.run_deferred
 
 
+def _leave_if_asked() -> None:
+    """``exitsafe._steps.leave_if_asked`` if a step ever ran on a worker (else nothing)."""
+    steps = sys.modules.get("exitsafe._steps")
+    if steps is not None:
+        steps.leave_if_asked()
+
+
 class Closing:
     """The teardown half of [`Registry`][exitsafe.Registry] (a mixin)."""
 
@@ -89,6 +96,11 @@ class Closing:
         recorded `leaked_in_use`; one running on the teardown's own thread (a teardown started
         from a release function or a signal handler) is never waited for.
 
+        A step that calls [`exitsafe.exit`][exitsafe.exit] on its worker thread (a step
+        under a timeout) ends there, `leaked_interrupted`; the teardown goes on with the
+        other steps, records every outcome, and then this thread leaves the process as
+        `exitsafe.exit` does, with the status the step asked for.
+
         Idempotent: a second call returns at once; a call from another thread while a teardown
         runs waits for it to finish (bounded by `teardown_timeout`, or 5 seconds without one).
         Called from a finalizer or signal handler that interrupted exitsafe on the same thread,
@@ -110,9 +122,14 @@ class Closing:
         # Signals are held back from the early hooks on, delivered once it is all done
         # (not while waiting for another thread's teardown: a Ctrl-C may end that wait).
         with _teardown.signals_held():
-            if not self._early_ran:
-                self._run_early_hooks(reason)
-            running_elsewhere = self._tear_down(reason)
+            try:
+                if not self._early_ran:
+                    self._run_early_hooks(reason)
+                running_elsewhere = self._tear_down(reason)
+            finally:
+                # A timed step of it called exitsafe.exit() on its worker: now that every
+                # outcome is recorded, this thread carries out that exit.
+                _leave_if_asked()
         if running_elsewhere:
             self._wait_for_teardown()
 

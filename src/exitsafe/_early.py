@@ -25,6 +25,8 @@ configured).  Early hooks also run, once, at the beginning of an explicit teardo
 
 from __future__ import annotations
 
+import sys
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
@@ -106,6 +108,11 @@ def run_early_phase(reason: str) -> None:
                 registry._run_early_hooks(reason)
     except BaseException as exc:  # see the docstring: never raise into _shutdown
         _report(exc)
+    steps = sys.modules.get("exitsafe._steps")
+    if steps is not None:
+        # An early hook called exitsafe.exit() on its worker thread (a hook with a
+        # timeout): the early phase is over, the exit is carried out here (see _steps).
+        steps.leave_if_asked()
 
 
 def _report(exc: BaseException) -> None:

@@ -253,7 +253,7 @@ class HookRegistration:
     def _run_early_hooks(self, reason: str) -> None:
         """The early phase of this registry: its early hooks, newest first, then the stop
         requests of its workers.  Runs once; never raises."""
-        from ._steps import NoWorkerError, StepRunner
+        from ._steps import ExitRequested, NoWorkerError, StepRunner
         from ._teardown import Settings
 
         me = _get_ident()
@@ -306,6 +306,8 @@ class HookRegistration:
                     timeout_detail = f"still running after {timeout} s; abandoned"
                 if not finished:
                     outcome, detail = Outcome.HOOK_TIMEOUT, timeout_detail
+                elif isinstance(error, ExitRequested):  # the process leaves after this phase
+                    outcome, detail = Outcome.LEAKED_INTERRUPTED, error.detail("early hook")
                 elif error is not None:
                     outcome, detail = Outcome.HOOK_FAILED, repr(error)
                     log().error(

@@ -43,8 +43,9 @@ class Outcome:
         LEAKED_INHERITED: `"leaked_inherited"`: inherited by a forked child, which never
             releases its parent's handles.
         LEAKED_INTERRUPTED: `"leaked_interrupted"`: the teardown was interrupted (an
-            exception escaped it) before it reached this handle: it was neither released nor
-            decided.
+            exception escaped it, or [`exitsafe.exit`][exitsafe.exit] was called by one of
+            its steps) before it reached this handle, or while this handle's own step ran:
+            it was neither released nor decided.
         LEAKED_AFFINITY: `"leaked_affinity"`: thread-affine: its release must run on a thread
             that was still running, elsewhere, when the teardown reached it.
         RELEASE_FAILED: `"release_failed"`: the release function raised; it is never called

@@ -20,6 +20,12 @@ as [`exitsafe.exit`][exitsafe.exit] does (status 0, or 1 if the step raised): it
 teardown (every inherited handle ``leaked_inherited``), its ledger, stdio
 flushed, ``os._exit``.  A child that should do something else must do it in the
 step (``os._exit`` or ``exec`` there, as children usually do).
+
+A timed step that calls [`exitsafe.exit`][exitsafe.exit] hands the exit to the thread
+that waits for it (`hand_back_exit`): the step ends there, its worker stays parked in
+it (never reused), and the tearing-down thread finishes the phase it is running (the
+early hooks, or the teardown) before it leaves the process with the status asked for
+(`leave_if_asked`).  One exit, carried out by one thread, after one teardown.
 """
 
 from __future__ import annotations
@@ -36,13 +42,48 @@ if TYPE_CHECKING:
 _running: dict[int, object] = {}
 
 
+#: worker thread ident -> its `_Worker`, while it runs a step (see `hand_back_exit`).
+_stepping: dict[int, _Worker] = {}
+
+#: thread ident -> the exit status a step run for that thread on a worker asked for with
+#: exitsafe.exit(); the thread leaves the process with it when its phase ends
+#: (`leave_if_asked`).
+_exits: dict[int, int] = {}
+
+
 def running_here() -> Optional[object]:
     """What the step this thread is running (as a worker) is for, if it is one."""
     return _running.get(_thread.get_ident())
 
 
+class ExitRequested(BaseException):
+    """What a worker hands back, as its step's error, when the step called
+    `exitsafe.exit(status)`: never raised, only returned by `StepRunner.call`."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+    def detail(self, what: str) -> str:
+        """Why the step's handle ends ``leaked_interrupted``, for the ledger."""
+        return (
+            f"its {what} called exitsafe.exit({self.status}) on its worker thread and never "
+            f"returned"
+        )
+
+
 class _Worker:
-    __slots__ = ("_done", "_error", "_go", "_task", "ident")
+    __slots__ = (
+        "_abandoned",
+        "_caller",
+        "_done",
+        "_error",
+        "_generation",
+        "_go",
+        "_handoff",
+        "_task",
+        "ident",
+    )
 
     def __init__(self) -> None:
         import threading
@@ -53,6 +94,12 @@ class _Worker:
         self._done.acquire()
         self._task: Optional[tuple[Callable[[Any], object], Any, object]] = None
         self._error: Optional[BaseException] = None
+        #: Orders the end of a wait (`wait`, on the caller) against a hand-back of an
+        #: exit (`hand_back_exit`, on this worker): exactly one of them decides the step.
+        self._handoff = _thread.allocate_lock()
+        self._abandoned = False
+        self._caller = 0  # the thread that handed this worker its step
+        self._generation = 0  # the fork generation the step began in
         thread = threading.Thread(target=self._loop, name="exitsafe-teardown-step", daemon=True)
         thread.start()
         self.ident: Optional[int] = thread.ident
@@ -67,13 +114,15 @@ class _Worker:
             if task is None:
                 return
             fn, arg, subject = task
-            generation = _sync.generation
+            generation = self._generation = _sync.generation
             _running[me] = subject
+            _stepping[me] = self
             try:
                 fn(arg)
                 self._error = None
             except BaseException as exc:  # handed back to the tearing-down thread as data
                 self._error = exc
+            _stepping.pop(me, None)
             _running.pop(me, None)
             if _sync.generation != generation:  # the step forked; this is the child
                 from ._children import leave
@@ -82,13 +131,38 @@ class _Worker:
             self._done.release()
 
     def start(self, fn: Callable[[Any], object], arg: Any, subject: object = None) -> None:
+        self._caller = _thread.get_ident()
         self._task = (fn, arg, subject)
         self._go.release()
 
     def wait(self, timeout: float) -> bool:
+        """Whether the step ended (returned, raised, or handed back an exit) in time;
+        ``False`` abandons this worker, and no exit can be handed back by it any more."""
         # (a timeout beyond what a lock can wait, some 292 years, waits that long: it
         # would raise OverflowError, and the worker's next step would find _done free)
-        return self._done.acquire(True, min(timeout, _thread.TIMEOUT_MAX))
+        if self._done.acquire(True, min(timeout, _thread.TIMEOUT_MAX)):
+            return True
+        with self._handoff:
+            if self._done.acquire(False):  # an exit handed back as the wait ended
+                return True
+            self._abandoned = True
+            return False
+
+    def hand_back_exit(self, status: int) -> bool:
+        """On this worker, from the step: end the step with an exit request for its
+        caller.  ``False`` when the caller gave up on the step (it timed out) or the
+        step forked (this is a child, where the caller does not exist)."""
+        from . import _sync
+
+        if _sync.generation != self._generation:
+            return False
+        with self._handoff:
+            if self._abandoned:
+                return False
+            _exits.setdefault(self._caller, status)  # (the first exit asked for wins)
+            self._error = ExitRequested(status)
+            self._done.release()
+            return True
 
     def stop(self) -> None:
         self._task = None
@@ -124,10 +198,43 @@ def prepare() -> None:
         _standby.append(worker)
 
 
+def hand_back_exit(status: int) -> None:
+    """`exitsafe.exit(status)` called by a step running on a worker (this thread) for a
+    caller still waiting for it: end the step with the exit and park this thread for good
+    (a daemon thread: it never keeps the process alive); the caller leaves the process
+    once its phase ends (`leave_if_asked`).  Returns, having done nothing, on any other
+    thread, or when the caller no longer waits for the step (the exit then goes its
+    usual way, here)."""
+    me = _thread.get_ident()
+    worker = _stepping.get(me)
+    if worker is None or not worker.hand_back_exit(status):
+        return
+    _stepping.pop(me, None)
+    _running.pop(me, None)
+    park = _thread.allocate_lock()
+    park.acquire()
+    # Unbounded on purpose: the step must never return (exit() never does), and the
+    # caller, which no longer waits for this thread, ends the process.
+    park.acquire()
+
+
+def leave_if_asked() -> None:
+    """Leave the process now if a step this thread waited for on a worker called
+    `exitsafe.exit` (see `hand_back_exit`): called where a phase that runs timed steps
+    ends (the early hooks, a teardown).  Nothing to do otherwise."""
+    status = _exits.pop(_thread.get_ident(), None)
+    if status is not None:
+        from ._children import leave
+
+        leave(status)
+
+
 def after_fork_in_child() -> None:
     """The parent's standby threads do not exist in a forked child: start new ones."""
     mine = _running.get(_thread.get_ident())
     _running.clear()
+    _stepping.clear()  # (the parent's steps: their callers do not exist here)
+    _exits.clear()
     if mine is not None:  # forked by a step on this worker: it ends the child (_loop)
         _running[_thread.get_ident()] = mine
         _standby.clear()
@@ -174,7 +281,9 @@ class StepRunner:
         """Run the step (for ``subject``, a record of the core); return ``(finished, error)``.
 
         ``finished`` is ``False`` when the step overran ``timeout`` and was
-        abandoned; ``error`` is the exception it raised, if it finished by raising.
+        abandoned; ``error`` is the exception it raised, if it finished by raising, or an
+        `ExitRequested` if it called `exitsafe.exit` on the worker (this thread then
+        leaves the process at the end of its phase: `leave_if_asked`).
         Raises `NoWorkerError`, without running the step, when a timeout
         applies and no worker thread can be started.
         """
@@ -191,7 +300,10 @@ class StepRunner:
                 self.allowed.add(worker.ident)
         worker.start(fn, arg, subject)
         if worker.wait(max(timeout, 0.0)):
-            return True, worker._error
+            error = worker._error
+            if isinstance(error, ExitRequested):
+                self._worker = None  # parked in the step for good (see hand_back_exit)
+            return True, error
         self._worker = None  # abandoned: it stays blocked in the step
         return False, None
 

@@ -277,7 +277,7 @@ def _general_step(
     if deadline is not None:
         left = deadline - perf_counter()
         timeout = left if timeout is None else min(timeout, left)
-    from ._steps import NoWorkerError
+    from ._steps import ExitRequested, NoWorkerError
 
     try:
         finished, error = runner.call(step, node._raw, timeout, node)
@@ -292,6 +292,11 @@ def _general_step(
         log().warning("exitsafe: %s %r %s", node._kind, node._display_name(), detail)
         return (Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT), detail
     if error is not None:
+        if isinstance(error, ExitRequested):  # the process leaves when this teardown ends
+            what = "hook" if is_hook else "release"
+            if policy_step is not None:
+                what = policy_step.phase
+            return Outcome.LEAKED_INTERRUPTED, error.detail(what)
         if isinstance(error, StillRunning):  # a worker that did not stop in time
             log().warning("exitsafe: %s", error)
             return Outcome.HOOK_TIMEOUT, str(error)
