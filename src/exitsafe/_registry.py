@@ -23,7 +23,6 @@ from __future__ import annotations
 import _thread
 import sys
 from _weakref import ref as _weakref_type
-from itertools import count as _count
 
 from . import _graph, _sync, _threads
 from ._borrowing import Borrowing
@@ -202,7 +201,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         self._seq = 0
         # The pure-Python core's creation numbers (atomic: the lock-free track takes one),
         # and the simple nodes nobody has claimed (see exitsafe._node.SIMPLE).
-        self._numbers = _count(1)
+        from itertools import count  # (here: importing exitsafe does not load itertools)
+
+        self._numbers = count(1)
         self._unclaimed: dict[int, None] = {}
         # Every handle not yet ended, held weakly (dropping the last reference to a
         # handle releases it), and every hook, owned until teardown (see _live).
