@@ -9,7 +9,7 @@ path (see `PurePythonLiveTable`); reading it (`nodes`, ``len``) is done under th
 `LiveTable` is the compiled core's (``exitsafe._speedups.LiveTable``: the records are
 linked in place, so adding and removing one allocates nothing) or, in pure Python, the
 class below: a dict from creation number to a weak reference or the hook itself.  Both
-list their nodes in creation order.
+list their nodes in the order they were added (creation order).
 """
 
 from __future__ import annotations
@@ -63,16 +63,14 @@ class PurePythonLiveTable(dict):  # type: ignore[type-arg]
         return self.pop(node._seq, None) is not None
 
     def nodes(self) -> list[Node]:
-        """The handles and hooks still here and alive, oldest first.
+        """The handles and hooks still here and alive, oldest first (in the order they
+        were added: two handles that two threads registered at the same moment may come
+        in either order, as they may in their creation numbers).
 
         Iterates over a copy: the lock-free hot path may add or remove entries meanwhile
         (a copy is one atomic operation)."""
         found = [e() if type(e) is _weakref else e for e in self.copy().values()]
-        return sorted((n for n in found if n is not None), key=_creation_number)
-
-
-def _creation_number(node: Node) -> int:
-    return node._seq
+        return [n for n in found if n is not None]
 
 
 LiveTable: Any = speedups.LiveTable if speedups is not None else PurePythonLiveTable

@@ -559,9 +559,15 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         return those a lock-free release claimed first: they are being released."""
         racing = set()
         if LOCK_FREE:
+            unclaimed = self._unclaimed
             for node in nodes:
-                if node._releaser == SIMPLE and not self._promote(node):
-                    racing.add(node)
+                if node._releaser == SIMPLE:  # _promote, inlined (one per live handle)
+                    try:
+                        del unclaimed[node._seq]
+                    except KeyError:
+                        racing.add(node)
+                    else:
+                        node._releaser = 0
         return racing
 
     def _trim_ledger(self) -> None:
