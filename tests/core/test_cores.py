@@ -417,7 +417,11 @@ def test_a_ctrl_c_right_after_the_lock_was_taken_leaves_it_free(call):
         from exitsafe import _sync
         registry = exitsafe.Registry("k")
         kept = registry.track("KEPT", lambda raw: print("released", raw), name="kept")
-        h = registry.track("H", lambda raw: print("released", raw), name="h")
+        # (an option: the locked path, which waits for the lock; the pure-Python core's
+        # lock-free path for handles without options never does)
+        h = registry.track(
+            "H", lambda raw: print("released", raw), name="h", exit_policy="release"
+        )
         main = threading.get_ident()
         def section_elsewhere():
             _sync.enter()  # another thread in a long section
@@ -428,7 +432,9 @@ def test_a_ctrl_c_right_after_the_lock_was_taken_leaves_it_free(call):
         time.sleep(0.05)
         calls = {{
             "release": h.release,
-            "track": lambda: registry.track("T", lambda raw: None, name="t").release(),
+            "track": lambda: registry.track(
+                "T", lambda raw: None, name="t", exit_policy="release"
+            ).release(),
             "retain": h.retain,
             "ledger": registry.ledger,
         }}
