@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import _thread
 import sys
-from _weakref import ref as _weakref_type
+from _weakref import ref as _weakref
 
 from . import _graph, _sync, _threads
 from ._borrowing import Borrowing
@@ -88,9 +88,6 @@ _local = _threads._local
 _affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
 _new_handle = object.__new__
 _init = _Node._init
-_weakref = _weakref_type
-
-
 
 
 def _emit_late_release(
@@ -508,8 +505,9 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if node._releaser == SIMPLE:
                 _disown(node)
             return
-        # Ours.  Out of the live table before it stops being SIMPLE: a teardown listing
-        # it meanwhile waits for it as for a release in flight, and records nothing.
+        # Ours.  A teardown that listed it meanwhile took it for a release in flight: it
+        # waits until this records it (under the lock, as a teardown lists), and records
+        # nothing itself.
         trash: list[object] = []
         try:
             _sync.enter()
