@@ -330,8 +330,11 @@ if LOCK_FREE:
         # No call from the claim to the release function: CPython acts on a signal (a
         # KeyboardInterrupt) only after a call, so none can land between them (a claimed
         # node nobody releases would stay "releasing" for good).  _releaser stays SIMPLE:
-        # released_here() finds this frame when it matters (a teardown or a fork on this
-        # thread during the release), which keeps a call off the hot path.
+        # released_here() finds this frame, by its local `claimed`, when it matters (a
+        # teardown or a fork on this thread during the release), which keeps a call off
+        # the hot path.  (A frame that lost the claim has no `claimed`: the locked path it
+        # took may run queued work, a teardown or a fork, while another thread releases.)
+        claimed = self  # noqa: F841  (read through this frame by released_here)
         self._refs = 0
         self._state = RELEASING
         try:
@@ -361,11 +364,12 @@ if LOCK_FREE:
 
     def released_here(node: Node) -> bool:
         """Whether a lock-free release of ``node`` (claimed, ``_releaser`` still
-        ``SIMPLE``) is running on this thread: a frame of it is on this thread's stack."""
+        ``SIMPLE``) is running on this thread: a frame of it that made the claim is on
+        this thread's stack."""
         code = _release_simple.__code__
         frame: Optional[FrameType] = _getframe(1)
         while frame is not None:
-            if frame.f_code is code and frame.f_locals.get("self") is node:
+            if frame.f_code is code and frame.f_locals.get("claimed") is node:
                 return True
             frame = frame.f_back
         return False

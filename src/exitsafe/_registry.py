@@ -480,6 +480,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 or node._refs != 1
                 or node._borrows
                 or node._children
+                or (node._releaser == SIMPLE and not self._promote(node))
             ):
                 return
             node._refs = 0
@@ -1329,8 +1330,10 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             node._state = LEAKED if tainting else RELEASED
         # Once ended, a nonzero ``_releaser`` means "ended at exit" (see _refuse_borrow).
         node._releaser = ENDED_AT_EXIT if at_exit else 0
-        self._live.discard(node)
+        # The record before the live-table discard: an interrupt acted on after the
+        # discard's call leaves at worst a stale entry, never no outcome (see _drop_owner).
         self._ledger.add(node._seq, node._kind, node._name, outcome, detail, at_exit)
+        self._live.discard(node)
         if tainting:
             if node._raw is not None and node._role != HOOK:
                 keep_forever(node._raw)  # the native object may live on: keep what it uses

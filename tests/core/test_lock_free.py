@@ -264,3 +264,125 @@ def test_tracking_options_positionally(tmp_path):
     assert_clean(run)
     assert run.order == ["H", "P"]
     assert run.stdout.split("\n")[0] == "buffer h1 True"
+
+
+def test_a_teardown_run_by_a_release_that_lost_the_claim_waits_for_the_winner(tmp_path):
+    """A thread whose release lost the claim to another thread's release takes the locked
+    path, which runs the work queued meanwhile: here a teardown.  That teardown must wait
+    for the release running on the other thread (it is not this thread's), which then
+    records ``released``."""
+    run = run_program(
+        """
+        from exitsafe import _sync, _teardown
+        registry = exitsafe.Registry("r")
+        started, go = threading.Event(), threading.Event()
+
+        def slow_free(raw):
+            record(raw)
+            started.set()
+            go.wait()
+
+        real_sleep = _teardown.sleep
+        def first_pause(seconds):  # the teardown waits for the release in flight
+            go.set()
+            real_sleep(seconds)
+        _teardown.sleep = first_pause
+
+        x = registry.track("X", slow_free, name="x")
+        u = threading.Thread(target=x.release)  # claims X, runs slow_free
+        u.start()
+        started.wait()
+        with _sync.LOCK:  # as a finalizer inside a section would: the teardown is queued
+            registry.teardown()
+        x.release()  # loses the claim; the locked path runs the queued teardown
+        u.join()
+        print(x.state, [(e.outcome, e.detail) for e in registry.ledger()])
+        """,
+        tmp_path,
+    )
+    assert_clean(run)
+    assert run.order == ["X"]
+    assert run.stdout.split("\n")[0] == "released [('released', None)]", run.describe()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_fork_by_queued_work_of_a_release_that_lost_the_claim(tmp_path):
+    """The same, with a fork: a release that lost the claim runs a queued release whose
+    function forks.  In the child, the handle the other thread of the parent was releasing
+    is live again (that release never finishes there) and the child's teardown leaks it as
+    inherited at once; in the parent it ends ``released``."""
+    run = run_program(
+        """
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)  # (fork with a thread running)
+        from exitsafe import _sync
+        registry = exitsafe.Registry("r")
+        started, go = threading.Event(), threading.Event()
+        child = []
+
+        def slow_free(raw):
+            started.set()
+            go.wait()
+
+        def forking_free(raw):
+            if os.fork() == 0:
+                child.append(True)
+
+        x = registry.track("X", slow_free, name="x")
+        y = registry.track("Y", forking_free, name="y")
+        u = threading.Thread(target=x.release)
+        u.start()
+        started.wait()
+        with _sync.LOCK:  # as a finalizer inside a section would: Y's release is queued
+            y.release()
+        x.release()  # loses the claim; the locked path runs Y's release, which forks
+        if child:
+            print("child", x.state, x.owners)
+            registry.teardown()
+            print("child", [(e.name, e.outcome) for e in registry.ledger()])
+            sys.stdout.flush()
+            os._exit(0)
+        os.wait()
+        go.set()
+        u.join()
+        print("parent", [(e.name, e.outcome) for e in registry.ledger()])
+        """,
+        tmp_path,
+    )
+    assert_clean(run)
+    assert run.stdout.split("\n")[:3] == [
+        "child live 0",
+        "child [('y', 'released'), ('x', 'leaked_inherited')]",
+        "parent [('y', 'released'), ('x', 'released')]",
+    ], run.describe()
+
+
+def test_a_track_undone_by_its_queued_work_leaves_nothing_claimable(tmp_path):
+    """Work queued before ``track()`` runs after the registration; when it raises (a
+    ``KeyboardInterrupt`` in a queued release), ``track()`` undoes the registration: the
+    handle ends ``detached`` and nothing of it stays in the registry."""
+    run = run_program(
+        """
+        from exitsafe import _sync
+        registry = exitsafe.Registry("r")
+
+        def interrupted(raw):
+            raise KeyboardInterrupt
+
+        queued = registry.track("Q", interrupted, name="q")
+        with _sync.LOCK:  # as a finalizer inside a section would: the release is queued
+            queued.release()
+        try:
+            registry.track("H", record, name="h")
+        except KeyboardInterrupt:
+            print("interrupted")
+        registry.teardown()
+        print(sorted(registry.ledger_counts().items()), len(registry), registry._unclaimed)
+        """,
+        tmp_path,
+    )
+    assert run.returncode == 0, run.describe()
+    assert run.order == []
+    lines = run.stdout.split("\n")
+    assert lines[0] == "interrupted", run.describe()
+    assert lines[1] == "[('detached', 1), ('release_failed', 1)] 0 {}", run.describe()
