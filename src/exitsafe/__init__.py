@@ -122,7 +122,6 @@ def __dir__() -> list[str]:
 def track(
     raw: object,
     release: Callable[[Any], object],
-    *,
     kind: str = "handle",
     depends_on: Iterable[Handle] = (),
     exit_policy: Optional[ExitPolicy] = None,
@@ -133,7 +132,8 @@ def track(
     """Start owning `raw` in the default registry: `release(raw)` runs exactly once, or never.
 
     The module-level form of [`Registry.track`][exitsafe.Registry.track] on
-    [`default_registry()`][exitsafe.default_registry]; for cffi and ctypes pointers prefer
+    [`default_registry()`][exitsafe.default_registry], with the same options (by keyword, or
+    by position in this order); for cffi and ctypes pointers prefer
     [`exitsafe.cffi.track`][exitsafe.cffi.track] / [`exitsafe.ctypes.track`][exitsafe.ctypes.track],
     which also check the pointer and find the library's pin.
 

@@ -3256,7 +3256,7 @@ set_generation(PyObject *module, PyObject *arg)
 
 static PyMethodDef module_methods[] = {
     {"track", (PyCFunction)(void (*)(void))module_track, METH_FASTCALL | METH_KEYWORDS,
-     "track(raw, release, *, kind='handle', depends_on=(), exit_policy=None, name=None, "
+     "track(raw, release, kind='handle', depends_on=(), exit_policy=None, name=None, "
      "timeout=None, affinity=None)\n--\n\n"
      "Start owning `raw` in the default registry (see exitsafe.track)."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,

@@ -249,7 +249,8 @@ def test_a_fork_during_a_release_on_another_thread(tmp_path):
 
 
 def test_tracking_options_positionally(tmp_path):
-    """``Registry.track``'s options may be given by position, in their documented order."""
+    """``Registry.track``'s options (and ``exitsafe.track``'s) may be given by position,
+    in their documented order, with either core."""
     run = run_program(
         """
         registry = exitsafe.Registry("r")
@@ -258,12 +259,15 @@ def test_tracking_options_positionally(tmp_path):
         print(h.kind, h.name, h.depends_on == (parent,))
         h.release()
         parent.release()
+        m = exitsafe.track("M", record, "module", (), "release", "m1")
+        print(m.kind, m.name)
+        m.release()
         """,
         tmp_path,
     )
     assert_clean(run)
-    assert run.order == ["H", "P"]
-    assert run.stdout.split("\n")[0] == "buffer h1 True"
+    assert run.order == ["H", "P", "M"]
+    assert run.stdout.split("\n")[:2] == ["buffer h1 True", "module m1"]
 
 
 def test_a_teardown_run_by_a_release_that_lost_the_claim_waits_for_the_winner(tmp_path):

@@ -95,11 +95,11 @@ def _track_likes():
     }
 
 
-#: Registry.track alone also takes its options by position, in this order: CPython makes
-#: a cheaper call to a function without keyword-only parameters (its pure-Python hot path).
-POSITIONAL_TOO = {
-    "Registry.track": ("kind", "depends_on", "exit_policy", "name", "timeout", "affinity")
-}
+#: Registry.track (and exitsafe.track, its module-level form) also take their options by
+#: position, in this order: CPython makes a cheaper call to a function without
+#: keyword-only parameters (the pure-Python core's hot path).
+_IN_ORDER = ("kind", "depends_on", "exit_policy", "name", "timeout", "affinity")
+POSITIONAL_TOO = {"Registry.track": _IN_ORDER, "exitsafe.track": _IN_ORDER}
 
 
 @pytest.mark.parametrize("name", sorted(_track_likes()))
