@@ -16,18 +16,15 @@ from exitsafe._core import LOCK_FREE
 
 from ..support import assert_clean, run_program
 
-
-def test_a_release_in_flight_when_the_teardown_begins_is_waited_for(tmp_path):
-    """The teardown finds the handle claimed by a release running on another thread: it
-    waits (its first pause lets the release finish), records nothing itself, and the
-    release records ``released``."""
-    run = run_program(
-        """
+#: A program's start: a release function that blocks until the teardown's first pause
+#: while it waits for a release in flight (``go`` is set there), so that the release
+#: finishes while that teardown waits, whatever the timing.
+IN_FLIGHT = """
         from exitsafe import _teardown
         registry = exitsafe.Registry("r")
         started, go = threading.Event(), threading.Event()
 
-        def release(raw):
+        def slow_free(raw):
             record(raw)
             started.set()
             go.wait()
@@ -37,8 +34,17 @@ def test_a_release_in_flight_when_the_teardown_begins_is_waited_for(tmp_path):
             go.set()
             real_sleep(seconds)
         _teardown.sleep = first_pause
+"""
 
-        h = registry.track("H", release, name="h")
+
+def test_a_release_in_flight_when_the_teardown_begins_is_waited_for(tmp_path):
+    """The teardown finds the handle claimed by a release running on another thread: it
+    waits (its first pause lets the release finish), records nothing itself, and the
+    release records ``released``."""
+    run = run_program(
+        IN_FLIGHT
+        + """
+        h = registry.track("H", slow_free, name="h")
         t = threading.Thread(target=h.release)
         t.start()
         started.wait()
@@ -276,22 +282,9 @@ def test_a_teardown_run_by_a_release_that_lost_the_claim_waits_for_the_winner(tm
     for the release running on the other thread (it is not this thread's), which then
     records ``released``."""
     run = run_program(
-        """
-        from exitsafe import _sync, _teardown
-        registry = exitsafe.Registry("r")
-        started, go = threading.Event(), threading.Event()
-
-        def slow_free(raw):
-            record(raw)
-            started.set()
-            go.wait()
-
-        real_sleep = _teardown.sleep
-        def first_pause(seconds):  # the teardown waits for the release in flight
-            go.set()
-            real_sleep(seconds)
-        _teardown.sleep = first_pause
-
+        IN_FLIGHT
+        + """
+        from exitsafe import _sync
         x = registry.track("X", slow_free, name="x")
         u = threading.Thread(target=x.release)  # claims X, runs slow_free
         u.start()
