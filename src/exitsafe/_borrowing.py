@@ -17,7 +17,7 @@ import _thread
 from . import _sync, _threads
 from ._errors import HandleClosedError
 from ._handle import closed_message
-from ._node import LIVE, RELEASING, SIMPLE
+from ._node import LIVE, RELEASING
 from ._node import Node as _Node
 from ._phase import CLOSED
 from ._process import process_ending
@@ -52,7 +52,6 @@ class Borrowing:
         _parked: int
 
         def _settle(self, node: _Node) -> None: ...
-        def _promote(self, node: _Node) -> bool: ...
         def _release_chain(self, first: _Node) -> Optional[BaseException]: ...
 
     def _borrow_enter(self, node: _Node) -> Any:
@@ -65,11 +64,7 @@ class Borrowing:
             # change the node now, and no native release can run before this
             # finalizer returns (releases run after sections).  So the count can be
             # taken without the lock; the matching exit does the same.
-            if (
-                node._state != LIVE
-                or not node._refs
-                or (node._releaser == SIMPLE and not self._promote(node))
-            ):
+            if node._state != LIVE or not node._refs:
                 raise HandleClosedError(closed_message(node))
             node._borrows += 1
             _held().append(node)
@@ -84,8 +79,6 @@ class Borrowing:
                 if node._state != LIVE or not node._refs:
                     if not self._teardown_owns(node):
                         raise HandleClosedError(closed_message(node))
-                elif node._releaser == SIMPLE and not self._promote(node):
-                    raise HandleClosedError(closed_message(node))  # a release runs
                 node._borrows += 1
                 raw = node._raw
         finally:

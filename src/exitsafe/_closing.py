@@ -14,9 +14,8 @@ import sys
 
 from . import _config, _sync, _threads
 from ._core import speedups
-from ._handle import released_here
 from ._ledger import Outcome
-from ._node import LIVE, RELEASING, SIMPLE
+from ._node import LIVE, RELEASING
 from ._node import Node as _Node
 from ._phase import CLOSED, OPEN, TEARING
 from ._report import log
@@ -55,12 +54,10 @@ class Closing:
         _teardown_done: Any
         _teardown_timeout: Optional[float]
         _in_progress: Any
-        _unclaimed: dict[int, None]
         _live: Any
 
         def _run_early_hooks(self, reason: str) -> None: ...
         def _nodes(self) -> list[_Node]: ...
-        def _take_over(self, nodes: list[_Node]) -> set[_Node]: ...
         def _finish(
             self, node: _Node, outcome: str, detail: Optional[str], at_exit: bool,
             trash: list[object], decided: bool = False,
@@ -143,8 +140,6 @@ class Closing:
             _sync.enter()
             phase = self._phase
             if phase == OPEN:
-                # Before listing the nodes: a lock-free registration that still sees the
-                # registry open is in the list (see Registry.track).
                 self._phase = TEARING  # closes the borrow gate to other threads
                 self._teardown_thread = me
                 self._teardown_threads = {me}
@@ -154,7 +149,7 @@ class Closing:
                     queued._state = LIVE
                     queued._releaser = 0
                 nodes = self._nodes()
-                elsewhere = _teardown.claim(nodes, me, self._take_over(nodes))
+                elsewhere = _teardown.claim(nodes, me)
         finally:
             try:
                 _release()
@@ -233,8 +228,7 @@ class Closing:
                 for node, (outcome, why) in records[start : start + chunk]:
                     # The teardown settled its own nodes; for one it gave up waiting for,
                     # the releasing thread may have recorded its outcome first (whoever
-                    # removes it from the live table records it: a lock-free release
-                    # records without the lock).
+                    # removes it from the live table records it).
                     mine = node not in elsewhere
                     if mine or self._live.take(node):
                         self._finish(node, outcome, why, True, trash, mine)
@@ -281,19 +275,7 @@ class Closing:
         try:
             _sync.enter()  # (the child's only thread: no wait, but the same discipline)
             for node in self._nodes():
-                if node._releaser == SIMPLE:
-                    if node._seq in self._unclaimed:
-                        # Inherited: from now on the child's releases of it take the
-                        # locked path, which leaks it.
-                        del self._unclaimed[node._seq]
-                        node._releaser = 0
-                    elif not released_here(node):
-                        # Claimed by a lock-free release on a thread of the parent, which
-                        # will never finish here: live again (as below).  One running on
-                        # this thread (a fork in a release function) goes on.
-                        node._state = LIVE
-                        node._releaser = 0
-                elif node is stepping:
+                if node is stepping:
                     self._finish(
                         node, Outcome.LEAKED_INHERITED,
                         "its teardown step was running when this process was forked from it",

@@ -12,7 +12,6 @@ every other case to the pure-Python code.  Decided once, at import.
 from __future__ import annotations
 
 import os
-import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,17 +33,6 @@ else:
         # The compiled core keeps its state in process-wide C variables, set up by the
         # main interpreter's exitsafe; a subinterpreter runs the pure-Python core.
         speedups = _speedups if _speedups.main_interpreter() else None
-
-#: The pure-Python core registers and releases a handle with no dependency and no option
-#: without the lock (see `exitsafe._node.SIMPLE`).  Not on a free-threaded build running
-#: without the GIL, where the creation counter (`itertools.count`) is not atomic: there
-#: every registration and release takes the lock.  ``EXITSAFE_PURE_PYTHON=locked`` runs the
-#: pure-Python core that way anywhere (how CI tests what a free-threaded build runs).
-LOCK_FREE = (
-    speedups is None
-    and _CHOICE != "locked"
-    and getattr(sys, "_is_gil_enabled", lambda: True)()
-)
 
 CORE = "compiled" if speedups is not None else "python"
 """Which core runs exitsafe's hot path in this process: `"compiled"` (the C extension

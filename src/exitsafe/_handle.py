@@ -3,33 +3,27 @@
 and the borrow context manager.
 
 A [`Handle`][exitsafe.Handle] is its own record (`Node`); every state change
-goes through its registry, except the pure-Python core's lock-free release of a simple
-handle, here (`_release_simple`; see ``_node.SIMPLE``).  Reads of ``state``, ``owners``,
+goes through its registry.  Reads of ``state``, ``owners``,
 ``raw`` and the like take no lock: each reads one field, which is atomic.
 """
 
 from __future__ import annotations
 
-import sys
-
-from . import _sync, _threads
-from ._core import LOCK_FREE, speedups
+from ._core import speedups
 from ._errors import HandleClosedError
-from ._ledger import Outcome
 from ._node import (
     DETACHED,
     LEAKED,
     LIVE,
     RELEASED,
     RELEASING,
-    SIMPLE,
     STATE_NAMES,
     Node,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import FrameType, TracebackType
+    from types import TracebackType
     from typing import Any, Callable, Optional
 
     from ._registry import Registry
@@ -267,13 +261,9 @@ class Handle(Node):
 if speedups is None:
 
     class OwnedHandle(Handle):
-        """The class of a pure-Python handle until it ends: a `Handle` with the finalizer
-        that releases it when its last reference is dropped (the compiled record has the
-        same finalizer in C, and its handles are plain `Handle` objects).
-
-        A handle the lock-free release ended becomes a plain `Handle` (``__class__`` is
-        assigned; the layouts are the same), whose collection then costs no Python call.
-        """
+        """The class of a pure-Python handle: a `Handle` with the finalizer that releases
+        it when its last reference is dropped (the compiled record has the same finalizer
+        in C, and its handles are plain `Handle` objects)."""
 
         __slots__ = ()
 
@@ -302,88 +292,6 @@ class HookHandle(Handle):
     def __del__(self) -> None:
         # The registry keeps hooks until teardown; dropping the handle changes nothing.
         pass
-
-
-if LOCK_FREE:
-    _LOCK = _sync.LOCK
-    _is_owned = type(_LOCK)._is_owned  # _LOCK._is_owned(): CPython calls this form cheaply
-    _deferred = _sync._deferred
-    _affine = _threads.pending
-    _getframe = sys._getframe
-    _RELEASED = Outcome.RELEASED
-
-    def _release_simple(self: Handle) -> None:
-        # The pure-Python core's Handle.release: a simple node (see _node.SIMPLE) is
-        # claimed by deleting its key from the unclaimed dict, and released with no lock;
-        # every other case goes to Registry._drop_owner, under the lock.
-        registry = self._registry
-        if registry._phase or _is_owned(_LOCK):  # a teardown began; a finalizer or a
-            registry._drop_owner(self)  # signal handler interrupted a section here
-            return
-        unclaimed = registry._unclaimed
-        seq = self._seq
-        try:
-            del unclaimed[seq]  # the claim: one delete succeeds, whoever else tries
-        except KeyError:  # an ordinary node, ended, or being released by another thread
-            registry._drop_owner(self)
-            return
-        # No call from the claim to the release function: CPython acts on a signal (a
-        # KeyboardInterrupt) only after a call, so none can land between them (a claimed
-        # node nobody releases would stay "releasing" for good).  _releaser stays SIMPLE:
-        # released_here() finds this frame, by its local `claimed`, when it matters (a
-        # teardown or a fork on this thread during the release), which keeps a call off
-        # the hot path.  (A frame that lost the claim has no `claimed`: the locked path it
-        # took may run queued work, a teardown or a fork, while another thread releases.)
-        claimed = self  # noqa: F841  (read through this frame by released_here)
-        self._refs = 0
-        self._state = RELEASING
-        try:
-            self._fn(self._raw)  # type: ignore[misc]
-        except BaseException as exc:  # recorded, then re-raised to the caller
-            error = registry._leaf_failed(self, exc)
-            del exc
-            try:
-                raise error
-            finally:
-                del error  # (no frame of ours keeps it: see Registry._release_chain)
-        try:
-            del registry._live[seq]  # ended: whoever removes the entry records the end
-        except KeyError:
-            pass  # a teardown gave up waiting for this release and recorded it
-        else:
-            self._state = RELEASED  # (no call from the delete to the record: an
-            self._releaser = 0  # interrupt cannot separate them)
-            records = registry._records
-            records.append((seq, self._kind, self._name, _RELEASED, None, False))
-            if len(records) > registry._cap:
-                registry._trim_ledger()
-        self._raw = self._fn = None  # this may run the object's __del__
-        self.__class__ = Handle  # ended: no finalizer needed any more (see OwnedHandle)
-        if _deferred or _affine:
-            registry._after_release()
-
-    def released_here(node: Node) -> bool:
-        """Whether a lock-free release of ``node`` (claimed, ``_releaser`` still
-        ``SIMPLE``) is running on this thread: a frame of it that made the claim is on
-        this thread's stack."""
-        code = _release_simple.__code__
-        frame: Optional[FrameType] = _getframe(1)
-        while frame is not None:
-            if frame.f_code is code and frame.f_locals.get("claimed") is node:
-                return True
-            frame = frame.f_back
-        return False
-
-    _release_simple.__doc__ = Handle.release.__doc__
-    _release_simple.__name__ = _release_simple.__qualname__ = "release"
-    Handle.release = _release_simple  # type: ignore[method-assign]
-
-else:
-
-    def released_here(node: Node) -> bool:
-        """Whether a lock-free release of ``node`` runs on this thread: never, here (no
-        lock-free release in this core)."""
-        return False
 
 
 if speedups is not None:
@@ -499,7 +407,7 @@ def closed_message(node: Node) -> str:
         what = "was leaked"
     elif state == DETACHED:
         what = "was detached (the program owns it again)"
-    elif state == RELEASING or node._releaser == SIMPLE:  # (SIMPLE: claimed, see _node)
+    elif state == RELEASING:
         what = "is being released"
     else:
         what = "has no owner left (its release is pending"

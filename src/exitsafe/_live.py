@@ -3,8 +3,7 @@
 A handle is held *weakly*: dropping the last reference to it (even in a reference cycle
 through its own raw object) means its owner let go, and its finalizer releases it.  A
 teardown hook is held *strongly*: the registry owns it until its teardown.  The table
-is changed under `exitsafe._sync.LOCK`, except by the pure-Python core's lock-free hot
-path (see `PurePythonLiveTable`); reading it (`nodes`, ``len``) is done under the lock.
+is changed and read (`nodes`, ``len``) under `exitsafe._sync.LOCK`.
 
 `LiveTable` is the compiled core's (``exitsafe._speedups.LiveTable``: the records are
 linked in place, so adding and removing one allocates nothing) or, in pure Python, the
@@ -31,12 +30,9 @@ class PurePythonLiveTable(dict):  # type: ignore[type-arg]
     """The pure-Python `LiveTable` (see the module documentation).
 
     It is the dict itself, creation number -> weak reference (a handle) or node (a hook,
-    or a handle being collected), so that the pure-Python core's lock-free hot path
-    (``Registry.track`` and ``Handle.release`` of a handle nothing else touched: see
-    ``Registry._promote``) adds and removes entries with one dict operation, which is
-    atomic.  Removing an entry decides who records a handle's end: whoever removes it
-    (`take`, ``del``) records the outcome, so a release finishing on one thread and a
-    teardown giving up waiting for it on another never both do.
+    or a handle being collected).  Removing an entry decides who records a handle's end:
+    whoever removes it (`take`) records the outcome, so a release finishing on one thread
+    and a teardown giving up waiting for it on another never both do.
     """
 
     __slots__ = ()
@@ -64,12 +60,8 @@ class PurePythonLiveTable(dict):  # type: ignore[type-arg]
 
     def nodes(self) -> list[Node]:
         """The handles and hooks still here and alive, oldest first (in the order they
-        were added: two handles that two threads registered at the same moment may come
-        in either order, as they may in their creation numbers).
-
-        Iterates over a copy: the lock-free hot path may add or remove entries meanwhile
-        (a copy is one atomic operation)."""
-        found = [e() if type(e) is _weakref else e for e in self.copy().values()]
+        were added)."""
+        found = [e() if type(e) is _weakref else e for e in self.values()]
         return [n for n in found if n is not None]
 
 

@@ -13,8 +13,7 @@ except teardown hooks, which it owns.  A node refers to the nodes it depends on
 strongly, so a parent lives at least as long as its dependents.
 
 Fields are written only under `exitsafe._sync.LOCK`, except by a thread that
-has *claimed* the node (state ``RELEASING``) and is the only one touching it (in the
-pure-Python core, a simple node is claimed without the lock: see `SIMPLE`).  States
+has *claimed* the node (state ``RELEASING``) and is the only one touching it.  States
 move one way: ``LIVE -> RELEASING -> RELEASED | LEAKED`` (or ``LIVE -> LEAKED |
 DETACHED`` directly when no release function runs).
 """
@@ -38,17 +37,6 @@ STATE_NAMES = ("live", "live", "released", "leaked", "detached")
 #: ended outside one).  Read only once the state is final, where it names no thread.
 ENDED_AT_EXIT = 1
 
-#: ``_releaser`` of a *simple* node (pure-Python core only): one made by the lock-free
-#: ``Registry.track`` (no dependency, no option) that nothing but a release has touched
-#: since.  Its creation number is in its registry's ``_unclaimed`` dict while it is
-#: LIVE with one owner; ``Handle.release`` claims it without the lock by deleting that
-#: key (the one delete that succeeds wins), then sets ``RELEASING`` (its ``_releaser``
-#: stays ``SIMPLE``: `exitsafe._handle.released_here` tells whether that is this thread).
-#: Any locked code that changes such a node first takes it over with
-#: ``Registry._promote`` (the same delete, then ``_releaser = 0``): from then on it is
-#: an ordinary node.  A simple node no longer in ``_unclaimed`` is being released by
-#: the thread that claimed it, even while its ``_state`` still reads ``LIVE``.
-SIMPLE = -1
 # Roles, which are also the planner's step priorities among ready steps: hooks first,
 # then ordinary handles, then libraries (whose code the others' releases may run).
 HOOK, HANDLE, LIBRARY = 0, 1, 2
@@ -126,7 +114,6 @@ class Node(_RecordBase):
     _borrows: int  # borrows in progress
     _state: int
     _releaser: int  # while RELEASING: ident of the releasing thread; then ENDED_AT_EXIT or 0
-    # (SIMPLE while LIVE: a pure-Python node the lock-free hot path may claim)
     _taint: Optional[str]  # why it must be leaked (a dependent may still use it)
     _gen: int  # fork generation it was created in (read without the lock)
     _thread_id: int  # the creating thread (read without the lock)

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import _thread
 import sys
-from _weakref import ref as _weakref
 
 from . import _graph, _sync, _threads
 from ._borrowing import Borrowing
 from ._checks import check_name, check_policy, check_timeout
 from ._closing import Closing
-from ._core import LOCK_FREE, speedups
+from ._core import speedups
 from ._errors import (
     DependencyCycleError,
     ForeignHandleError,
@@ -51,7 +50,6 @@ from ._node import (
     LIVE,
     RELEASED,
     RELEASING,
-    SIMPLE,
     TAINTING,
 )
 from ._node import Node as _Node
@@ -72,8 +70,6 @@ __all__ = ["Registry"]
 
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
-_LOCK = _sync.LOCK
-_is_owned = type(_LOCK)._is_owned
 _acquire = _sync.acquire
 _release = _sync.release
 _wait = _sync.wait
@@ -83,11 +79,8 @@ _run_deferred = _sync.run_deferred
 _defer = _sync.defer
 _refused = _sync.refused
 _RELEASED = Outcome.RELEASED
-_held = _threads.held
-_local = _threads._local
 _affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
 _new_handle = object.__new__
-_init = _Node._init
 
 
 def _emit_late_release(
@@ -196,12 +189,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         self._cap = min(self._ledger.cap, sys.maxsize)
         self._phase = OPEN
         self._seq = 0
-        # The pure-Python core's creation numbers (atomic: the lock-free track takes one),
-        # and the simple nodes nobody has claimed (see exitsafe._node.SIMPLE).
-        from itertools import count  # (here: importing exitsafe does not load itertools)
-
-        self._numbers = count(1)
-        self._unclaimed: dict[int, None] = {}
         # Every handle not yet ended, held weakly (dropping the last reference to a
         # handle releases it), and every hook, owned until teardown (see _live).
         self._live: Any = LiveTable()
@@ -319,58 +306,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             raise TypeError(f"kind must be a str, got {type(kind).__name__}")
         if name is not None:
             check_name(name)
-        if (
-            LOCK_FREE
-            and exit_policy is None
-            and timeout is None
-            and affinity is None
-            and not depends_on
-            and kind != "library"
-        ):
-            # The pure-Python core's lock-free registration of a simple node (see
-            # exitsafe._node.SIMPLE).  Every field of the record once, the owner count
-            # last (until then its __del__ does nothing); then the live table, then the
-            # unclaimed set: once there, a release may claim it.
-            if _is_owned(_LOCK):  # (_reentered(), in the call form CPython makes cheaply)
-                raise _refused("track()")
-            node = _new_handle(OwnedHandle)
-            node._seq = seq = next(self._numbers)
-            node._rank = seq
-            node._registry = self
-            node._raw = raw
-            node._fn = release
-            node._kind = kind
-            node._name = name
-            node._parents = ()
-            node._policy = None
-            node._timeout = None
-            node._role = HANDLE
-            node._children = 0
-            node._borrows = 0
-            node._state = LIVE
-            node._releaser = SIMPLE
-            node._taint = None
-            node._gen = _sync.generation
-            node._thread_id = _get_ident()
-            node._affinity = None
-            node._in_child = False
-            node._refs = 1
-            try:
-                entry = _weakref(node)
-                # Unclaimed first, then live (no call between them): a teardown that lists
-                # the node can take it over.  A teardown sets the phase, then lists the
-                # live table: still open here, that list holds the node.
-                self._unclaimed[seq] = None
-                self._live[seq] = entry
-                closed = self._phase
-            except BaseException:  # interrupted (KeyboardInterrupt): the caller owns raw
-                self._undo_simple(node)
-                raise
-            if closed:
-                return self._simple_after_close(node)
-            if _deferred or _affine:
-                self._run_deferred_after_track(node, affine=True)
-            return node
         if exit_policy is not None:
             check_policy(exit_policy, "exit_policy")
         if timeout is not None:
@@ -480,7 +415,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 or node._refs != 1
                 or node._borrows
                 or node._children
-                or (node._releaser == SIMPLE and not self._promote(node))
             ):
                 return
             node._refs = 0
@@ -494,105 +428,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         for parent in ready:
             self._release_chain(parent)  # (an error is recorded; the caller's is raised)
 
-    def _undo_simple(self, node: _Node) -> None:
-        """The lock-free ``track()`` raised while registering ``node`` (an interrupt):
-        take it back, so that nothing releases the object its caller still owns.  Once
-        fully registered it ends ``detached``, as in `_undo_track`; a teardown that took
-        it over meanwhile keeps it (the window `_undo_track` describes)."""
-        seq = node._seq
-        try:
-            del self._unclaimed[seq]
-        except KeyError:  # not registered yet, or taken over by a teardown
-            if node._releaser == SIMPLE:
-                _disown(node)
-            return
-        # Ours.  A teardown that listed it meanwhile took it for a release in flight: it
-        # waits until this records it (under the lock, as a teardown lists), and records
-        # nothing itself.
-        trash: list[object] = []
-        try:
-            _sync.enter()
-            node._releaser = 0
-            node._refs = 0
-            self._finish(node, Outcome.DETACHED, None, False, trash)
-        finally:
-            try:
-                _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
-        trash.clear()
-
-    def _simple_after_close(self, node: _Node) -> Handle:
-        """The lock-free ``track()`` found that a teardown began while it registered
-        ``node``: whoever claims it first decides.  The teardown: it listed the node and
-        releases it at exit.  This thread: it registered after the teardown began."""
-        try:
-            del self._unclaimed[node._seq]
-        except KeyError:
-            return node  # type: ignore[return-value]
-        # Out of the live table before it stops being SIMPLE (see _undo_simple).
-        self._live.pop(node._seq, None)
-        node._releaser = 0
-        self._registered_after_close(node)  # (it keeps its creation number)
-        if _affine:
-            _run_mine_quietly()
-        return node  # type: ignore[return-value]
-
-    def _promote(self, node: _Node) -> bool:
-        """Make ``node`` an ordinary node if it is a simple one (see
-        `exitsafe._node.SIMPLE`); whether it is one now.  ``False``: a lock-free release
-        claimed it and runs it (its state may still read ``LIVE``): the caller must treat
-        it as being released.  Any code that changes a node calls this first, holding
-        the lock (a teardown, a fork, or a section this thread interrupted)."""
-        if node._releaser != SIMPLE:
-            return True
-        try:
-            del self._unclaimed[node._seq]
-        except KeyError:
-            return False
-        node._releaser = 0
-        return True
-
-    def _take_over(self, nodes: list[_Node]) -> set[_Node]:
-        """Promote the simple nodes among ``nodes`` (a teardown beginning, the lock held);
-        return those a lock-free release claimed first: they are being released."""
-        racing = set()
-        if LOCK_FREE:
-            unclaimed = self._unclaimed
-            for node in nodes:
-                if node._releaser == SIMPLE:  # _promote, inlined (one per live handle)
-                    try:
-                        del unclaimed[node._seq]
-                    except KeyError:
-                        racing.add(node)
-                    else:
-                        node._releaser = 0
-        return racing
-
-    def _trim_ledger(self) -> None:
-        """Trim the ledger, beyond its cap after a lock-free record (rare: see `Ledger`)."""
-        try:
-            _sync.enter()
-            if len(self._records) > self._ledger.cap:
-                self._ledger.trim()
-        finally:
-            try:
-                _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
-
-    def _after_release(self) -> None:
-        """After a lock-free release: run the queued work and this thread's queued
-        thread-affine releases, as `_drop_owner` does."""
-        if _deferred:
-            _run_deferred()
-        if _affine:
-            _run_mine_quietly()
-
     def _next_seq(self) -> int:
-        """A new creation number.  In the compiled core the caller holds the lock."""
-        if speedups is None:
-            return next(self._numbers)
+        """A new creation number (the caller holds the lock)."""
         seq = self._seq = self._seq + 1
         return seq
 
@@ -723,12 +560,11 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
             if (
                 parent._state != LIVE
                 or not parent._refs
-                or (parent._releaser == SIMPLE and not self._promote(parent))
             ):
                 what = "before" if node._role == HOOK else "depends_on"
                 return HandleClosedError(f"{what}: " + closed_message(parent))
         for cnode in after:
-            if cnode._state != LIVE or (cnode._releaser == SIMPLE and not self._promote(cnode)):
+            if cnode._state != LIVE:
                 return HandleClosedError("after: " + closed_message(cnode))
             for parent in node._parents:
                 # The new edges are cnode -> hook -> parent: a cycle if parent already
@@ -800,11 +636,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         node = handle
         try:
             _sync.enter()
-            if (
-                node._state != LIVE
-                or not node._refs
-                or (node._releaser == SIMPLE and not self._promote(node))
-            ):
+            if node._state != LIVE or not node._refs:
                 raise HandleClosedError(closed_message(node))
             if self._phase != OPEN:
                 raise RegistryClosedError(f"registry {self.name!r} is closed")
@@ -813,7 +645,6 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                 if (
                     parent._state != LIVE
                     or not parent._refs
-                    or (parent._releaser == SIMPLE and not self._promote(parent))
                 ):
                     raise HandleClosedError("add_dependency: " + closed_message(parent))
                 if parent in node._parents:
@@ -849,11 +680,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
         try:
             if not _acquire(False):
                 _wait()
-            if (
-                node._state != LIVE
-                or not node._refs
-                or (node._releaser == SIMPLE and not self._promote(node))
-            ):
+            if node._state != LIVE or not node._refs:
                 raise HandleClosedError(closed_message(node))
             node._refs += 1
         finally:
@@ -884,12 +711,8 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     late = True
                 else:
                     late = False
-                    if (
-                        node._state != LIVE
-                        or not node._refs
-                        or (node._releaser == SIMPLE and not self._promote(node))
-                    ):
-                        target = None  # ended, or being released (by a lock-free release)
+                    if node._state != LIVE or not node._refs:
+                        target = None  # ended, or being released
                     elif self.strict and node._refs == 1 and node._children:
                         names = self._dependent_names(node)
                         raise LiveDependentsError(
@@ -1100,11 +923,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     _sync.enter()
                 else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
                     _sync.enter_if_possible()  # (without the lock: no other thread runs)
-                if (
-                    node._state == LIVE
-                    and node._refs
-                    and (node._releaser != SIMPLE or self._promote(node))
-                ):
+                if node._state == LIVE and node._refs:
                     if self._phase:
                         # A teardown began but its snapshot did not hold this handle: a cyclic
                         # collection cleared our weak reference to it before running this
@@ -1208,11 +1027,7 @@ class Registry(_RegistryBase, HookRegistration, Borrowing, Closing, Inspection):
                     f"registry {self.name!r} is tearing down or closed; "
                     f"{node._kind} {node._display_name()!r} can no longer be detached"
                 )
-            if (
-                node._state != LIVE
-                or not node._refs
-                or (node._releaser == SIMPLE and not self._promote(node))
-            ):
+            if node._state != LIVE or not node._refs:
                 raise HandleClosedError(closed_message(node))
             if node._borrows:
                 raise HandleClosedError(

@@ -3,9 +3,7 @@ for by the thread that holds it.
 
 All of exitsafe's shared state (every registry's graph, owner counts, phase and ledger;
 the adapters' address, pin and callback tables) is guarded by ONE process-wide lock,
-`LOCK` (the pure-Python core's lock-free registration and release of a simple handle
-claim it with an atomic dict operation instead: see ``exitsafe._node.SIMPLE``).  The
-rules every module follows:
+`LOCK`.  The rules every module follows:
 
 1. **Sections are bookkeeping only.**  A critical section never calls user code (release
    functions, hooks, policies, callbacks, logging, trace writes) and never drops the last

@@ -24,9 +24,8 @@ from time import perf_counter, sleep
 from . import _config, _sync, _threads
 from ._core import speedups
 from ._graph import teardown_order
-from ._handle import released_here
 from ._ledger import Outcome, trace_line
-from ._node import HOOK, LEAKED, LIVE, RELEASED, RELEASING, SIMPLE, TAINTING
+from ._node import HOOK, LEAKED, LIVE, RELEASED, RELEASING, TAINTING
 from ._report import emit, log
 from ._threads import StillRunning
 
@@ -49,21 +48,17 @@ IN_FLIGHT_WAIT = 5.0
 _RELEASED_AT_EXIT = Outcome.RELEASED_AT_EXIT
 
 
-def claim(nodes: list[Node], me: int, racing: set[Node]) -> set[Node]:
+def claim(nodes: list[Node], me: int) -> set[Node]:
     """Mark every live node of ``nodes`` as being released by this teardown.
 
     Called under the lock in the section that begins the teardown.  Returns the nodes
-    some thread was already releasing: the teardown waits for them instead.  ``racing``
-    holds those a lock-free release claimed (pure-Python core), whatever their state
-    reads yet.
+    some thread was already releasing: the teardown waits for them instead.
     """
     if speedups is not None and type(nodes) is list:
         claimed_elsewhere: set[Node] = speedups.claim(nodes, me)  # the same loop, in C
         return claimed_elsewhere
-    elsewhere = set(racing)
+    elsewhere: set[Node] = set()
     for node in nodes:
-        if node in elsewhere:
-            continue
         if node._state == LIVE:
             node._state = RELEASING
             node._releaser = me
@@ -373,9 +368,7 @@ def _wait_in_flight(node: Node, settings: Settings) -> Optional[tuple[str, Optio
     """
     import _thread
 
-    if node._releaser == _thread.get_ident() or (
-        node._releaser == SIMPLE and released_here(node)
-    ):
+    if node._releaser == _thread.get_ident():
         detail = "its release is in progress on the thread running the teardown"
     else:
         limit = settings.step_timeout if settings.step_timeout is not None else IN_FLIGHT_WAIT
@@ -394,9 +387,8 @@ def _wait_in_flight(node: Node, settings: Settings) -> Optional[tuple[str, Optio
 
 
 def _in_flight(node: Node) -> bool:
-    """Whether a release another thread began is still running: ``RELEASING``, or a
-    simple node a lock-free release has claimed but not yet marked (see ``_node.SIMPLE``)."""
-    return node._state == RELEASING or node._releaser == SIMPLE
+    """Whether a release another thread began is still running."""
+    return node._state == RELEASING
 
 
 # A decision is None (release) or why the handle is leaked.  A callable policy is asked
