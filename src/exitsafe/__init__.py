@@ -28,9 +28,8 @@ from ._errors import (
 from ._guard import Guarded
 from ._handle import Handle, HandleInfo
 from ._ledger import LedgerEntry, Outcome
-from ._pending import run_pending
-from ._process import default_registry, registries
-from ._registry import Registry
+from ._registry import Registry, default_registry, registries
+from ._releases import run_pending
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -376,7 +375,7 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     Args:
         code: the exit status, 0-255; `None` means 0.
     """
-    from ._children import leave
+    from ._exit import leave
 
     leave(code)
 

@@ -24,11 +24,13 @@ from _weakref import ref as _weakref
 from types import BuiltinFunctionType, FunctionType, MethodType
 
 from . import _sync
-from ._adopt import ClaimTable, hook_after_leak, register_lookup, registry_arg, resolve
+from ._adopt import ClaimTable, hook_after_leak, registry_arg
 from ._core import speedups
 from ._errors import ExitsafeError, HandleClosedError
 from ._handle import Handle, enter_borrow, exit_borrow
+from ._lookup import register_lookup, resolve
 from ._process import keep_forever
+from ._registry import state_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,9 +45,6 @@ addresses = ClaimTable(strong=False)
 #: id(callback function pointer) -> its live handle, held strongly until it is retired.
 _callbacks: dict[int, Handle] = {}
 
-#: The section that changes an adapter's pin table (a pin made, or forgotten by its release
-#: function, which never runs inside a section).
-_PIN_TABLE_SECTION = _sync.section("pin()")
 
 
 class LibraryInfo:
@@ -203,7 +202,7 @@ class Adapter:
         #: For the compiled tracks: what `track` found for a foreign function given
         #: without `lib=` while libraries were pinned, by id(release): ``(release, (pin,))``
         #: (the compiled path checks the pin is still live, owned and of the registry asked
-        #: for), or ``(release, (), id(registry))``: no pin of its library in that registry.
+        #: for), or ``(release, (), id(registry state))``: no pin of its library in that registry.
         #: Emptied whenever a pin is made or forgotten, and beyond 1,024 entries; written
         #: under exitsafe's lock, only when no pin changed since the lookup (see
         #: `_remember_pin`).
@@ -328,14 +327,17 @@ class Adapter:
         """Remember for the compiled track which pin (or none) a track of ``release`` in
         ``registry`` depends on, unless the pin table changed since ``pins_changed`` was
         read (then a pin made meanwhile could be missed: the next track looks again)."""
-        entry = (release, (pin,)) if pin is not None else (release, (), id(registry))
-        with _PIN_TABLE_SECTION:
+        entry = (release, (pin,)) if pin is not None else (release, (), id(state_of(registry)))
+
+        def remember() -> None:
             if self._pins_changed != pins_changed:
                 return
             found = self._release_pins
             if len(found) >= 1024:
                 found.clear()
             found[id(release)] = entry
+
+        _sync.locked("pin()", remember)
 
     # ------------------------------------------------------------------ libraries
 
@@ -424,13 +426,16 @@ class Adapter:
         """Forget the pin whose release function is ``closer`` (a newer pin of the same
         library in the same registry may have taken its key); whether another pin of the
         object ``lib`` is still in the table."""
-        with _PIN_TABLE_SECTION:
+
+        def forget() -> bool:
             entry = self._pins.get(key)
             if entry is not None and entry.closer is closer:
                 del self._pins[key]
             self._pins_changed += 1
             self._release_pins.clear()
             return any(self.same_library(other.lib, lib) for other in self._pins.values())
+
+        return _sync.locked("pin()", forget)
 
     def release_pin_table(self) -> dict[int, tuple[object, ...]]:
         """The pins found for release functions, for the compiled core.  Never replaced."""
@@ -468,13 +473,17 @@ class Adapter:
             info.drop_loader_ref()
             raise
         if handle.state == "live":
-            with _PIN_TABLE_SECTION:
+
+            def add() -> Optional[_Pin]:
                 # (another thread may have pinned the same library since the lookup above)
-                existing = self._live_pin_among(names, reg)
-                if existing is None:
+                found = self._live_pin_among(names, reg)
+                if found is None:
                     self._pins[key] = _Pin(lib, handle, info.base, close, closer)
                     self._pins_changed += 1
                     self._release_pins.clear()  # a release function may be of this library
+                return found
+
+            existing = _sync.locked("pin()", add)
             if existing is not None:
                 self._undo_pin(handle, info)
                 return self._share_pin(existing, close)

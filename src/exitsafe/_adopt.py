@@ -38,8 +38,8 @@ from _weakref import ref as _weakref
 from . import _sync
 from ._errors import ExitsafeError
 from ._handle import Handle
-from ._process import default_registry
-from ._registry import Registry
+from ._lookup import find, register_lookup, resolve
+from ._registry import Registry, default_registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,12 +92,6 @@ class AlreadyTrackedError(ExitsafeError, ValueError):
         self.handle = handle
 
 
-# The address and adoption tables' sections, made once: a section holds no state of its
-# own, so one instance serves every thread (a new one per call cost a frame each time).
-_TRACK_SECTION = _sync.section("track()")
-_RELEASE_SECTION = _sync.section("release")
-
-
 class ClaimTable:
     """Keys (an object's id, a native address) owned by at most one live handle.
 
@@ -145,29 +139,28 @@ class ClaimTable:
         handle owns it, with the message ``describe(key, that handle)`` (``None``: another
         thread is registering the key right now).  When the queued work run on leaving
         the section raises, the reservation is dropped before that error is raised."""
-        reserved = False
+        entries = self._entries
+
+        def reserve() -> None:
+            entry = entries.get(key)
+            if entry is not None:
+                if entry[1] is _RESERVED:
+                    raise AlreadyTrackedError(describe(key, None), None)
+                existing = self.get(key, identity if identity is not None else entry[0])
+                if existing is not None:
+                    raise AlreadyTrackedError(describe(key, existing), existing)
+            entries[key] = (identity, _RESERVED)
+
+        def unreserve() -> None:
+            if entries.get(key, (None, None))[1] is _RESERVED:
+                del entries[key]
+
         try:
-            with _TRACK_SECTION:
-                entry = self._entries.get(key)
-                if entry is not None:
-                    if entry[1] is _RESERVED:
-                        raise AlreadyTrackedError(describe(key, None), None)
-                    existing = self.get(key, identity if identity is not None else entry[0])
-                    if existing is not None:
-                        raise AlreadyTrackedError(describe(key, existing), existing)
-                self._entries[key] = (identity, _RESERVED)
-                reserved = True
-        except BaseException:
-            if reserved:  # (the section ended: this thread holds no lock here)
-                try:
-                    _sync.enter()
-                    if self._entries.get(key, (None, None))[1] is _RESERVED:
-                        del self._entries[key]
-                finally:
-                    try:
-                        _sync.release()  # (no queued work run: the error in flight first)
-                    except RuntimeError:  # (not held: interrupted before taking it)
-                        pass
+            _sync.locked("track()", reserve)
+        except AlreadyTrackedError:
+            raise
+        except BaseException:  # (the queued work run after the section, or an interrupt)
+            _sync.locked_quietly(unreserve)  # (no queued work run: the error in flight first)
             raise
 
     def bind(self, key: object, handle: Handle) -> None:
@@ -180,28 +173,41 @@ class ClaimTable:
 
     def cancel(self, key: object) -> None:
         """Drop a reservation whose registration failed."""
-        with _TRACK_SECTION:
-            entry = self._entries.get(key)
+        entries = self._entries
+
+        def drop() -> None:
+            entry = entries.get(key)
             if entry is not None and entry[1] is _RESERVED:
-                del self._entries[key]
+                del entries[key]
+
+        _sync.locked("track()", drop)
 
     def forget(self, key: object, handle: Optional[Handle]) -> None:
         """Remove ``key`` if ``handle`` (or a dead handle) still owns it."""
-        with _RELEASE_SECTION:
-            entry = self._entries.get(key)
+        entries, strong = self._entries, self._strong
+
+        def drop() -> None:
+            entry = entries.get(key)
             if entry is None or entry[1] is _RESERVED:
                 return
-            current = entry[1] if self._strong else entry[1]()
+            current = entry[1] if strong else entry[1]()
             if current is None or current is handle:
-                del self._entries[key]
+                del entries[key]
+
+        _sync.locked("release", drop)
 
 
 _RESERVED = object()
 
+
+def _adopted_lookup(obj: object, registry: Registry) -> Optional[Handle]:
+    """The adoption handle of ``obj`` (see `exitsafe._lookup`)."""
+    return _adopted.get(id(obj), obj)
+
+
 #: id(obj) -> the live adoption handle of obj (obj is referenced, so ids cannot be reused).
 _adopted = ClaimTable(strong=True)
-#: Lookups registered by the FFI adapters: obj -> Handle or None.
-_lookups: list[Callable[[object, Registry], Optional[Handle]]] = []
+register_lookup(_adopted_lookup)
 #: (weak or strong reference to the object, hook) of each pending neutralize_at_exit.
 _pending: list[tuple[Callable[[], object], Handle]] = []
 
@@ -215,13 +221,6 @@ def registry_arg(registry: Optional[Registry]) -> Registry:
             f"registry must be an exitsafe.Registry or None, got {type(registry).__name__}"
         )
     return registry
-
-
-def register_lookup(fn: Callable[[object, Registry], Optional[Handle]]) -> None:
-    """Let an adapter module teach [`handle_of`][exitsafe.handle_of] about its own objects."""
-    with _sync.section("register_lookup()"):
-        if fn not in _lookups:
-            _lookups.append(fn)
 
 
 def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
@@ -242,49 +241,8 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
     Returns:
         The handle, or `None` when exitsafe has no live handle for `obj` there.
     """
-    reg = registry_arg(registry)
-    if isinstance(obj, Handle):
-        return obj
-    found: Optional[Handle] = None
-    try:
-        attr = getattr(obj, "__exitsafe_handle__", None)
-    except Exception:  # a hostile __getattr__ must not break a lookup; fall through
-        attr = None
-    if isinstance(attr, Handle):
-        found = attr
-    if found is None:
-        found = _adopted.get(id(obj), obj)
-    if found is None:
-        for lookup in tuple(_lookups):
-            found = lookup(obj, reg)
-            if found is not None:
-                break
-    if found is None or found.registry is not reg or found.state != "live":
-        return None
-    return found
-
-
-def resolve(items: object, registry: Registry, what: str) -> tuple[Handle, ...]:
-    """Turn ``depends_on``-style arguments (handles or objects exitsafe knows) into handles."""
-    if items is None or (type(items) in (tuple, list) and not items):
-        return ()
-    if isinstance(items, (Handle, str, bytes)) or not hasattr(items, "__iter__"):
-        seq: Iterable[object] = (items,)
-    else:
-        seq = items
-    out = []
-    for item in seq:
-        if isinstance(item, Handle):
-            out.append(item)
-            continue
-        found = handle_of(item, registry=registry)
-        if found is None:
-            raise TypeError(
-                f"{what}: no live exitsafe handle for {item!r} in registry "
-                f"{registry.name!r}; pass a Handle, or track / pin / adopt the object first"
-            )
-        out.append(found)
-    return tuple(out)
+    found = find(obj, registry_arg(registry))
+    return found  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------- neutralization
@@ -398,10 +356,14 @@ def _strong(obj: object) -> Callable[[], object]:
 
 def _sweep_pending() -> None:
     """Cancel the hooks of neutralize_at_exit objects that were collected meanwhile."""
-    with _sync.section("neutralize_at_exit()"):
+
+    def sweep() -> list[Handle]:
         dead = [hook for get, hook in _pending if get() is None]
         if dead:
             _pending[:] = [(get, hook) for get, hook in _pending if get() is not None]
+        return dead
+
+    dead = _sync.locked("neutralize_at_exit()", sweep)
     for hook in dead:
         hook.release()  # a no-op once teardown began
 

@@ -14,8 +14,8 @@
   whichever runs first does the work.  Priority `WORKER_EXIT_PRIORITY`: after a
   ``Pool`` the worker created was terminated (15), before multiprocessing's queues are
   closed (10).
-* **Leaving quietly.**  `leave` tears down what this process owns, flushes
-  stdio and ends with ``os._exit``: no module finalization, no C-level ``atexit``
+* **Leaving quietly.**  ``exitsafe._exit.leave`` tears down what this process owns,
+  flushes stdio and ends with ``os._exit``: no module finalization, no C-level ``atexit``
   handler, no finalizer of an inherited object.  With the forked-child setting
   (``EXITSAFE_FORK_EXIT=quiet`` or ``exitsafe.set_fork_exit("quiet")``) a forked child
   that ends normally does the same, with its exit status.
@@ -28,7 +28,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn, Optional
+    from typing import Any, Callable, NoReturn
 
 #: The ``exitpriority`` of the worker teardown's ``multiprocessing.util.Finalize``.
 WORKER_EXIT_PRIORITY = 12
@@ -40,16 +40,23 @@ _state: dict[str, Any] = {
     "finalize_pid": 0,  # the process a Finalize was registered in
     "after_fork_pid": 0,  # the process that asked multiprocessing for _register_finalize
     "status": None,  # the exit status a quiet child will end with (see _watch_exit)
+    "worker_teardown": None,  # what a worker runs at its end (see set_worker_teardown)
 }
 
 
 # ---------------------------------------------------------------------- workers
 
 
-def _teardown_worker() -> None:
-    from ._process import teardown_all
+def set_worker_teardown(fn: Callable[[], None]) -> None:
+    """What a multiprocessing worker runs at its end: every registry's teardown (set by
+    ``exitsafe._exit``, which owns it)."""
+    _state["worker_teardown"] = fn
 
-    teardown_all("multiprocessing worker exit")
+
+def _teardown_worker() -> None:
+    fn = _state["worker_teardown"]
+    if fn is not None:
+        fn()
 
 
 def _register_finalize(*_unused: object) -> None:
@@ -98,28 +105,8 @@ def in_worker() -> None:
 # ---------------------------------------------------------------------- leaving quietly
 
 
-def leave(code: Optional[int] = 0) -> NoReturn:
-    """Tear down what this process owns, flush stdio, and end with ``os._exit(code)``.
-
-    Called by a timed teardown step on its worker thread, while the thread that handed it
-    the step still waits for it: the exit is handed to that thread, which leaves once the
-    phase it runs has ended, and this thread parks for good (see
-    ``exitsafe._steps.hand_back_exit``).
-    """
-    status = _status_of(code)
-    steps = sys.modules.get("exitsafe._steps")
-    if steps is not None:  # (not imported: no step ever ran on a worker)
-        steps.hand_back_exit(status)  # returns only if this thread is no such worker
-    try:
-        from ._process import teardown_all
-
-        teardown_all("exitsafe.exit", leaving=True)
-    finally:
-        _flush_stdio()
-        os._exit(status)
-
-
-def _status_of(code: object) -> int:
+def status_of(code: object) -> int:
+    """The exit status ``code`` stands for (``None``: 0), or the error naming it."""
     if code is None:
         return 0
     if isinstance(code, bool) or not isinstance(code, int):
@@ -129,7 +116,8 @@ def _status_of(code: object) -> int:
     return code
 
 
-def _flush_stdio() -> None:
+def flush_stdio() -> None:
+    """Flush every standard stream that can still be flushed."""
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             if stream is not None:
@@ -246,7 +234,7 @@ def quiet_end() -> None:
         except (OSError, ValueError):  # stderr closed: the status still says it
             pass
         code = 1
-    _flush_stdio()
+    flush_stdio()
     from ._interrupts import end_signal
 
     signum = end_signal()  # a signal held back during this exit: end by it, as planned

@@ -25,8 +25,6 @@ configured).  Early hooks also run, once, at the beginning of an explicit teardo
 
 from __future__ import annotations
 
-import sys
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
@@ -41,31 +39,34 @@ _ran: list[bool] = [False]
 class _ShutdownWrapper:
     """Stands in for ``threading._shutdown``: the early phase, then the original."""
 
-    __slots__ = ("original",)
+    __slots__ = ("original", "run")
 
-    def __init__(self, original: Callable[[], Any]) -> None:
+    def __init__(self, original: Callable[[], Any], run: Callable[[str], None]) -> None:
         self.original = original
+        self.run = run
 
     def __call__(self) -> Any:
-        run_early_phase("interpreter shutdown")
+        self.run("interpreter shutdown")
         return self.original()
 
 
-def install() -> str:
-    """Hook the early phase in (idempotent); return how (see `_installed`)."""
+def install(run: Callable[[str], None]) -> str:
+    """Hook the early phase in (idempotent): ``run(reason)`` (``exitsafe._exit``'s
+    ``run_early_phase``) is called before the interpreter joins its threads.  Returns
+    how (see `_installed`)."""
     if _installed[0]:
         return _installed[0]
     import threading
 
     shutdown = getattr(threading, "_shutdown", None)
     if callable(shutdown):
-        threading._shutdown = _ShutdownWrapper(shutdown)  # type: ignore[attr-defined]
+        threading._shutdown = _ShutdownWrapper(shutdown, run)  # type: ignore[attr-defined]
         _installed[0] = "threading._shutdown"
         return _installed[0]
     register = getattr(threading, "_register_atexit", None)
     if callable(register):
         try:
-            register(run_early_phase, "interpreter shutdown")
+            register(run, "interpreter shutdown")
             _installed[0] = "threading._register_atexit"
             return _installed[0]
         except RuntimeError:  # the interpreter is already shutting down
@@ -74,48 +75,21 @@ def install() -> str:
     return _installed[0]
 
 
-def run_early_phase(reason: str) -> None:
-    """Run every registry's early hooks (newest registry first), once per process.
-
-    Never raises: an exception escaping here would abort ``threading._shutdown``,
-    which would then skip the joins of non-daemon threads.
-    """
+def first_run() -> bool:
+    """Whether the early phase runs for the first time in this process (then it is
+    marked as run)."""
     from . import _sync
 
-    if _sync.reentered():
-        return  # never from inside exitsafe's own step (a signal handler): it runs at exit
-    try:
-        _sync.enter()
+    def mark() -> bool:
         first = not _ran[0]
         _ran[0] = True
-    finally:
-        try:
-            _sync.release()
-        except RuntimeError:  # (not held: interrupted before taking it)
-            pass
-        else:
-            _sync.run_deferred()
-    if not first:
-        return
-    try:
-        from ._interrupts import held
-        from ._process import registries
+        return first
 
-        # A signal arriving while an early hook runs is held back, as during the exit
-        # teardown, and ends the process once the exit is done (not a hook's failure).
-        with held(at_exit=True):
-            for registry in reversed(registries()):
-                registry._run_early_hooks(reason)
-    except BaseException as exc:  # see the docstring: never raise into _shutdown
-        _report(exc)
-    steps = sys.modules.get("exitsafe._steps")
-    if steps is not None:
-        # An early hook called exitsafe.exit() on its worker thread (a hook with a
-        # timeout): the early phase is over, the exit is carried out here (see _steps).
-        steps.leave_if_asked()
+    return _sync.locked_quietly(mark)
 
 
-def _report(exc: BaseException) -> None:
+def report(exc: BaseException) -> None:
+    """Log that the early phase failed (never raises)."""
     try:
         from ._report import log
 

@@ -1,9 +1,9 @@
 """The dependency graph: adding edges with an exact cycle check, and the teardown plan.
 
-Nodes are `exitsafe._node.Node` records; an edge goes from a node to each of its
+Nodes are `exitsafe._record.Record` records; an edge goes from a node to each of its
 ``parents`` (the nodes it depends on, which must outlive it).  Nothing here recurses,
 so a chain of any length is fine, and nothing here takes a lock: callers hold
-`exitsafe._sync.LOCK`.
+`exitsafe._sync.LOCK`.  Ranks are written through `exitsafe._record.set_rank`.
 
 Ranks keep edge insertion cheap.  Every node has a ``rank`` lower than the rank of
 every node depending on it (a topological numbering).  A new node gets a rank above
@@ -17,13 +17,13 @@ nodes found are moved below ``child`` (one side of Pearce and Kelly's algorithm)
 from __future__ import annotations
 
 from ._core import speedups
+from ._record import Record as Node
+from ._record import set_rank
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Callable, Optional
-
-    from ._node import Node
 
 
 def cycle_path(parent: Node, child: Node) -> Optional[list[Node]]:
@@ -112,7 +112,7 @@ def _move_below(region: list[Node], ceiling: float) -> bool:
             return False
         previous = rank
     for node, rank in zip(region, ranks):
-        node._rank = rank
+        set_rank(node, rank)
     return True
 
 
@@ -125,7 +125,7 @@ def renumber(nodes: Sequence[Node]) -> None:
     order = teardown_order(nodes)
     count = len(order)
     for index, node in enumerate(order):
-        node._rank = float(count - index)
+        set_rank(node, float(count - index))
 
 
 def teardown_order(nodes: Sequence[Node]) -> list[Node]:

@@ -2,36 +2,35 @@
 ([`HandleInfo`][exitsafe.HandleInfo])
 and the borrow context manager.
 
-A [`Handle`][exitsafe.Handle] is its own record (`Node`); every state change
-goes through its registry.  Reads of ``state``, ``owners``,
-``raw`` and the like take no lock: each reads one field, which is atomic.
+A [`Handle`][exitsafe.Handle] is its own record (`exitsafe._record.Record`); its methods
+hand every state change to the module that makes it (`exitsafe._releases`,
+`exitsafe._gate`, the registry's state).  Reads of ``state``, ``owners``, ``raw`` and the
+like take no lock: each reads one field, which is atomic.
 """
 
 from __future__ import annotations
 
+from . import _sync
 from ._core import speedups
 from ._errors import HandleClosedError
-from ._node import (
-    DETACHED,
-    LEAKED,
-    LIVE,
-    RELEASED,
-    RELEASING,
-    STATE_NAMES,
-    Node,
-)
+from ._gate import abandon_borrow, borrow_enter, borrow_exit
+from ._lookup import parents, resolve
+from ._record import LIVE, STATE_NAMES, Record, closed_message, display_name
+from ._releases import collected, detach, drop_owner, retain
+from ._threads import held as _held
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import TracebackType
-    from typing import Any, Callable, Optional
+    from typing import Any, Optional
 
     from ._registry import Registry
+
 
 __all__ = ["Handle", "HandleInfo"]
 
 
-class Handle(Node):
+class Handle(Record):
     """One owned native object: what `track`, `pin`, `on_teardown` (and the adapters'
     `track`, `pin`, `callback`) return.
 
@@ -105,7 +104,7 @@ class Handle(Node):
     @property
     def name(self) -> str:
         """The name given at registration, or ``"<kind>#<n>"``."""
-        return self._display_name()
+        return display_name(self)
 
     @property
     def state(self) -> str:
@@ -124,7 +123,8 @@ class Handle(Node):
     @property
     def registry(self) -> Registry:
         """The registry this handle belongs to."""
-        return self._registry
+        registry: Registry = self._registry.facade
+        return registry
 
     @property
     def borrowed(self) -> bool:
@@ -139,8 +139,6 @@ class Handle(Node):
     @property
     def inherited(self) -> bool:
         """Whether the handle was created before a fork that produced this process."""
-        from . import _sync
-
         return self._gen != _sync.generation
 
     @property
@@ -165,7 +163,7 @@ class Handle(Node):
             HandleClosedError: the handle has no owner left (it is released, leaked, or its
                 release is already pending).
         """
-        self._registry._retain(self)
+        retain(self)
         return self
 
     def release(self) -> None:
@@ -182,7 +180,7 @@ class Handle(Node):
             LiveDependentsError: strict mode only, when the last owner is dropped while
                 dependents live; nothing changed.
         """
-        self._registry._drop_owner(self)
+        drop_owner(self)
 
     def borrow(self) -> Borrow:
         """Mark the handle in use for the duration of a `with` block; the block gets `raw`.
@@ -221,7 +219,7 @@ class Handle(Node):
             HandleClosedError: the handle is not live, has no owner left or is borrowed.
             RegistryClosedError: the registry's teardown began.
         """
-        return self._registry._detach(self)
+        return detach(self)
 
     def add_dependency(self, *others: object) -> None:
         """Declare that this handle depends on `others`: they will outlive it.
@@ -238,7 +236,9 @@ class Handle(Node):
             ForeignHandleError: a handle belongs to another registry.
             HandleClosedError: a handle is no longer usable.
         """
-        self._registry._add_dependencies(self, others)
+        state = self._registry
+        found = parents(resolve(others, state.facade, "add_dependency"), state, "add_dependency")
+        state.add_dependencies(self, found)
 
     def __enter__(self) -> Handle:
         return self
@@ -253,7 +253,7 @@ class Handle(Node):
 
     def __repr__(self) -> str:
         return (
-            f"<exitsafe.Handle {self._kind} {self._display_name()!r} {STATE_NAMES[self._state]}"
+            f"<exitsafe.Handle {self._kind} {display_name(self)!r} {STATE_NAMES[self._state]}"
             f" owners={self._refs} registry={self._registry.name!r}>"
         )
 
@@ -274,24 +274,13 @@ if speedups is None:
             except AttributeError:  # never initialized (a failed direct construction)
                 return
             if refs:
-                self._registry._collected(self)
+                self._collected(self)
+
+        #: Reached through the class: module globals may be None when this runs.
+        _collected = staticmethod(collected)
 
 else:
     OwnedHandle = Handle  # type: ignore[misc,assignment]
-
-
-class HookHandle(Handle):
-    """The handle of a teardown hook: owned by its registry, not by Python references."""
-
-    __slots__ = ()
-
-    def release(self) -> None:
-        """Cancel the hook: it will not run.  A no-op once it ran or teardown began."""
-        self._registry._cancel_hook(self)
-
-    def __del__(self) -> None:
-        # The registry keeps hooks until teardown; dropping the handle changes nothing.
-        pass
 
 
 if speedups is not None:
@@ -302,30 +291,6 @@ if speedups is not None:
     Handle.release = speedups.Node.release  # type: ignore[method-assign]
     Handle.retain = speedups.Node.retain  # type: ignore[method-assign]
 
-_new = object.__new__
-_init = Node._init
-
-
-def make_handle(
-    cls: type[Handle],
-    registry: Registry,
-    raw: object,
-    fn: Optional[Callable[[Any], object]],
-    kind: str,
-    name: Optional[str],
-    parents: tuple[Node, ...],
-    policy: Any,
-    timeout: Optional[float],
-    role: int,
-    gen: int,
-    thread_id: int,
-) -> Handle:
-    """Create a handle (``Handle.__init__`` refuses direct construction)."""
-    handle: Handle = _new(cls)
-    _init(handle, registry, raw, fn, kind, name, parents, policy, timeout, role, gen, thread_id)
-    return handle
-
-
 class Borrow:
     """Context manager returned by [`Handle.borrow`][exitsafe.Handle.borrow]:
     `with h.borrow() as raw:`.
@@ -333,11 +298,18 @@ class Borrow:
 
     __slots__ = ("_node",)
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Record) -> None:
         self._node = node
 
     def __enter__(self) -> Any:
-        return self._node._registry._borrow_enter(self._node)
+        node = self._node
+        held = _held()
+        depth = len(held)
+        try:
+            return borrow_enter(node)
+        except BaseException:  # (also one that lands as this returns: the borrow is undone)
+            abandon_borrow(node, held, depth)
+            raise
 
     def __exit__(
         self,
@@ -345,7 +317,7 @@ class Borrow:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        self._node._registry._borrow_exit(self._node)
+        borrow_exit(self._node)
 
 
 class HandleInfo:
@@ -376,7 +348,7 @@ class HandleInfo:
         "thread_id",
     )
 
-    def __init__(self, node: Node, generation: int, main_ident: Optional[int]) -> None:
+    def __init__(self, node: Record, generation: int, main_ident: Optional[int]) -> None:
         """Take the snapshot (exitsafe's own use).
 
         Args:
@@ -386,7 +358,7 @@ class HandleInfo:
         """
         self.raw: Any = node._raw
         self.kind: str = node._kind
-        self.name: str = node._display_name()
+        self.name: str = display_name(node)
         self.registry: str = node._registry.name
         self.thread_id: int = node._thread_id
         self.created_on_main_thread: bool = node._thread_id == main_ident
@@ -397,31 +369,7 @@ class HandleInfo:
         return f"<exitsafe.HandleInfo {self.kind} {self.name!r} registry={self.registry!r}>"
 
 
-def closed_message(node: Node) -> str:
-    """Why ``node``'s raw object must not be used any more (no import here: this may run
-    from a finalizer late in interpreter shutdown)."""
-    state = node._state
-    if state == RELEASED:
-        what = "was released"
-    elif state == LEAKED:
-        what = "was leaked"
-    elif state == DETACHED:
-        what = "was detached (the program owns it again)"
-    elif state == RELEASING:
-        what = "is being released"
-    else:
-        what = "has no owner left (its release is pending"
-        if node._children:
-            what += f" until {node._children} dependent(s) are released"
-        what += ")"
-    return f"{node._kind} {node._display_name()!r} {what}; its native object must not be used"
-
-
-def enter_borrow(handle: Handle) -> Any:
-    """``handle.borrow().__enter__()`` without the context manager (automatic borrows)."""
-    return handle._registry._borrow_enter(handle)
-
-
-def exit_borrow(handle: Handle) -> None:
-    """The matching end of `enter_borrow`."""
-    handle._registry._borrow_exit(handle)
+#: ``handle.borrow().__enter__()`` without the context manager (automatic borrows), and
+#: its matching end.
+enter_borrow = borrow_enter
+exit_borrow = borrow_exit

@@ -199,7 +199,11 @@ class _EndBySignal:
 
     Held only by the module global ``_end_by``, it is collected when interpreter
     finalization clears the modules' globals: after every ``atexit`` callback and the
-    flush of ``sys.stdout`` / ``sys.stderr``, the latest moment Python code runs.
+    flush of ``sys.stdout`` / ``sys.stderr``, the latest moment Python code runs.  This
+    module is imported on first use (at exit, or by an explicit teardown), never with
+    exitsafe: CPython clears the modules imported last first, and a module imported at
+    start-up is cleared after the import system, too late to send a signal that ends
+    the process.
     That is where CPython itself ends a program killed by an uncaught
     ``KeyboardInterrupt``.  Everything it needs is bound here: module globals may be
     gone by then.

@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ._node import Node
+    from ._record import Record as Node
 
 __all__ = ["LiveTable"]
 

@@ -3,10 +3,14 @@
  * What lives here (and nothing else):
  *   - Lock: the one lock of exitsafe (exitsafe._sync.LOCK), an owner-aware lock whose
  *     state the hot paths below read and take without a Python call.
- *   - Node: the handle record (the base of exitsafe.Handle); its fields are the same
- *     private attributes the pure-Python record has (``node._refs`` ...), so the rest of
- *     the core (graph, teardown, hooks, borrowing) reads and writes them unchanged.
- *   - RegistryCore: the base of exitsafe.Registry holding the fields the hot path needs.
+ *   - Node: the handle record (the base of exitsafe._record.Record); its fields are the
+ *     same attributes the pure-Python record has (``node._refs`` ...).  The C code below
+ *     mirrors the hot transitions of exitsafe._record (claim, end released, add and drop
+ *     an owner) field for field; the Python layers make every other transition.
+ *   - RegistryCore: the base of exitsafe._state.RegistryState, holding the fields the hot
+ *     path needs (phase, seq, cap, live, records, strict).
+ *   - RegistryBase: the base of the public exitsafe.Registry, a facade holding its state;
+ *     its track() is the compiled one.
  *   - The common cases of Registry.track, Handle.release, Handle.retain and the garbage
  *     collection of a handle (tp_finalize).  Every other case (dependencies, policies,
  *     names, a teardown begun, re-entry from a finalizer, a contended lock, affinity,
@@ -18,11 +22,11 @@
  * waits; re-entry (the lock already held by this thread) goes to the Python path, which
  * queues the request.  Release functions run outside the lock.
  *
- * Free-threaded builds: every field of a node and of a registry is written under the
- * lock (or by the one thread that claimed the node); the fields the fast paths read
- * before taking the lock (a registry's phase, the lock's owner) are read and written
- * with relaxed atomics, and each is read again under the lock before it decides
- * anything.  Dict and list operations lock their own objects.  Hence Py_MOD_GIL_NOT_USED.
+ * Free-threaded builds: the compiled core is not used there.  No free-threaded CPython
+ * has run it in CI, so PyInit__speedups refuses (ImportError) and exitsafe._core runs the
+ * pure-Python core, whose one lock guards every field.  The relaxed atomics below (the
+ * fields the fast paths read before taking the lock: a registry's phase, the lock's
+ * owner) are the design it was written to, kept for the day such a lane runs it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -239,7 +243,8 @@ static PyTypeObject LockType = {
 /* Set once by setup() (exitsafe._registry at import); all strong references. */
 static LockObject *the_lock;
 static PyTypeObject *handle_type;
-static PyTypeObject *registry_type; /* exitsafe.Registry itself (not a subclass) */
+static PyTypeObject *registry_type; /* exitsafe._state.RegistryState */
+static PyTypeObject *facade_type;   /* exitsafe.Registry itself (not a subclass) */
 static PyObject *track_py, *drop_owner_py, *retain_py, *collected_py;
 static PyObject *release_chain_py, *release_failed_py, *collected_failed_py;
 static PyObject *registered_after_close_py, *undo_track_py;
@@ -301,13 +306,6 @@ call2(PyObject *fn, PyObject *a, PyObject *b)
 {
     PyObject *args[2] = {a, b};
     return PyObject_Vectorcall(fn, args, 2, NULL);
-}
-
-static PyObject *
-call3(PyObject *fn, PyObject *a, PyObject *b, PyObject *c)
-{
-    PyObject *args[3] = {a, b, c};
-    return PyObject_Vectorcall(fn, args, 3, NULL);
 }
 
 static PyObject *
@@ -380,11 +378,11 @@ enter_section_to_record(unsigned long me, PyObject **interrupt)
 
 typedef struct {
     PyObject_HEAD
-    int phase;          /* _phase: OPEN 0, TEARING_DOWN 1, CLOSED 2 (atomic reads) */
-    Py_ssize_t seq;     /* _seq: the last creation number */
-    Py_ssize_t cap;     /* _cap: trim the ledger's records beyond this many */
-    PyObject *live;     /* _live: seq -> weakref to a handle, or a hook */
-    PyObject *records;  /* _records: the ledger's record list */
+    int phase;          /* OPEN 0, TEARING_DOWN 1, CLOSED 2 (atomic reads) */
+    Py_ssize_t seq;     /* the last creation number */
+    Py_ssize_t cap;     /* trim the ledger's records beyond this many */
+    PyObject *live;     /* the records not yet ended (a LiveTable) */
+    PyObject *records;  /* the ledger's record list */
     PyObject *strict;   /* strict */
 } RegistryObject;
 
@@ -417,11 +415,11 @@ Registry_dealloc(RegistryObject *self)
 }
 
 static PyMemberDef Registry_members[] = {
-    {"_phase", T_INT, offsetof(RegistryObject, phase), 0, NULL},
-    {"_seq", T_PYSSIZET, offsetof(RegistryObject, seq), 0, NULL},
-    {"_cap", T_PYSSIZET, offsetof(RegistryObject, cap), 0, NULL},
-    {"_live", T_OBJECT, offsetof(RegistryObject, live), 0, NULL},
-    {"_records", T_OBJECT, offsetof(RegistryObject, records), 0, NULL},
+    {"phase", T_INT, offsetof(RegistryObject, phase), 0, NULL},
+    {"seq", T_PYSSIZET, offsetof(RegistryObject, seq), 0, NULL},
+    {"cap", T_PYSSIZET, offsetof(RegistryObject, cap), 0, NULL},
+    {"live", T_OBJECT, offsetof(RegistryObject, live), 0, NULL},
+    {"records", T_OBJECT, offsetof(RegistryObject, records), 0, NULL},
     {"strict", T_OBJECT, offsetof(RegistryObject, strict), 0,
      "Whether misuse raises (see Registry)."},
     {NULL, 0, 0, 0, NULL},
@@ -1176,7 +1174,7 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
             PyObject **error)
 {
     if (needs_python(n)) {
-        PyObject *r = call2(release_chain_py, (PyObject *)reg, (PyObject *)n);
+        PyObject *r = PyObject_CallOneArg(release_chain_py, (PyObject *)n);
         if (r == NULL) {
             return -1;
         }
@@ -1200,7 +1198,7 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
     Py_DECREF(raw);
     if (r == NULL) {
         PyObject *exc = take_exception();
-        PyObject *done = call3(release_failed_py, (PyObject *)reg, (PyObject *)n, exc);
+        PyObject *done = call2(release_failed_py, (PyObject *)n, exc);
         if (done == NULL) {
             Py_DECREF(exc);
             return -1;
@@ -1313,7 +1311,6 @@ enter_fast(NodeObject *n, unsigned long me)
 static PyObject *
 Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *regobj = self->registry;
     unsigned long me = PyThread_get_thread_ident();
     RegistryObject *reg = enter_fast(self, me);
     if (reg == NULL) {
@@ -1337,13 +1334,13 @@ Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
     iset(&self->state, RELEASING);
     self->releaser = me;
     lock_drop(the_lock);
-    Py_INCREF(regobj);
+    Py_INCREF(reg);
     PyObject *error = NULL;
     if (release_claimed(reg, self, me, &error) < 0) {
-        Py_DECREF(regobj);
+        Py_DECREF(reg);
         return NULL;
     }
-    Py_DECREF(regobj);
+    Py_DECREF(reg);
     /* as the Python path: queued thread-affine releases run only when nothing is raised */
     if (after_call(error == NULL) < 0) {
         Py_XDECREF(error);
@@ -1355,13 +1352,12 @@ Node_release_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
     }
     Py_RETURN_NONE;
 slow:
-    return call2(drop_owner_py, regobj ? regobj : Py_None, (PyObject *)self);
+    return PyObject_CallOneArg(drop_owner_py, (PyObject *)self);
 }
 
 static PyObject *
 Node_retain_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *regobj = self->registry;
     unsigned long me = PyThread_get_thread_ident();
     if (enter_fast(self, me) == NULL) {
         goto slow;
@@ -1383,7 +1379,7 @@ Node_retain_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
     Py_INCREF(self);
     return (PyObject *)self;
 slow: {
-        PyObject *r = call2(retain_py, regobj ? regobj : Py_None, (PyObject *)self);
+        PyObject *r = PyObject_CallOneArg(retain_py, (PyObject *)self);
         if (r == NULL) {
             return NULL;
         }
@@ -1401,7 +1397,7 @@ node_collected(NodeObject *n)
     unsigned long me = PyThread_get_thread_ident();
     RegistryObject *reg = enter_fast(n, me);
     if (reg == NULL) { /* the Python path: Registry._collected */
-        PyObject *r = call2(collected_py, regobj, (PyObject *)n);
+        PyObject *r = PyObject_CallOneArg(collected_py, (PyObject *)n);
         if (r == NULL) {
             return -1;
         }
@@ -1423,7 +1419,7 @@ node_collected(NodeObject *n)
         PyObject *error = NULL;
         int rc = release_claimed(reg, n, me, &error);
         if (error != NULL) {
-            PyObject *r = call3(collected_failed_py, regobj, (PyObject *)n, error);
+            PyObject *r = call2(collected_failed_py, (PyObject *)n, error);
             Py_DECREF(error);
             if (r == NULL) {
                 rc = -1;
@@ -1442,7 +1438,10 @@ static void
 Node_finalize(PyObject *self)
 {
     NodeObject *n = (NodeObject *)self;
-    if (n->refs == NULL || ival(n->refs) == 0 || n->registry == NULL || the_lock == NULL) {
+    /* no owner; never registered (track() was interrupted: its caller still owns the
+     * object); or the core not set up */
+    if (n->refs == NULL || ival(n->refs) == 0 || n->seq == 0 || n->registry == NULL
+        || the_lock == NULL) {
         return;
     }
 #if PY_VERSION_HEX >= 0x030C0000
@@ -1496,8 +1495,44 @@ kw_is(PyObject *key, PyObject *name)
     return key == name || PyUnicode_Compare(key, name) == 0;
 }
 
+/* The pure-Python Registry.track, called as track_py(facade, *args, **kwargs). */
 static PyObject *
-Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+call_track_py(PyObject *facade, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *stackbuf[8];
+    PyObject **stack = stackbuf;
+    Py_ssize_t total = 1 + nargs + nkw;
+    if (total > 8) {
+        stack = PyMem_Malloc(total * sizeof(PyObject *));
+        if (stack == NULL) {
+            return PyErr_NoMemory();
+        }
+    }
+    stack[0] = facade;
+    for (Py_ssize_t i = 0; i < nargs + nkw; i++) {
+        stack[i + 1] = args[i];
+    }
+    PyObject *fn = track_py;
+    PyObject *r;
+    if (fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "exitsafe._speedups.setup() was not called");
+        r = NULL;
+    }
+    else {
+        r = PyObject_Vectorcall(fn, stack, 1 + nargs, kwnames);
+    }
+    if (stack != stackbuf) {
+        PyMem_Free(stack);
+    }
+    return r;
+}
+
+/* The compiled Registry.track: `self` is the registry's state, `facade` the public
+ * Registry it is the state of (the Python path is called as Registry.track(facade, ...)). */
+static PyObject *
+state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ssize_t nargsf,
+            PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -1653,7 +1688,7 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
         /* queued work raised: track() raises it, and its caller, who never gets the
          * handle, still owns the object (Registry._undo_track detaches the node) */
         PyObject *exc = take_exception();
-        PyObject *r = call2(undo_track_py, (PyObject *)self, (PyObject *)node);
+        PyObject *r = PyObject_CallOneArg(undo_track_py, (PyObject *)node);
         if (r == NULL) { /* (a second error: reported, the first one is raised) */
             PyErr_WriteUnraisable((PyObject *)node);
         }
@@ -1664,36 +1699,78 @@ Registry_track(RegistryObject *self, PyObject *const *args, Py_ssize_t nargsf, P
     }
     return (PyObject *)node;
 
-slow: {
-        /* The pure-Python Registry.track, called as track_py(self, *args, **kwargs). */
-        PyObject *stackbuf[8];
-        PyObject **stack = stackbuf;
-        Py_ssize_t total = 1 + nargs + nkw;
-        if (total > 8) {
-            stack = PyMem_Malloc(total * sizeof(PyObject *));
-            if (stack == NULL) {
-                return PyErr_NoMemory();
-            }
-        }
-        stack[0] = (PyObject *)self;
-        for (Py_ssize_t i = 0; i < nargs + nkw; i++) {
-            stack[i + 1] = args[i];
-        }
-        PyObject *fn = track_py;
-        PyObject *r;
-        if (fn == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "exitsafe._speedups.setup() was not called");
-            r = NULL;
-        }
-        else {
-            r = PyObject_Vectorcall(fn, stack, 1 + nargs, kwnames);
-        }
-        if (stack != stackbuf) {
-            PyMem_Free(stack);
-        }
-        return r;
-    }
+slow:
+    return call_track_py(facade, args, nargs, kwnames);
 }
+
+/* ------------------------------------------------------------------ RegistryBase */
+
+/* The base of the public exitsafe.Registry: a facade holding the registry's state. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *state; /* _state: the registry's state (a RegistryCore), set by __init__ */
+} FacadeObject;
+
+static PyTypeObject FacadeType;
+
+static int
+Facade_traverse(FacadeObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->state);
+    return 0;
+}
+
+static int
+Facade_clear(FacadeObject *self)
+{
+    Py_CLEAR(self->state);
+    return 0;
+}
+
+static void
+Facade_dealloc(FacadeObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Facade_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Facade_members[] = {
+    {"_state", T_OBJECT_EX, offsetof(FacadeObject, state), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *
+Facade_track(FacadeObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    PyObject *state = self->state;
+    if (state == NULL || !is_registry(state)) {
+        return call_track_py((PyObject *)self, args, PyVectorcall_NARGS(nargsf), kwnames);
+    }
+    return state_track((RegistryObject *)state, (PyObject *)self, args, nargsf, kwnames);
+}
+
+static PyMethodDef Facade_methods[] = {
+    {"track", (PyCFunction)(void (*)(void))Facade_track, METH_FASTCALL | METH_KEYWORDS,
+     "track($self, raw, release, kind='handle', depends_on=(), exit_policy=None, "
+     "name=None, timeout=None, affinity=None)\n--\n\n"
+     "Start owning `raw`: `release(raw)` is called exactly once, or never if leaked.\n\n"
+     "The compiled Registry.track (see exitsafe.Registry.track)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FacadeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exitsafe._speedups.RegistryBase",
+    .tp_basicsize = sizeof(FacadeObject),
+    .tp_dealloc = (destructor)Facade_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The compiled base of exitsafe.Registry: a facade holding its state.",
+    .tp_traverse = (traverseproc)Facade_traverse,
+    .tp_clear = (inquiry)Facade_clear,
+    .tp_methods = Facade_methods,
+    .tp_members = Facade_members,
+};
 
 /* exitsafe.track(raw, release, **options): the default registry's track. */
 static PyObject *default_list;    /* exitsafe._process._default: [] or [the registry] */
@@ -1730,8 +1807,8 @@ module_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         return NULL;
     }
     PyObject *r;
-    if (PyObject_TypeCheck(reg, &RegistryType)) {
-        r = Registry_track((RegistryObject *)reg, args, nargsf, kwnames);
+    if (PyObject_TypeCheck(reg, &FacadeType)) {
+        r = Facade_track((FacadeObject *)reg, args, nargsf, kwnames);
     }
     else {
         PyErr_SetString(PyExc_TypeError, "exitsafe: the default registry is not a Registry");
@@ -1982,8 +2059,8 @@ pointer_cancel(PyObject *address)
 static PyObject *kind_deps_names; /* ("kind", "depends_on") */
 
 static PyObject *
-pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *address,
-              PyObject *keep, PyObject *kind, PyObject *deps)
+pointer_track(RegistryObject *reg, PyObject *facade, PyObject *raw, PyObject *release,
+              PyObject *address, PyObject *keep, PyObject *kind, PyObject *deps)
 {
     unsigned long me = PyThread_get_thread_ident();
     if (enter_section(me) < 0) {
@@ -2002,7 +2079,7 @@ pointer_track(RegistryObject *reg, PyObject *raw, PyObject *release, PyObject *a
     PyObject *handle = NULL;
     if (releaser != NULL) {
         PyObject *targs[4] = {raw, releaser, kind, deps};
-        handle = Registry_track(reg, targs, 2, deps != NULL ? kind_deps_names : kind_names);
+        handle = state_track(reg, facade, targs, 2, deps != NULL ? kind_deps_names : kind_names);
     }
     if (handle == NULL) {
         /* as the Python path: cancel the claim, then raise what the registration raised */
@@ -2158,16 +2235,17 @@ forgive_an_ended_pin(PyObject *deps)
  * without one when the Python path must take the call (the pin is not known, the address
  * is taken, or the pin lost its last owner meanwhile: forgive_an_ended_pin). */
 static PyObject *
-adapter_pointer_track(PyObject *pins, PyObject *table, PyObject *reg, PyObject *ptr,
+adapter_pointer_track(PyObject *pins, PyObject *table, PyObject *facade, PyObject *ptr,
                       PyObject *release, int foreign, PyObject *address, PyObject *keep,
                       PyObject *kind)
 {
     PyObject *deps = NULL;
+    PyObject *reg = ((FacadeObject *)facade)->state;
     if (PyDict_GET_SIZE(pins) && !adapter_release_deps(table, release, foreign, reg, &deps)) {
         return NULL;
     }
-    PyObject *handle = pointer_track((RegistryObject *)reg, ptr, release, address, keep, kind,
-                                     deps);
+    PyObject *handle = pointer_track((RegistryObject *)reg, facade, ptr, release, address, keep,
+                                     kind, deps);
     if (handle == NULL) {
         forgive_an_ended_pin(deps); /* (then no exception is left: the Python path) */
     }
@@ -2236,7 +2314,8 @@ adapter_registry(PyObject *regarg, PyObject **reg)
         *reg = regarg;
         Py_INCREF(*reg);
     }
-    if (Py_TYPE(*reg) != registry_type) {
+    if (Py_TYPE(*reg) != facade_type || ((FacadeObject *)*reg)->state == NULL
+        || !is_fast_registry(((FacadeObject *)*reg)->state)) {
         Py_CLEAR(*reg);
         return 0;
     }
@@ -3105,26 +3184,16 @@ done:
     return order;
 }
 
-static PyMethodDef Registry_methods[] = {
-    {"track", (PyCFunction)(void (*)(void))Registry_track,
-     METH_FASTCALL | METH_KEYWORDS,
-     "track($self, raw, release, kind='handle', depends_on=(), exit_policy=None, "
-     "name=None, timeout=None, affinity=None)\n--\n\n"
-     "Start owning `raw`: `release(raw)` is called exactly once, or never if leaked.\n\n"
-     "The compiled Registry.track (see exitsafe.Registry.track)."},
-    {NULL, NULL, 0, NULL},
-};
-
 static PyTypeObject RegistryType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "exitsafe._speedups.RegistryCore",
     .tp_basicsize = sizeof(RegistryObject),
     .tp_dealloc = (destructor)Registry_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The compiled fields of a registry (the base of exitsafe.Registry).",
+    .tp_doc = "The compiled fields of a registry's state (the base of "
+              "exitsafe._state.RegistryState).",
     .tp_traverse = (traverseproc)Registry_traverse,
     .tp_clear = (inquiry)Registry_clear,
-    .tp_methods = Registry_methods,
     .tp_members = Registry_members,
 };
 
@@ -3139,6 +3208,7 @@ static struct {
     {"lock", (PyObject **)&the_lock, &LockType},
     {"handle_type", (PyObject **)&handle_type, &PyType_Type},
     {"registry_type", (PyObject **)&registry_type, &PyType_Type},
+    {"facade_type", (PyObject **)&facade_type, &PyType_Type},
     {"track", &track_py, NULL},
     {"drop_owner", &drop_owner_py, NULL},
     {"retain", &retain_py, NULL},
@@ -3192,6 +3262,11 @@ setup(PyObject *module, PyObject *args, PyObject *kwds)
                         "setup(): registry_type must be a subclass of RegistryCore");
         return NULL;
     }
+    if (!PyType_IsSubtype((PyTypeObject *)values[3], &FacadeType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "setup(): facade_type must be a subclass of RegistryBase");
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < SETUP_SLOTS; i++) {
         Py_INCREF(values[i]);
         Py_XSETREF(*setup_slots[i].slot, values[i]);
@@ -3201,8 +3276,8 @@ setup(PyObject *module, PyObject *args, PyObject *kwds)
 
 static PyMethodDef module_methods[];
 
-/* set_doc(owner, name, doc): give the compiled `owner.name` ("module", "RegistryCore" or
- * "Node") the docstring of the Python function it stands for, after its own signature
+/* set_doc(owner, name, doc): give the compiled `owner.name` ("module", "RegistryBase",
+ * "Node", "cffi" or "ctypes") the docstring of the Python function it stands for, after its own signature
  * line.  Docstrings are read from the method table whenever asked for, so help(),
  * inspect and the documentation checks see the same text for both cores. */
 static PyObject *
@@ -3213,7 +3288,7 @@ set_doc(PyObject *module, PyObject *args)
         return NULL;
     }
     PyMethodDef *table = strcmp(owner, "module") == 0         ? module_methods
-                         : strcmp(owner, "RegistryCore") == 0 ? Registry_methods
+                         : strcmp(owner, "RegistryBase") == 0 ? Facade_methods
                          : strcmp(owner, "Node") == 0         ? Node_methods
                          : strcmp(owner, "cffi") == 0         ? cffi_methods
                          : strcmp(owner, "ctypes") == 0       ? ctypes_methods
@@ -3303,15 +3378,22 @@ intern(const char *s)
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+#ifdef Py_GIL_DISABLED
+    PyErr_SetString(PyExc_ImportError,
+                    "exitsafe's compiled core is not used on a free-threaded build: the "
+                    "pure-Python core runs there (see exitsafe._core)");
+    return NULL;
+#endif
     NodeType.tp_new = PyBaseObject_Type.tp_new;
     RegistryType.tp_new = PyBaseObject_Type.tp_new;
+    FacadeType.tp_new = PyBaseObject_Type.tp_new;
     if (PyType_Ready(&LockType) < 0 || PyType_Ready(&NodeType) < 0 || PyType_Ready(&LiveTableType) < 0
         || PyType_Ready(&RecordType) < 0 || PyType_Ready(&PointerReleaseType) < 0
-        || PyType_Ready(&RegistryType) < 0) {
+        || PyType_Ready(&RegistryType) < 0 || PyType_Ready(&FacadeType) < 0) {
         return NULL;
     }
     if (!(str_handle = intern("handle")) || !(str_library = intern("library"))
-        || !(str_trim = intern("trim")) || !(str_ledger = intern("_ledger"))
+        || !(str_trim = intern("trim")) || !(str_ledger = intern("ledger"))
         || !(kw_kind = intern("kind")) || !(kw_depends_on = intern("depends_on"))
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
@@ -3329,19 +3411,18 @@ PyInit__speedups(void)
     if (m == NULL) {
         return NULL;
     }
-#ifdef Py_GIL_DISABLED
-    PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
-#endif
     Py_INCREF(&LockType);
     Py_INCREF(&NodeType);
     Py_INCREF(&RegistryType);
+    Py_INCREF(&FacadeType);
     Py_INCREF(&LiveTableType);
     Py_INCREF(&PointerReleaseType);
     if (PyModule_AddObject(m, "PointerRelease", (PyObject *)&PointerReleaseType) < 0
         || PyModule_AddObject(m, "LiveTable", (PyObject *)&LiveTableType) < 0
         || PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0
         || PyModule_AddObject(m, "Node", (PyObject *)&NodeType) < 0
-        || PyModule_AddObject(m, "RegistryCore", (PyObject *)&RegistryType) < 0) {
+        || PyModule_AddObject(m, "RegistryCore", (PyObject *)&RegistryType) < 0
+        || PyModule_AddObject(m, "RegistryBase", (PyObject *)&FacadeType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import _thread
 
+from . import _process, _sync
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
@@ -105,8 +107,6 @@ class _Worker:
         self.ident: Optional[int] = thread.ident
 
     def _loop(self) -> None:
-        from . import _sync
-
         me = _thread.get_ident()
         while True:
             self._go.acquire()
@@ -125,9 +125,7 @@ class _Worker:
             _stepping.pop(me, None)
             _running.pop(me, None)
             if _sync.generation != generation:  # the step forked; this is the child
-                from ._children import leave
-
-                leave(0 if self._error is None else 1)
+                _process.leave(0 if self._error is None else 1)
             self._done.release()
 
     def start(self, fn: Callable[[Any], object], arg: Any, subject: object = None) -> None:
@@ -152,8 +150,6 @@ class _Worker:
         """On this worker, from the step: end the step with an exit request for its
         caller.  ``False`` when the caller gave up on the step (it timed out) or the
         step forked (this is a child, where the caller does not exist)."""
-        from . import _sync
-
         if _sync.generation != self._generation:
             return False
         with self._handoff:
@@ -224,9 +220,7 @@ def leave_if_asked() -> None:
     ends (the early hooks, a teardown).  Nothing to do otherwise."""
     status = _exits.pop(_thread.get_ident(), None)
     if status is not None:
-        from ._children import leave
-
-        leave(status)
+        _process.leave(status)
 
 
 def after_fork_in_child() -> None:

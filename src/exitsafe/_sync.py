@@ -42,7 +42,9 @@ from ._core import speedups
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Optional
+    from typing import Any, Callable, Optional, TypeVar
+
+    _T = TypeVar("_T")
 
 #: The one lock of exitsafe (see the module documentation for its rules): the compiled
 #: core's lock when it is in use (its hot paths take it without a Python call), else a
@@ -315,34 +317,64 @@ def refused(operation: str) -> Exception:
     )
 
 
-class section:
-    """``with section("adopt()"):`` holds `LOCK` for a short bookkeeping step.
+def leave() -> None:
+    """Release `LOCK` if the calling thread holds it: the end of a section, and the
+    handler of an exception that may have come before that end."""
+    try:
+        release()
+    except RuntimeError:  # (not held: interrupted before taking it, or already left)
+        pass
 
-    Raises [`ReentrancyError`][exitsafe.ReentrancyError] (naming ``operation``) instead of
-    waiting when the calling thread is already inside a section.  On leaving, runs
-    queued work (outside the lock).  For paths that are not hot; the hot paths of the
-    registry inline the same steps.  An instance holds nothing but ``operation``, so one
-    made once may be entered by any number of threads.
+
+def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
+    """Run ``fn(*args)`` as one section: holding `LOCK`, then run the queued work.
+
+    The one helper for a locked section (the hot paths of the pure-Python core write
+    the same steps out).  Raises [`ReentrancyError`][exitsafe.ReentrancyError], naming
+    ``operation``, when the calling thread is already inside a section (a finalizer or
+    a signal handler that interrupted one), instead of waiting for itself.
+
+    The lock is free again when this returns or raises, wherever an exception lands: in
+    ``fn``, in the lock's own methods, or between any two instructions here (a
+    ``KeyboardInterrupt`` that a tracer or CPython 3.9 delivers after any opcode).  An
+    exception at the ``finally``'s first line, before it releases, reaches the outer
+    handler, which releases.  The ``finally`` calls the lock's own ``release`` (C code)
+    rather than `leave`: at the recursion limit a Python helper's frame cannot be
+    entered, and the lock would stay held.  ``fn`` must be bookkeeping only (rule 1).
     """
-
-    __slots__ = ("operation",)
-
-    def __init__(self, operation: str) -> None:
-        self.operation = operation
-
-    def __enter__(self) -> None:
-        if reentered():
-            raise refused(self.operation)
+    if reentered():
+        raise refused(operation)
+    try:
         try:
-            enter()
-        except BaseException:  # interrupted once enter() returned: `with` calls no __exit__
+            if not acquire(False):
+                wait()
+            result = fn(*args)
+        finally:
             try:
                 release()
             except RuntimeError:  # (not held: interrupted before taking it)
                 pass
-            raise
+    except BaseException:
+        leave()
+        raise
+    if _deferred:
+        run_deferred()
+    return result
 
-    def __exit__(self, *exc: object) -> None:
-        release()
-        if _deferred:
-            run_deferred()
+
+def locked_quietly(fn: Callable[..., _T], *args: Any) -> _T:
+    """`locked` for a caller that has checked it is not inside a section and runs the
+    queued work itself (or leaves it to its own caller)."""
+    try:
+        try:
+            if not acquire(False):
+                wait()
+            return fn(*args)
+        finally:
+            try:
+                release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+    except BaseException:
+        leave()
+        raise

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from time import perf_counter, sleep
 
-from . import _config, _sync, _threads
+from . import _config, _record, _sync, _threads
 from ._core import speedups
 from ._graph import teardown_order
 from ._ledger import Outcome, trace_line
-from ._node import HOOK, LEAKED, LIVE, RELEASED, RELEASING, TAINTING
+from ._record import HOOK, LIVE, RELEASING, TAINTING, display_name
 from ._report import emit, log
 from ._threads import StillRunning
 
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
     from ._handle import HandleInfo
-    from ._node import Node
-    from ._registry import Registry
+    from ._record import Record as Node
     from ._steps import StepRunner
 
     Decided = dict[Node, tuple[str, Optional[str]]]
@@ -60,8 +59,7 @@ def claim(nodes: list[Node], me: int) -> set[Node]:
     elsewhere: set[Node] = set()
     for node in nodes:
         if node._state == LIVE:
-            node._state = RELEASING
-            node._releaser = me
+            _record.claim(node, me)
         else:
             elsewhere.add(node)
     return elsewhere
@@ -83,7 +81,7 @@ class Settings:
         "trace",
     )
 
-    def __init__(self, registry: Registry, reason: str) -> None:
+    def __init__(self, registry: Any, reason: str) -> None:
         self.started = perf_counter()
         self.registry_name = registry.name
         self.reason = reason
@@ -146,7 +144,7 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
                 emit(
                     trace_line(
                         "step-begin", registry=name, index=index, of=total, kind=node._kind,
-                        name=node._display_name(),
+                        name=display_name(node),
                     )
                 )
             detail: Optional[str] = None
@@ -181,12 +179,10 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
                     outcome, detail = _general_step(node, policy, settings, runner)
             decided[node] = (outcome, detail)
             mine = not (elsewhere and node in elsewhere)  # else _close settles it, locked
+            if mine:
+                _record.mark(node, outcome)  # visible at once: to later hooks, to Handle.state
             if outcome in TAINTING:
-                if mine:
-                    node._state = LEAKED  # visible at once: to later hooks, to Handle.state
-                node._taint_parents(outcome)
-            elif mine:
-                node._state = RELEASED
+                _record.taint_parents(node, outcome)
             if trace:
                 _trace_step(settings, index, total, node, outcome, detail, t0)
     finally:
@@ -214,7 +210,7 @@ def _trace_step(
     emit(
         trace_line(
             "step", registry=settings.registry_name, index=index, of=total, action=action,
-            kind=node._kind, name=node._display_name(), outcome=outcome,
+            kind=node._kind, name=display_name(node), outcome=outcome,
             ms=f"{(perf_counter() - t0) * 1000:.3f}", error=detail or None,
         )
     )
@@ -279,12 +275,12 @@ def _general_step(
     except NoWorkerError as exc:
         # Running it unbounded could hang the exit this timeout exists to bound.
         detail = f"not run: no thread could be started to bound it ({exc})"
-        log().warning("exitsafe: %s %r %s", node._kind, node._display_name(), detail)
+        log().warning("exitsafe: %s %r %s", node._kind, display_name(node), detail)
         return (Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT), detail
     if not finished:
         what = policy_step.phase if policy_step is not None else ("hook" if is_hook else "release")
         detail = f"{what} still running after {timeout:.3g} s; abandoned"
-        log().warning("exitsafe: %s %r %s", node._kind, node._display_name(), detail)
+        log().warning("exitsafe: %s %r %s", node._kind, display_name(node), detail)
         return (Outcome.HOOK_TIMEOUT if is_hook else Outcome.LEAKED_TIMEOUT), detail
     if error is not None:
         if isinstance(error, ExitRequested):  # the process leaves when this teardown ends
@@ -322,7 +318,7 @@ def _wait_for_borrows(node: Node, settings: Settings) -> Optional[tuple[str, Opt
     if not node._borrows:
         return None
     detail = f"still borrowed on another thread after {limit:.3g} s"
-    log().warning("exitsafe: %s %r %s; leaking it", node._kind, node._display_name(), detail)
+    log().warning("exitsafe: %s %r %s; leaking it", node._kind, display_name(node), detail)
     return Outcome.LEAKED_IN_USE, detail
 
 
@@ -354,7 +350,7 @@ def _log_failure(action: str, node: Node, detail: str) -> None:
         "exitsafe: %s of %s %r failed at teardown: %s",
         action,
         node._kind,
-        node._display_name(),
+        display_name(node),
         detail,
     )
 
@@ -382,7 +378,7 @@ def _wait_in_flight(node: Node, settings: Settings) -> Optional[tuple[str, Optio
         if not _in_flight(node):
             return None
         detail = f"still being released on another thread after {limit:.3g} s"
-    log().warning("exitsafe: %s %r %s; leaking it", node._kind, node._display_name(), detail)
+    log().warning("exitsafe: %s %r %s; leaking it", node._kind, display_name(node), detail)
     return Outcome.LEAKED_IN_USE, detail
 
 

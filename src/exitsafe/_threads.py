@@ -26,11 +26,12 @@ import _signal  # type: ignore[import-not-found]  # (built in; typeshed has no s
 import _thread
 import sys
 
+from ._record import Record as Node
+from ._record import queue_for
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NoReturn, Optional
-
-    from ._node import Node
 
 _get_ident = _thread.get_ident
 
@@ -205,10 +206,14 @@ def on_owner_thread(node: Node) -> bool:
 
 
 def queue_for_owner(node: Node) -> None:
-    """Queue ``node`` (claimed) for its owning thread (the caller holds the lock)."""
+    """Queue ``node`` (claimed) for its owning thread, named as its releaser from then on
+    (the caller holds the lock).  Queued once, even when called again after an
+    interrupt."""
     owner = node._affinity
-    node._releaser = owner.ident or 0
-    pending.setdefault(owner, []).append(node)
+    queue = pending.setdefault(owner, [])
+    if node not in queue:
+        queue.append(node)
+    queue_for(node, owner.ident or 0)
 
 
 def take_mine() -> list[Node]:
@@ -219,7 +224,8 @@ def take_mine() -> list[Node]:
 
 
 def take_registry(registry: object) -> list[Node]:
-    """Remove and return every queued release of ``registry`` (the caller holds the lock)."""
+    """Remove and return every queued release of ``registry`` (a registry's state; the
+    caller holds the lock)."""
     taken: list[Node] = []
     for owner in list(pending):
         mine = [n for n in pending[owner] if n._registry is registry]

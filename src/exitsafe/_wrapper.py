@@ -34,8 +34,9 @@ or on the thread running the teardown.
 
 from __future__ import annotations
 
-from ._adopt import registry_arg, resolve
+from ._adopt import registry_arg
 from ._handle import Handle
+from ._lookup import resolve
 from ._registry import Registry
 
 TYPE_CHECKING = False

@@ -34,10 +34,11 @@ import sys
 from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
-from ._adopt import registry_arg, resolve
+from ._adopt import registry_arg
 from ._core import speedups
 from ._guard import Guarded
 from ._handle import Handle
+from ._lookup import resolve
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -28,10 +28,11 @@ import ctypes as _c
 from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
-from ._adopt import registry_arg, resolve
+from ._adopt import registry_arg
 from ._core import speedups
 from ._guard import Guarded
 from ._handle import Handle
+from ._lookup import resolve
 from ._native import (
     WINDOWS,
     close_library_handle,

@@ -144,7 +144,7 @@ def teardown_on_signals(
         ) from None
     numbers = list(dict.fromkeys(_signal_number(s) for s in items))
     from . import _interrupts
-    from ._process import load_teardown
+    from ._exit import load_teardown
 
     load_teardown()  # (a handler's teardown must find no module of its own half-imported)
 
@@ -180,8 +180,8 @@ def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def _teardown_and_die(signum: int) -> None:
+    from ._exit import teardown_all
     from ._interrupts import held
-    from ._process import teardown_all
 
     # A second signal during this teardown is recorded and dropped: the process is
     # about to end by this one anyway.

@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from exitsafe import _process
+from exitsafe import _exit
 
 from ..support import assert_clean, run_program
 
@@ -158,7 +158,7 @@ def test_two_ledger_writes_at_once_never_collide(tmp_path, monkeypatch, caplog):
 
     def write() -> None:
         try:
-            _process.write_ledger(str(target))
+            _exit.write_ledger(str(target))
         except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
@@ -182,9 +182,9 @@ def test_a_failed_ledger_write_leaves_no_temporary_file(tmp_path, monkeypatch, c
     def refuse(src, dst):
         raise PermissionError(13, "refused", dst)
 
-    monkeypatch.setattr(_process.os, "replace", refuse)
+    monkeypatch.setattr(_exit.os, "replace", refuse)
     with caplog.at_level("ERROR", logger="exitsafe"):
-        _process.write_ledger(str(target))
+        _exit.write_ledger(str(target))
     assert "could not write the ledger" in caplog.text
     assert target.read_text() == "previous"
     assert leftovers(tmp_path) == []
@@ -194,9 +194,9 @@ def test_a_temporary_name_in_use_is_skipped(tmp_path, monkeypatch):
     # A name left by a writer that was killed (or taken by another) is never reused.
     target = str(tmp_path / "ledger.json")
     tokens = iter([b"\x00" * 6, b"\x00" * 6, b"\x01" * 6])
-    monkeypatch.setattr(_process.os, "urandom", lambda n: next(tokens))
-    fd, first = _process._new_temporary(target)
+    monkeypatch.setattr(_exit.os, "urandom", lambda n: next(tokens))
+    fd, first = _exit._new_temporary(target)
     os.close(fd)
-    fd, second = _process._new_temporary(target)
+    fd, second = _exit._new_temporary(target)
     os.close(fd)
     assert first != second and os.path.exists(first) and os.path.exists(second)

@@ -188,15 +188,17 @@ def test_lock_is_free_in_a_forked_child_after_reinit():
 
 def _bare_handles(count):
     """Handles in no table (never released: no owner), numbered 1..count."""
-    from exitsafe._handle import Handle, make_handle
-    from exitsafe._node import HANDLE
+    from exitsafe import _record
+    from exitsafe._handle import Handle
 
     registry = exitsafe.Registry("bare")
     handles = []
     for seq in range(1, count + 1):
-        h = make_handle(Handle, registry, seq, None, "t", None, (), None, None, HANDLE, 0, 0)
-        h._refs = 0
-        h._seq = seq
+        h = _record.new(
+            Handle, registry._state, seq, None, "t", None, (), None, None, _record.HANDLE, 0, 0
+        )
+        _record.drop_all_owners(h)
+        _record.number(h, seq)
         handles.append(h)
     return handles
 
@@ -578,7 +580,7 @@ def test_an_interrupt_in_the_affine_queue_run_by_track_owns_nothing(monkeypatch)
     released the object the caller was told it still owned)."""
     import gc
 
-    from exitsafe import _pending
+    from exitsafe import _releases
 
     registry = exitsafe.Registry("cores-affine-undo")
     released: list[object] = []
@@ -586,13 +588,13 @@ def test_an_interrupt_in_the_affine_queue_run_by_track_owns_nothing(monkeypatch)
     other = threading.Thread(target=affine.release)  # due on another thread: queued here
     other.start()
     other.join()
-    real = _pending._run_mine
+    real = _releases._run_mine
 
     def interrupted() -> None:
-        monkeypatch.setattr(_pending, "_run_mine", real)
+        monkeypatch.setattr(_releases, "_run_mine", real)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_pending, "_run_mine", interrupted)
+    monkeypatch.setattr(_releases, "_run_mine", interrupted)
     with pytest.raises(KeyboardInterrupt):
         registry.track("RAW", released.append)
     gc.collect()
@@ -606,7 +608,7 @@ def test_an_interrupt_while_a_failed_release_records_itself_ends_the_chain_first
     """A parent's release failed and a Ctrl-C came while it waited to record that: the
     other parents the chain freed are still released, then the interrupt is raised (the
     compiled core abandoned them: leaked at exit)."""
-    from exitsafe import _registry
+    from exitsafe import _releases
 
     registry = exitsafe.Registry("cores-chain-interrupt")
     calls: list[object] = []
@@ -620,13 +622,13 @@ def test_an_interrupt_while_a_failed_release_records_itself_ends_the_chain_first
     child = registry.track("C", calls.append, name="c", depends_on=[p1, p2])
     p1.release()
     p2.release()
-    record = _registry._enter_to_record
+    record = _releases._enter_to_record
 
     def interrupted_while_waiting() -> BaseException:
         record()
         return KeyboardInterrupt()  # what it returns when a Ctrl-C came while it waited
 
-    monkeypatch.setattr(_registry, "_enter_to_record", interrupted_while_waiting)
+    monkeypatch.setattr(_releases, "_enter_to_record", interrupted_while_waiting)
     with pytest.raises(KeyboardInterrupt):
         child.release()
     monkeypatch.undo()
@@ -755,7 +757,7 @@ def test_a_release_failing_amid_the_compiled_steps_leaks_its_parents_only():
         "parent": "leaked_dependent",
     }
     assert order == ["last", "child", "other"]
-    records = registry._ledger.records
+    records = registry._state.records
     assert ("released_at_exit" in {r[3] for r in records}) and all(len(r) == 6 for r in records)
     assert tuple(records[0]) == (4, "handle", "last", "released_at_exit", None, True)
     assert records[0] == (4, "handle", "last", "released_at_exit", None, True)

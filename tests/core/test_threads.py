@@ -747,7 +747,7 @@ def test_teardown_order_reads_each_nodes_edges_once():
     # other_threads).  The planner must count and walk the same edges: it reads each
     # node's parents once.  Duck-typed nodes make the interleaving deterministic.
     from exitsafe._graph import teardown_order
-    from exitsafe._node import HANDLE
+    from exitsafe._record import HANDLE
 
     class Node:
         def __init__(self, name: str, *parents: Node) -> None:

@@ -1,0 +1,275 @@
+"""The borrow gate: a thread's use of a handle's raw object inside native code
+(``with handle.borrow() as raw``), and what happens to it once a teardown began.
+
+A borrow counts on the record: while it is held the handle is not released (its release
+becomes due when the last borrow ends), and the teardown leaks it (``leaked_in_use``)
+rather than release it under the call.  Once a teardown began, the *gate* is closed to
+every thread but the teardown's own and its step workers (`BorrowGate.allowed`): a daemon
+thread is parked (it never returns into native code), any other thread gets
+[`HandleClosedError`][exitsafe.HandleClosedError].  A borrow from a finalizer that
+interrupted one of this thread's sections is counted without the lock (see
+`exitsafe._sync`).
+"""
+
+from __future__ import annotations
+
+import _thread
+
+from . import _record, _sync, _threads
+from ._errors import HandleClosedError
+from ._process import process_ending
+from ._record import RELEASING, Record, closed_message, display_name
+from ._releases import release_chain as _release_chain
+from ._releases import settle as _settle
+from ._report import log_if_loaded
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, Optional
+
+__all__ = ["BorrowGate", "borrow_enter", "borrow_exit"]
+
+_get_ident = _thread.get_ident
+_reentered = _sync.reentered
+_acquire = _sync.acquire
+_wait = _sync.wait
+_leave = _sync.leave
+_release = _sync.release
+_deferred = _sync._deferred
+_run_deferred = _sync.run_deferred
+_held = _threads.held
+_local = _threads._local
+
+#: The registry's phase once closed (see exitsafe._phase), spelled out for the paths that
+#: may run late in interpreter shutdown.
+_CLOSED = 2
+
+
+class BorrowGate:
+    """A registry's borrow gate: who may still borrow once its teardown began, and how
+    many threads it parked."""
+
+    __slots__ = ("allowed", "parked")
+
+    def __init__(self) -> None:
+        #: Threads that may still borrow once the teardown began: its own, its workers.
+        self.allowed: set[int] = set()
+        #: Threads parked at a borrow after the teardown began.
+        self.parked = 0
+
+    def close_to_all_but(self, ident: int) -> set[int]:
+        """The teardown begins on thread ``ident``: only it (and the workers it admits to
+        the returned set) may borrow from now on."""
+        allowed = self.allowed = {ident}
+        return allowed
+
+    def reopen(self) -> None:
+        """In a forked child whose parent's teardown ran on another thread."""
+        self.allowed = set()
+
+    def count_parked(self) -> None:
+        self.parked += 1
+
+
+def borrow_enter(node: Record) -> Any:
+    """``handle.borrow().__enter__()``: count the borrow and return the raw object."""
+    state = node._registry
+    if state.phase == _CLOSED:  # every handle ended; no lock after close (late_request)
+        if node._releaser and process_ending() and _threads.is_daemon_thread():
+            _park(node)  # it ended in the exit (see _refuse)
+        raise HandleClosedError(closed_message(node))
+    if _reentered():
+        # A finalizer interrupted a section of this thread: no other thread can change
+        # the record now, and no native release can run before this finalizer returns
+        # (releases run after sections).  So the count can be taken without the lock;
+        # the matching exit does the same.
+        if not _record.is_usable(node):
+            raise HandleClosedError(closed_message(node))
+        _record.add_borrow(node)
+        _held().append(node)
+        return node._raw
+    try:
+        held = _local.held
+    except AttributeError:
+        held = _local.held = []
+    depth = len(held)
+    borrows = None
+    gated = False
+    try:
+        try:
+            if not _acquire(False):
+                _wait()
+            try:
+                borrows = node._borrows
+                if state.phase and _get_ident() not in state.gate.allowed:
+                    gated = True  # a teardown began: this thread may not enter native code
+                else:
+                    if not _record.is_usable(node) and not _teardown_owns(node):
+                        raise HandleClosedError(closed_message(node))
+                    _record.add_borrow(node)
+                    held.append(node)  # the borrows this thread holds (see _threads.held)
+            except BaseException:
+                _undo_borrow(node, borrows, held, depth)
+                raise
+        finally:
+            try:
+                _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+        if gated:
+            _refuse(node)  # parks this thread or raises
+        if _deferred:
+            _run_deferred()
+        return node._raw
+    except BaseException:
+        _leave()
+        abandon_borrow(node, held, depth)
+        raise
+
+
+def abandon_borrow(node: Record, held: list[Record], depth: int) -> None:
+    """A borrow counted by this thread whose caller never got the raw object (an
+    interrupt on the way out of `borrow_enter`): ``held`` has more than its ``depth``
+    entries then.  Take it back, and release the handle if that was all that held it."""
+    if len(held) <= depth:
+        return
+
+    def undo() -> bool:
+        if len(held) > depth:
+            del held[depth:]
+            _record.drop_borrow(node)
+        return _record.is_due(node)
+
+    if _sync.locked_quietly(undo):
+        _settle(node)
+
+
+def _undo_borrow(node: Record, borrows: Optional[int], held: list[Record], depth: int) -> None:
+    """Take back a borrow this thread's section counted (``borrows`` was the count before
+    it, and ``held`` had ``depth`` entries): the caller holds the lock and raises."""
+    if borrows is not None and node._borrows == borrows + 1:
+        _record.drop_borrow(node)
+    del held[depth:]
+
+
+def _teardown_owns(node: Record) -> bool:
+    """Whether the running teardown claimed ``node`` and has not settled it yet."""
+    state = node._registry
+    return (
+        node._state == RELEASING
+        and bool(state.phase)
+        and node._releaser == state.closing.thread
+    )
+
+
+def _refuse(node: Record) -> None:
+    """A borrow after the teardown began, on a thread that is not the teardown's.
+
+    A daemon thread is parked (it never returns into native code), also when the process
+    is ending and its teardown already released the handle: a thread that loops over
+    borrows cannot tell whether the release came a moment before or after it asked, and
+    an error would print its traceback during the exit.  A non-daemon thread, which the
+    interpreter would wait for, gets [`HandleClosedError`][exitsafe.HandleClosedError],
+    and so does any thread for a handle that ended otherwise (released before, or by the
+    teardown of this one registry while the program goes on): a use after release, as
+    always.
+    """
+    if node._state > RELEASING:
+        # A teardown leaves its ident on what it settled until it records them, then
+        # ENDED_AT_EXIT; a release outside a teardown leaves 0.
+        ended_in_the_exit = bool(node._releaser) and process_ending()
+    else:
+        ended_in_the_exit = True  # not ended: the teardown is still to reach it
+    if not ended_in_the_exit or not _threads.is_daemon_thread():
+        raise HandleClosedError(
+            f"{closed_message(node)}: the teardown of registry {node._registry.name!r} began"
+            if node._state <= RELEASING
+            else closed_message(node)
+        )
+    _park(node)
+
+
+def _park(node: Record) -> NoReturn:
+    """Park this daemon thread for good, at a borrow of ``node`` in the exit (counted and
+    logged).  After the close the count is taken as a late record is: without the lock
+    if a thread frozen in the exit holds it."""
+    state = node._registry
+    try:
+        if state.phase == _CLOSED:
+            _sync.enter_if_possible()
+        else:
+            _sync.enter()
+        state.gate.count_parked()
+    finally:
+        try:
+            _release()
+        except RuntimeError:  # (not held: interrupted before taking it)
+            pass
+    logger = log_if_loaded()  # (an import here could freeze half-way: see park())
+    if logger is not None:
+        logger.info(
+            "exitsafe: %r parked at borrow() of %s %r: the teardown of %r began",
+            _threads.thread_name(_get_ident()),
+            node._kind,
+            display_name(node),
+            state.name,
+        )
+    _threads.park()
+
+
+def borrow_exit(node: Record) -> None:
+    """The end of a borrow: the release it held back runs now if it became due."""
+    try:
+        held = _local.held
+    except AttributeError:  # entered on another thread, before a fork
+        held = None
+    if held and held[-1] is node:
+        held.pop()
+    else:
+        _threads.forget_held(node)
+    state = node._registry
+    if state.phase == _CLOSED:  # the record ended: nothing to release, no lock to take
+        _record.drop_borrow(node)
+        return
+    if _reentered():
+        if not _record.drop_borrow(node):
+            _sync.defer(_settle, node)
+        return
+    me = _get_ident()
+    target: Optional[Record] = None
+    borrows = None
+    try:
+        try:
+            if not _acquire(False):
+                _wait()
+            try:
+                borrows = node._borrows
+                _record.drop_borrow(node)
+                if _record.is_due(node) and not state.phase:
+                    _record.claim(node, me)
+                    target = node
+            except BaseException:  # the borrow ends all the same
+                if borrows is not None and node._borrows == borrows:
+                    _record.drop_borrow(node)
+                if _record.is_due(node) and not state.phase:
+                    _record.claim(node, me)
+                raise
+        finally:
+            try:
+                _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+        error = _release_chain(target) if target is not None else None
+    except BaseException:
+        _leave()
+        if node._state == RELEASING and node._releaser == me:
+            _release_chain(node)  # claimed, then interrupted: see exitsafe._releases
+        raise
+    if _deferred:
+        _run_deferred()
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = None  # (no frame of ours keeps it: see exitsafe._releases.release_chain)
+

@@ -1,0 +1,673 @@
+"""Releases outside a teardown: owners dropped, handles collected, chains of parents.
+
+[`Handle.release`][exitsafe.Handle.release] drops one owner (`drop_owner`); the garbage
+collection of a handle with owners drops all of them (`collected`); the end of the last
+borrow settles a handle whose release waited for it (`settle`).  Whichever makes a record
+due *claims* it in a section (`exitsafe._record.claim`), then runs its release function
+outside the lock, records the outcome in another section, and goes on, iteratively, with
+every parent that end left due (`release_chain`).  A release due on a thread that does
+not own a thread-affine handle is queued for that thread (`run_pending`).
+
+Each function takes the record (its registry's state is the record's ``_registry``).
+The pure-Python core runs all of them; the compiled core runs its own copy of the common
+cases (a leaf with no taint, affinity or inheritance) and calls these for the rest.
+"""
+
+from __future__ import annotations
+
+import _thread
+
+from . import _record, _sync, _threads
+from ._errors import HandleClosedError, LiveDependentsError, RegistryClosedError
+from ._ledger import Outcome
+from ._record import RELEASING, Record, closed_message, display_name
+from ._report import error_from_finalizer, log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+__all__ = ["collected", "detach", "drop_owner", "release_chain", "retain", "run_pending"]
+
+_get_ident = _thread.get_ident
+_reentered = _sync.reentered
+_acquire = _sync.acquire
+_wait = _sync.wait
+_leave = _sync.leave
+_release = _sync.release
+_enter_to_record = _sync.enter_to_record
+_deferred = _sync._deferred  # the queue itself: a cheap truthiness test on the hot path
+_run_deferred = _sync.run_deferred
+_defer = _sync.defer
+_affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
+_RELEASED = Outcome.RELEASED
+_is_usable = _record.is_usable
+_drop_one = _record.drop_owner
+_claim = _record.claim
+_needs_chain = _record.needs_chain
+_mark_released = _record.mark_released
+_drop_payload = _record.drop_payload
+
+
+# ---------------------------------------------------------------------- owners
+
+
+def retain(node: Record) -> None:
+    """``Handle.retain()``: one owner more, or `HandleClosedError`.  An exception (an
+    interrupt) anywhere in it leaves the count as it was."""
+    state = node._registry
+    if state.phase == 2:  # CLOSED: every handle ended; no lock after close (late_request)
+        raise HandleClosedError(closed_message(node))
+    if _reentered():
+        raise _sync.refused("retain()")
+    refs = None
+    try:
+        try:
+            if not _acquire(False):
+                _wait()
+            try:
+                refs = node._refs
+                if not _is_usable(node):
+                    raise HandleClosedError(closed_message(node))
+                _record.add_owner(node)
+            except BaseException:
+                if refs is not None and node._refs == refs + 1:
+                    _drop_one(node)  # (not retained after all: the caller gets the error)
+                raise
+        finally:
+            try:
+                _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+    except BaseException:
+        _leave()
+        raise
+    if _deferred:
+        _run_deferred()
+
+
+def drop_owner(node: Record) -> None:
+    """``Handle.release()``: drop one owner; release natively when nothing holds it.
+
+    An exception (an interrupt) anywhere in it either leaves the owner in place, or, once
+    the owner is dropped, still releases a record that became due (the release asked
+    for happens, is recorded, then the exception is raised): a claimed record is never
+    left with nobody releasing it."""
+    state = node._registry
+    if state.phase == 2:  # CLOSED, spelled out: this may run from a finalizer late in
+        state.late_request(node)  # shutdown, when module globals can already be None
+        return
+    if _reentered():
+        _defer(drop_owner, node)
+        return
+    me = _get_ident()
+    target = None
+    refs = None
+    late = False
+    try:
+        try:
+            if not _acquire(False):
+                _wait()
+            try:
+                refs = node._refs
+                if state.phase == 2:
+                    state.ledger.add_late_request()
+                    late = True
+                elif not _is_usable(node):
+                    pass  # ended, or being released
+                elif state.strict and refs == 1 and node._children:
+                    names = state.dependent_names(node)
+                    raise LiveDependentsError(
+                        f"{node._kind} {display_name(node)!r} still has live dependents: "
+                        + ", ".join(names)
+                        + "; release them first",
+                        names,
+                    )
+                elif not (_drop_one(node) or node._children or node._borrows or state.phase):
+                    _claim(node, me)
+                    target = node
+            except BaseException:
+                target = _claim_dropped(node, refs, me)
+                raise
+        finally:
+            try:
+                _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+        if late:
+            if state.trace:
+                state.trace_late(node)
+            return
+        if target is not None:
+            if _needs_chain(target, _sync.generation):
+                error = release_chain(target)
+            else:
+                error = _release_leaf(target)
+            target = None
+            if _deferred:
+                _run_deferred()
+            if error is not None:
+                try:
+                    raise error
+                finally:
+                    error = None  # (see release_chain: no frame of ours keeps it)
+        elif _deferred:
+            _run_deferred()
+    except BaseException:
+        _leave()
+        if target is not None and target._state == RELEASING and target._releaser == me:
+            release_chain(target)  # claimed, not yet released: released all the same
+        raise
+    if _affine:
+        _run_mine_quietly()
+
+
+def _claim_dropped(node: Record, refs: Optional[int], me: int) -> Optional[Record]:
+    """`drop_owner`'s section was interrupted (the lock still held): ``node`` if it is
+    claimed by this thread or due after this call dropped its owner (then it is claimed
+    now), else ``None``."""
+    if node._state == RELEASING and node._releaser == me:
+        return node
+    if refs is not None and node._refs == refs - 1 and _record.is_due(node):
+        if not node._registry.phase:
+            _claim(node, me)
+            return node
+    return None
+
+
+def _release_leaf(node: Record) -> Optional[BaseException]:
+    """`release_chain` for the common case: a claimed record with no parents, no taint,
+    no affinity, not inherited.  The same steps without the chain's bookkeeping.
+
+    An exception right after the release function returned is taken for its failure
+    (``release_failed``): whatever lands after the call, the function never runs twice."""
+    try:
+        node._fn(node._raw)  # type: ignore[misc]
+    except BaseException as exc:  # recorded, then returned to the caller
+        return _record_end(node, Outcome.RELEASE_FAILED, repr(exc), exc)
+    interrupt = _record_end(node, _RELEASED, None, None)
+    _drop_payload(node)  # outside the lock: this may run the object's __del__
+    try:
+        return interrupt
+    finally:
+        del interrupt  # (see release_chain)
+
+
+def _record_end(
+    node: Record,
+    outcome: str,
+    detail: Optional[str],
+    error: Optional[BaseException],
+    trash: Optional[list[object]] = None,
+    ready: Optional[list[Record]] = None,
+) -> Optional[BaseException]:
+    """Record the outcome of claimed ``node`` whose release step ran; returns the first
+    interrupt that came meanwhile, else ``error``.  Retried until it is recorded: an
+    interrupt while it waits for the lock or records (`RegistryState.finish` completes an
+    end it began) does not lose the record."""
+    state = node._registry
+    interrupt: Optional[BaseException] = None
+    leaf = outcome is _RELEASED and ready is None
+    own_trash: list[object] = [] if trash is None else trash
+    while True:
+        try:
+            try:
+                stop = _enter_to_record()  # (an interrupt while waiting: returned)
+                if stop is not None and interrupt is None:
+                    interrupt = stop
+                stop = None
+                if leaf:
+                    state.end_released(node)
+                else:
+                    state.finish(node, outcome, detail, False, own_trash, ready=ready)
+            finally:
+                try:
+                    _release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
+            break
+        except BaseException as exc:
+            if not _sync.is_interrupt(exc):
+                raise
+            if interrupt is None:
+                interrupt = exc
+            del exc
+    if trash is None:
+        own_trash.clear()
+    try:
+        return interrupt if interrupt is not None else error
+    finally:
+        del interrupt, error
+
+
+def release_failed(node: Record, exc: BaseException) -> Optional[BaseException]:
+    """The compiled core's: the release function of ``node`` (claimed) raised ``exc``.
+
+    Record it and go on with the parents this frees, as `release_chain` does: they are
+    tainted by the failure, so they end leaked, never released.  Returns the interrupt
+    that came while waiting to record it, for the caller to raise once its chain is done
+    (``None``: none)."""
+    ready: list[Record] = []
+    interrupt = _record_end(node, Outcome.RELEASE_FAILED, repr(exc), None, None, ready)
+    ready.reverse()  # last first, as release_chain's stack takes them
+    error = release_all(ready)
+    try:
+        return interrupt if interrupt is not None else _interrupt_only(error)
+    finally:
+        del interrupt, exc, error  # (see release_chain)
+
+
+def release_all(nodes: list[Record]) -> Optional[BaseException]:
+    """Release each of ``nodes`` (claimed by this thread) with `release_chain`, whatever
+    is raised meanwhile; the first error (an interrupt first), for the caller to raise."""
+    me = _get_ident()
+    first: Optional[BaseException] = None
+    interrupt: Optional[BaseException] = None
+    for node in nodes:
+        while node._state == RELEASING and node._releaser == me:
+            try:
+                error = release_chain(node)
+                if error is not None:
+                    if _sync.is_interrupt(error):
+                        interrupt = interrupt or error
+                    elif first is None:
+                        first = error
+                error = None
+            except BaseException as exc:
+                if not _sync.is_interrupt(exc):
+                    raise
+                interrupt = interrupt or exc
+                del exc
+    try:
+        return interrupt if interrupt is not None else first
+    finally:
+        del first, interrupt
+
+
+def _interrupt_only(error: Optional[BaseException]) -> Optional[BaseException]:
+    return error if error is not None and _sync.is_interrupt(error) else None
+
+
+#: ``decided`` value of a record whose release function is being called (see
+#: `release_chain`).
+_CALLING = ("", None)
+
+
+def release_chain(first: Record) -> Optional[BaseException]:
+    """Release ``first`` (claimed by this thread) and every parent it frees, iteratively.
+
+    Runs each release function outside the lock; returns the first exception a release
+    function raised (after recording it), for the caller to re-raise.
+
+    An interrupt (``KeyboardInterrupt``) does not stop the chain: every record this
+    thread claimed in it is in ``pending`` before it is claimed (see
+    `RegistryState.finish`), and the loop goes on until each ended with one outcome; the
+    first interrupt is then returned.  A release function is called at most once: one
+    interrupted as it was called, whether it ran or not, ends ``leaked_interrupted``
+    (which leaks what it depends on).
+    """
+    me = _get_ident()
+    pending = [first]
+    decided: dict[Record, tuple[str, Optional[str]]] = {}
+    error: Optional[BaseException] = None
+    interrupt: Optional[BaseException] = None
+    trash: list[object] = []
+    while pending:
+        try:
+            top = len(pending) - 1
+            node = pending[top]
+            if node._state != RELEASING or node._releaser != me:
+                del pending[top]  # ended, or queued for its owner thread
+                continue
+            verdict = decided.get(node)
+            if verdict is None:
+                if (
+                    node._affinity is not None
+                    and not _threads.on_owner_thread(node)
+                    and node._gen == _sync.generation
+                ):
+                    _sync.locked_quietly(_threads.queue_for_owner, node)
+                    continue
+                if node._gen != _sync.generation:  # checked per record: a release may fork
+                    verdict = (Outcome.LEAKED_INHERITED, "inherited from the parent process")
+                elif node._taint is not None:
+                    verdict = (Outcome.LEAKED_DEPENDENT, node._taint)
+                else:
+                    decided[node] = _CALLING
+                    try:
+                        node._fn(node._raw)  # type: ignore[misc]
+                        verdict = (Outcome.RELEASED, None)
+                        decided[node] = verdict
+                    except BaseException as exc:  # recorded, then re-raised to the caller
+                        verdict = (Outcome.RELEASE_FAILED, repr(exc))
+                        decided[node] = verdict
+                        if error is None:
+                            error = exc
+                        del exc
+                decided[node] = verdict
+            elif verdict is _CALLING:
+                verdict = decided[node] = (
+                    Outcome.LEAKED_INTERRUPTED,
+                    "interrupted as its release function was called (it may not have run)",
+                )
+            stop = _record_end(node, verdict[0], verdict[1], None, trash, pending)
+            if stop is not None and interrupt is None:
+                interrupt = stop
+            stop = None
+            if pending[top] is node:
+                del pending[top]
+            trash.clear()  # drops the raw object and release function: outside the lock
+        except BaseException as exc:
+            if not _sync.is_interrupt(exc):
+                raise
+            if interrupt is None:
+                interrupt = exc
+            del exc
+    if interrupt is not None:
+        error = interrupt
+    # The exception's traceback holds this frame, and through its callers' frames
+    # (f_back) every object they refer to: a local of this frame (or of any of theirs)
+    # holding the exception would make a cycle, keeping all of that, handles of the
+    # program included, alive until a collection.  So no frame of ours keeps it.
+    try:
+        return error
+    finally:
+        del error, interrupt
+
+
+# ---------------------------------------------------------------------- garbage collection
+
+
+def collected(node: Record) -> None:
+    """The garbage collection of a handle that still has owners (its finalizer), on any
+    thread, possibly during interpreter finalization (then the registry is closed) or
+    while this very thread is inside an exitsafe section (a collection can run at any
+    bytecode).  Attributes only until the registry is known open: module globals may
+    already be None."""
+    state = node._registry
+    if state.phase and node._state:  # claimed by the teardown, or ended: no request
+        return
+    if not node._seq:  # never registered (track() was interrupted): its caller owns it
+        return
+    if _reentered():
+        _defer(_collected_now, node)
+        return
+    _collected_now(node)
+
+
+def _collected_now(node: Record) -> None:
+    state = node._registry
+    trash: list[object] = []
+    me = _get_ident()
+    target = None
+    refs = None
+    try:
+        try:
+            if not state.phase:
+                if not _acquire(False):
+                    _wait()
+            else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
+                _sync.enter_if_possible()  # (without the lock: no other thread runs)
+            try:
+                refs = node._refs
+                if _is_usable(node):
+                    if state.phase:
+                        # A teardown began but its snapshot did not hold this handle: a
+                        # cyclic collection cleared our weak reference to it before running
+                        # this finalizer.  Native code must not run any more: leak it, so
+                        # that it still ends in exactly one outcome, and taint what it
+                        # depends on.
+                        state.finish(
+                            node, Outcome.LEAKED_AFTER_CLOSE,
+                            "collected while the teardown began, unseen by it", True, trash,
+                        )
+                    else:
+                        _record.drop_all_owners(node)
+                        state.live.hold(node)  # not ended yet: the teardown must see it
+                        if _record.is_due(node):
+                            _claim(node, me)
+                            target = node
+            except BaseException:
+                if refs and node._state != 0:
+                    pass  # ended (finish completes what it began) or claimed
+                elif refs and not state.phase:  # (the owners' drop, completed)
+                    _record.drop_all_owners(node)
+                    state.live.hold(node)
+                    if _record.is_due(node):
+                        _claim(node, me)
+                if node._state == RELEASING and node._releaser == me:
+                    target = node
+                raise
+        finally:
+            try:
+                _release()
+            except RuntimeError:  # (not held: interrupted before taking it)
+                pass
+        trash.clear()
+        if target is not None:
+            _release_collected(target)
+            target = None
+    except BaseException:
+        _leave()
+        if target is not None and target._state == RELEASING and target._releaser == me:
+            _release_collected(target)  # claimed, then interrupted: see drop_owner
+        raise
+    if _deferred:
+        _run_deferred()
+
+
+def _release_collected(node: Record) -> None:
+    """Release ``node``, claimed after its last reference was dropped; log a failure
+    (nobody can receive it)."""
+    if _needs_chain(node, _sync.generation):
+        error = release_chain(node)
+    else:
+        error = _release_leaf(node)
+    if error is not None:
+        log_collected_failure(node, error)
+        error = None  # (see release_chain)
+
+
+def log_collected_failure(node: Record, error: BaseException) -> None:
+    """Log that the release of a collected handle failed (the compiled core's too).
+
+    The repr, not the exception: a handler that keeps records (pytest's caplog, a
+    MemoryHandler) would otherwise keep its traceback, and through its frames every
+    handle they refer to."""
+    error_from_finalizer(
+        "release of %s %r failed after its last reference was dropped: %s",
+        node._kind,
+        display_name(node),
+        repr(error),
+    )
+
+
+# ---------------------------------------------------------------------- borrows, detach, undo
+
+
+def settle(node: Record) -> None:
+    """Release ``node`` if nothing holds it any more (queued after a re-entrant borrow)."""
+    state = node._registry
+
+    me = _get_ident()
+
+    def claim_if_due() -> bool:
+        if _record.is_due(node) and state.phase == 0:
+            _claim(node, me)
+        return node._state == RELEASING and node._releaser == me
+
+    try:
+        claimed = _sync.locked_quietly(claim_if_due)
+    except BaseException:
+        if node._state == RELEASING and node._releaser == me:
+            release_chain(node)  # claimed, then interrupted: see drop_owner
+        raise
+    if claimed:
+        error = release_chain(node)
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # (see release_chain)
+
+
+def detach(node: Record) -> Any:
+    """``Handle.detach()``: stop owning the object without releasing it; return it."""
+    state = node._registry
+    trash: list[object] = []
+    ready: list[Record] = []
+
+    def end_detached() -> Any:
+        if state.phase != 0:
+            raise RegistryClosedError(
+                f"registry {state.name!r} is tearing down or closed; "
+                f"{node._kind} {display_name(node)!r} can no longer be detached"
+            )
+        if not _is_usable(node):
+            raise HandleClosedError(closed_message(node))
+        if node._borrows:
+            raise HandleClosedError(
+                f"{node._kind} {display_name(node)!r} is borrowed; "
+                f"it cannot be detached while in use"
+            )
+        if node._children:
+            names = state.dependent_names(node)
+            raise LiveDependentsError(
+                f"{node._kind} {display_name(node)!r} still has live dependents: "
+                + ", ".join(names)
+                + "; they need it, release them before detaching it",
+                names,
+            )
+        raw = node._raw
+        try:
+            _record.drop_all_owners(node)  # exitsafe owns nothing of it any more
+            state.finish(node, Outcome.DETACHED, None, False, trash, ready=ready)
+        except BaseException:  # (the program owns it now: never released by exitsafe)
+            state.finish(node, Outcome.DETACHED, None, False, trash, ready=ready)
+            raise
+        return raw
+
+    if _reentered():
+        raise _sync.refused("detach()")
+    raw = _sync.locked_quietly(end_detached)
+    trash.clear()
+    error = release_all(ready)
+    if _deferred:
+        _run_deferred()
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = None  # (see release_chain)
+    return raw
+
+
+def undo_track(node: Record) -> None:
+    """Detach ``node``, registered by a ``track()`` that raises after all: recorded
+    ``detached``, never released (its caller still owns the object), and each parent it
+    was the last dependent of is released as usual.  Both cores call it.
+
+    A record the teardown may already have planned (the registry is no longer open) is
+    left to the teardown: that window, a teardown beginning on another thread while
+    queued work raises here, is the one case where ``track()`` raises and the object is
+    still released.  Runs no queued work: the error in flight is the caller's.
+    """
+    state = node._registry
+    trash: list[object] = []
+    ready: list[Record] = []
+
+    def end_undone() -> None:
+        if (
+            state.phase != 0
+            or not _is_usable(node)
+            or node._refs != 1
+            or node._borrows
+            or node._children
+        ):
+            return
+        try:
+            _record.drop_all_owners(node)
+            state.finish(node, Outcome.DETACHED, None, False, trash, ready=ready)
+        except BaseException:  # (its caller owns it: never released by exitsafe)
+            state.finish(node, Outcome.DETACHED, None, False, trash, ready=ready)
+            raise
+
+    try:
+        _sync.locked_quietly(end_undone)
+    finally:
+        trash.clear()
+        release_all(ready)  # (an error is recorded; the caller's is raised)
+
+
+def run_deferred_after_track(node: Record, affine: bool = False) -> None:
+    """Run the queued work after the registration of ``node`` by ``track()`` (and, with
+    ``affine``, this thread's queued thread-affine releases); if it raises (a
+    ``KeyboardInterrupt`` in a queued release, a logging filter that raises), undo the
+    registration before ``track()`` raises it: the caller never got the handle and still
+    owns the object (see `undo_track`)."""
+    try:
+        if _deferred:
+            _run_deferred()
+        if affine and _affine:
+            _run_mine_quietly()
+    except BaseException:
+        undo_track(node)
+        raise
+
+
+# ---------------------------------------------------------------------- thread-affine releases
+
+
+def run_pending() -> None:
+    """Run the releases queued for the calling thread, and any queued release requests.
+
+    A thread-affine handle (``track(..., affinity="creator")``) whose release became due
+    on another thread waits in a queue for its owning thread; that thread runs it at its
+    next exitsafe call, or here.  Call it where the owning thread can safely release
+    (between two frames of a render loop, with its GL context current).  An exception of
+    a release function propagates here after every queued release ran.
+    """
+    error = _run_mine()
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = None  # (no frame of ours keeps it: see release_chain)
+
+
+def _run_mine() -> Optional[BaseException]:
+    """Run the calling thread's queued affine releases; the first error, not raised."""
+    if _reentered():
+        return None  # never inside a section: it runs after it
+    nodes = _sync.locked_quietly(_threads.take_mine)
+    first: Optional[BaseException] = None
+    for node in nodes:
+        error = release_chain(node)
+        if first is None:
+            first = error
+        error = None  # (no frame of ours keeps it: see release_chain)
+    if _deferred:
+        _run_deferred()
+    try:
+        return first
+    finally:
+        del first
+
+
+def run_mine_quietly() -> None:
+    """`_run_mine` from an unrelated exitsafe call: errors are logged, not raised."""
+    import threading
+
+    if threading.current_thread() not in _affine:
+        return
+    error = _run_mine()
+    try:
+        if error is not None and _sync.is_interrupt(error):
+            raise error  # a Ctrl-C that came meanwhile: the caller's, as for any exitsafe call
+        if error is not None:
+            log().error("exitsafe: a queued thread-affine release failed: %s", repr(error))
+    finally:
+        error = None  # (no frame of ours keeps it: see release_chain)
+
+
+_run_mine_quietly = run_mine_quietly

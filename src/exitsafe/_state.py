@@ -1,0 +1,497 @@
+"""A registry's state: its graph of records, its phase, its ledger, and the parts it is
+composed of.  The public [`Registry`][exitsafe.Registry] is a facade over one of these.
+
+`RegistryState` is internal: its attributes and methods are the interface exitsafe's own
+layers use (records refer to it as their ``_registry``; ``exitsafe._process`` keeps the
+states of every registry).  It owns:
+
+* the **hot fields** every release reads: ``phase`` (``OPEN`` -> ``TEARING`` ->
+  ``CLOSED``, see `exitsafe._phase`), ``seq`` (the last creation number), ``live`` (the
+  records not yet ended, see `exitsafe._live`), ``ledger`` with its ``records`` list and
+  ``cap``, and ``strict``.  In the compiled core they are C fields of
+  ``exitsafe._speedups.RegistryCore``, this class's base there.  Only the methods of this
+  class write them.
+* its **parts**, each owning its own fields: ``hooks`` (early hooks and the early phase,
+  `exitsafe._hooks.Hooks`), ``gate`` (the borrow gate, `exitsafe._gate.BorrowGate`) and
+  ``closing`` (the teardown in progress, `exitsafe._closing.Closing`).
+
+Every method that changes the graph runs as a section (`exitsafe._sync`): the caller holds
+`exitsafe._sync.LOCK` when the docstring says so, or the method takes it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+
+from . import _graph, _record, _sync
+from ._closing import Closing
+from ._core import speedups
+from ._errors import DependencyCycleError, HandleClosedError, RegistryClosedError
+from ._gate import BorrowGate
+from ._hooks import Hooks
+from ._ledger import Ledger, LedgerEntry, Outcome, quote
+from ._live import LiveTable
+from ._phase import CLOSED, OPEN, TEARING
+from ._process import keep_forever
+from ._record import HOOK, LIVE, RELEASING, TAINTING, Record, display_name
+from ._releases import undo_track
+from ._report import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional
+
+__all__ = ["RegistryState"]
+
+_get_ident = _thread.get_ident
+_reentered = _sync.reentered
+_deferred = _sync._deferred
+_RELEASED = Outcome.RELEASED
+
+
+if TYPE_CHECKING or speedups is None:
+
+    class _StateBase:
+        """The pure-Python core: the hot fields are ordinary attributes."""
+
+        __slots__ = ("cap", "live", "phase", "records", "seq", "strict")
+
+else:
+    # The compiled core keeps the hot fields (phase, seq, cap, live, records, strict) in C.
+    _StateBase = speedups.RegistryCore
+
+
+class RegistryState(_StateBase):
+    """The state of one registry (see the module documentation)."""
+
+    __slots__ = (
+        "__weakref__",
+        "closing",
+        "exit_policy",
+        "facade",
+        "gate",
+        "hooks",
+        "ledger",
+        "name",
+        "step_timeout",
+        "teardown_timeout",
+        "trace",
+    )
+
+    if TYPE_CHECKING:
+        phase: int
+        seq: int
+        cap: int
+        live: Any
+        records: list[Any]
+        strict: bool
+        emit_late: Callable[[str, str, str], None]
+
+    def __init__(
+        self,
+        facade: Any,
+        name: str,
+        strict: bool,
+        exit_policy: Any,
+        step_timeout: Optional[float],
+        teardown_timeout: Optional[float],
+        ledger_limit: Optional[int],
+    ) -> None:
+        #: The public Registry this is the state of (`Handle.registry` returns it).
+        self.facade = facade
+        self.name = name
+        self.strict = strict
+        self.exit_policy = exit_policy
+        self.step_timeout = step_timeout
+        self.teardown_timeout = teardown_timeout
+        self.ledger = Ledger(ledger_limit)
+        self.records = self.ledger.records  # appended to by the release hot path
+        self.cap = min(self.ledger.cap, sys.maxsize)  # ... which trims beyond this many
+        self.phase = OPEN
+        self.seq = 0
+        #: Every record not yet ended: handles held weakly, hooks owned (see _live).
+        self.live = LiveTable()
+        self.trace = False  # whether the teardown traces (late requests are traced too)
+        self.hooks = Hooks()
+        self.gate = BorrowGate()
+        self.closing = Closing()
+
+    # ------------------------------------------------------------------ registration
+
+    def add_simple(self, node: Record) -> bool:
+        """Register ``node``, a handle with no dependency, in one short section; whether
+        the registry was open (else the caller records it ``leaked_after_close``).
+
+        The caller checked it is not inside a section.  An exception anywhere leaves the
+        lock free and ``node`` either registered (numbered) or not at all."""
+        try:
+            try:
+                if not _sync.acquire(False):
+                    _sync.wait()
+                if self.phase:
+                    return False
+                seq = self.seq = self.seq + 1
+                _record.number(node, seq)
+                self.live.add(node, False)
+                return True
+            finally:
+                try:
+                    _sync.release()
+                except RuntimeError:  # (not held: interrupted before taking it)
+                    pass
+        except BaseException:
+            _sync.leave()
+            raise
+
+    def register(self, node: Record, after: tuple[Record, ...]) -> bool:
+        """Insert ``node`` (with parents, or a hook) into the graph; whether it was (else
+        it is recorded ``leaked_after_close``: the registry is no longer open).  Raises
+        the error refusing it, and then the caller still owns its object."""
+        if self.phase == CLOSED:  # no lock after close: see registered_after_close
+            self.registered_after_close(node)
+            return False
+        try:
+            error = _sync.locked_quietly(self._add, node, after)
+        except BaseException:  # interrupted (KeyboardInterrupt)
+            if node._seq:  # registered meanwhile
+                undo_track(node)
+            else:
+                _record.disown(node)
+            raise
+        if error is None:
+            return True
+        if isinstance(error, RegistryClosedError):
+            self.registered_after_close(node)
+            return False
+        _record.disown(node)
+        raise error
+
+    def add(self, node: Record, after: tuple[Record, ...]) -> Optional[Exception]:
+        """Insert ``node`` (with its parents, or a hook with its ``after`` edges) into the
+        graph, in a section of its own; ``None``, or the error refusing it (nothing was
+        changed).  A closed registry returns `RegistryClosedError` (not raised: the
+        caller records the handle ``leaked_after_close`` unless strict)."""
+        return _sync.locked_quietly(self._add, node, after)
+
+    def _add(self, node: Record, after: tuple[Record, ...]) -> Optional[Exception]:
+        if self.phase != OPEN:
+            return RegistryClosedError(f"registry {self.name!r} is closed")
+        error = self._check_new_edges(node, after)
+        if error is not None:
+            return error
+        seq = self.seq = self.seq + 1
+        _record.number(node, seq)
+        _record.count_parents(node)
+        for child in after:
+            _graph.add_edge(child, node, self.live.nodes)
+            _record.add_parent(child, node)
+        if node._role == HOOK:
+            self.live.add(node, True)  # owned by the registry until teardown
+            self.hooks.added()
+        else:
+            self.live.add(node, False)
+        return None
+
+    def _check_new_edges(self, node: Record, after: tuple[Record, ...]) -> Optional[Exception]:
+        """Why ``node`` cannot join the graph with its parents and ``after`` edges, or None."""
+        for parent in node._parents:
+            if not _record.is_usable(parent):
+                what = "before" if node._role == HOOK else "depends_on"
+                return HandleClosedError(f"{what}: " + _record.closed_message(parent))
+        for cnode in after:
+            if cnode._state != LIVE:
+                return HandleClosedError("after: " + _record.closed_message(cnode))
+            for parent in node._parents:
+                # The new edges are cnode -> hook -> parent: a cycle if parent already
+                # depends (transitively) on cnode.
+                path = _graph.cycle_path(parent, cnode)
+                if path is not None:
+                    names = [display_name(node), *(display_name(n) for n in path)]
+                    names.append(display_name(node))
+                    return DependencyCycleError(
+                        "dependency cycle: " + " -> ".join(names) + " (each depends on the next)",
+                        names,
+                    )
+        return None
+
+    def add_dependencies(self, node: Record, parents: tuple[Record, ...]) -> None:
+        """``node`` depends on ``parents`` from now on: all edges or none (a section)."""
+        _sync.locked("add_dependency()", self._add_dependencies, node, parents)
+
+    def _add_dependencies(self, node: Record, parents: tuple[Record, ...]) -> None:
+        if not _record.is_usable(node):
+            raise HandleClosedError(_record.closed_message(node))
+        if self.phase != OPEN:
+            raise RegistryClosedError(f"registry {self.name!r} is closed")
+        new = []
+        for parent in parents:
+            if not _record.is_usable(parent):
+                raise HandleClosedError("add_dependency: " + _record.closed_message(parent))
+            if parent in node._parents:
+                continue
+            path = _graph.cycle_path(parent, node)
+            if path is not None:
+                names = [display_name(node), *(display_name(n) for n in path)]
+                raise DependencyCycleError(
+                    "dependency cycle: " + " -> ".join(names) + " (each depends on the next)",
+                    names,
+                )
+            new.append(parent)
+        for parent in new:
+            _graph.add_edge(node, parent, self.live.nodes)
+            _record.add_parent(node, parent)
+
+    def registered_after_close(self, node: Record) -> None:
+        """Record ``node``, registered once the teardown began, ``leaked_after_close``
+        (strict: raise [`RegistryClosedError`][exitsafe.RegistryClosedError] instead, and
+        the caller keeps its object).
+
+        Bounded: this may run from a finalizer late in shutdown, when a thread frozen
+        inside exitsafe may hold the lock for ever; then the record is made without it
+        (an append to the ledger is atomic; the creation number may repeat)."""
+        if self.strict:
+            _record.disown(node)
+            raise RegistryClosedError(
+                f"registry {self.name!r} is closed (its teardown began); "
+                f"cannot register {node._kind} {display_name(node)!r}"
+            )
+        inside = _reentered()  # (then this thread holds the lock already)
+        try:
+            if not inside:
+                _sync.enter_if_possible()
+            if not node._seq:
+                seq = self.seq = self.seq + 1
+                _record.number(node, seq)
+            parents = _record.end_after_close(node)
+            self.ledger.add(
+                node._seq, node._kind, node._name, Outcome.LEAKED_AFTER_CLOSE,
+                "registered after teardown began", True,
+            )
+        finally:
+            if not inside:
+                try:
+                    _sync.release()
+                except RuntimeError:  # (late in shutdown enter_if_possible may give up)
+                    pass
+        if node._role != HOOK and node._raw is not None:
+            keep_forever(node._raw)  # never released; never freed by us either
+        _record.drop_payload(node)
+        del parents  # outside the lock
+        try:
+            log().info(
+                "%s %r registered after teardown began: leaked", node._kind, display_name(node)
+            )
+        except Exception:  # late in interpreter shutdown logging may be gone: the ledger has it
+            pass
+        if _deferred:
+            _sync.run_deferred()
+
+    # ------------------------------------------------------------------ ends
+
+    def finish(
+        self,
+        node: Record,
+        outcome: str,
+        detail: Optional[str],
+        at_exit: bool,
+        trash: list[object],
+        decided: bool = False,
+        ready: Optional[list[Record]] = None,
+    ) -> None:
+        """Record ``node``'s outcome and end it; the caller holds the lock.
+
+        References the record lets go of go to ``trash``, which the caller clears after
+        its section (dropping a user object may run its ``__del__``).  Each parent left
+        due by this end, while the registry is open, is appended to ``ready`` and claimed
+        by this thread, in that order (a claim is always in the caller's list first).  A
+        record that already ended keeps its outcome (the first recorder wins: a teardown
+        that gave up waiting for a release running elsewhere, or the release that
+        finished first), unless ``decided``: a teardown recording what it settled itself.
+        """
+        if node._state > RELEASING and not decided:
+            return
+        # Everything the end changes is read first, and what it lets go of is in `trash`
+        # before it lets go: if an exception (an interrupt) comes in the middle, the
+        # handler completes the end from these, so the record is made once and every
+        # parent loses this dependent once.
+        raw, parents = node._raw, node._parents
+        trash.append((raw, node._fn, parents))
+        counts = [p._children for p in parents]
+        hooks = self.hooks.count
+        record = (node._seq, node._kind, node._name, outcome, detail, at_exit)
+        records = self.records
+        try:
+            records.append(record)  # the end's commit
+            self.live.discard(node)
+            _record.end(node, outcome, at_exit)
+            if node._role == HOOK:
+                self.hooks.ended()
+            elif parents:
+                self._lose_dependent(parents, counts, ready)
+        except BaseException:
+            if not (records and records[-1] is record):
+                records.append(record)
+            self.live.discard(node)
+            _record.end(node, outcome, at_exit)
+            if node._role == HOOK:
+                if self.hooks.count == hooks:
+                    self.hooks.ended()
+            elif parents:
+                self._lose_dependent(parents, counts, ready)
+            raise
+        if raw is not None and outcome in TAINTING and node._role != HOOK:
+            keep_forever(raw)  # the native object may live on: keep what it uses
+        if len(records) > self.cap:
+            self.ledger.trim()
+
+    def end_released(self, node: Record) -> None:
+        """`finish` with ``released`` for a claimed leaf (no parents, not a hook, not
+        thread-affine, not inherited): the release hot path's end.  The caller holds the
+        lock and drops the raw object and the release function after its section.  A
+        record a teardown already settled (it gave up waiting for this release) keeps
+        its outcome."""
+        if node._state != RELEASING:
+            return
+        record = (node._seq, node._kind, node._name, _RELEASED, None, False)
+        records = self.records
+        try:
+            records.append(record)  # the end's commit
+            self.live.discard(node)
+            _record.mark_released(node)
+        except BaseException:  # (see finish)
+            if not (records and records[-1] is record):
+                records.append(record)
+            self.live.discard(node)
+            _record.mark_released(node)
+            raise
+        if len(records) > self.cap:
+            self.ledger.trim()
+
+    def _lose_dependent(
+        self, parents: tuple[Record, ...], counts: list[int], ready: Optional[list[Record]]
+    ) -> None:
+        """Each of ``parents`` lost one dependent (whose count was ``counts`` before): its
+        count goes down once, even when this runs a second time after an interrupt (the
+        caller holds the lock throughout).  Those left due while the registry is open go
+        to ``ready``, then are claimed by this thread."""
+        claim = ready is not None and self.phase == OPEN
+        me = _get_ident()
+        for parent, count in zip(parents, counts):
+            if parent._children == count:
+                _record.lose_dependent(parent)
+            if claim and _record.is_due(parent):
+                if parent not in ready:  # type: ignore[operator]
+                    ready.append(parent)  # type: ignore[union-attr]
+                _record.claim(parent, me)
+
+    def late_request(self, node: Record) -> None:
+        """Count (and trace) a release request that arrived after close.
+
+        Takes no lock: late in interpreter shutdown a thread frozen inside exitsafe may
+        hold it for ever (waiting would hang; on 3.15 taking it raises
+        ``PythonFinalizationError``)."""
+        self.ledger.add_late_request()
+        if self.trace:
+            self.trace_late(node)
+
+    def trace_late(self, node: Record) -> None:
+        """Print the trace line of a late release request (attributes only: see
+        `late_request`)."""
+        name = node._name
+        if name is None:
+            name = f"{node._kind}#{node._seq}"
+        self.emit_late(self.name, node._kind, name)
+
+    # ------------------------------------------------------------------ phases
+
+    def begin_teardown(self) -> bool:
+        """Switch to the tearing-down phase (the caller holds the lock); ``False`` when a
+        teardown already began."""
+        if self.phase != OPEN:
+            return False
+        self.phase = TEARING
+        return True
+
+    def close(self) -> None:
+        """Every record claimed by the teardown has its outcome: closed for good."""
+        self.phase = CLOSED
+
+    def close_at_once(self) -> None:
+        """A registry created after the process's exit teardown finished starts closed."""
+        self.phase = CLOSED
+
+    def reopen(self) -> None:
+        """In a forked child whose parent's teardown ran on another thread: open again."""
+        self.phase = OPEN
+
+    # ------------------------------------------------------------------ reading
+
+    def nodes(self) -> list[Record]:
+        """Every handle and hook not yet ended, oldest first (the caller holds the lock)."""
+        nodes: list[Record] = self.live.nodes()
+        return nodes
+
+    def dependent_names(self, node: Record) -> list[str]:
+        """The names of the live handles depending on ``node`` (the caller holds the lock)."""
+        return [
+            display_name(n)
+            for n in self.live.nodes()
+            if node in n._parents and n._state <= RELEASING and n._role != HOOK
+        ]
+
+    def read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` under the lock; without it when called re-entrantly (a copy made
+        while this thread's own section is suspended is as consistent as any)."""
+        if _reentered():
+            return fn(*args)
+        return _sync.locked("reading a registry", fn, *args)
+
+    def entries(self) -> list[LedgerEntry]:
+        entries: list[LedgerEntry] = self.read(self.ledger.entries, self.name)
+        return entries
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = self.read(self.ledger.counts)
+        return counts
+
+    def as_json(self) -> dict[str, Any]:
+        """The registry's part of the ledger file: counts and entries of one moment."""
+
+        def snapshot() -> tuple[dict[str, int], list[LedgerEntry], int]:
+            ledger = self.ledger
+            return ledger.counts(), ledger.entries(self.name), ledger.dropped
+
+        counts, entries, dropped = self.read(snapshot)
+        return {
+            "name": self.name,
+            "counts": counts,
+            "late_requests": self.ledger.late_requests,
+            "dropped_entries": dropped,
+            "parked_threads": self.gate.parked,
+            "entries": [e.as_dict() for e in entries],
+        }
+
+
+def _emit_late_release(
+    registry: str, kind: str, name: str, _sys: Any = sys, quote: Any = quote
+) -> None:
+    """Print the trace line of a late release request, best effort.
+
+    It may run from a finalizer late in interpreter shutdown, when module globals can
+    already be None: what it needs comes in through its default arguments."""
+    try:
+        stream = _sys.stderr
+        if stream is not None:
+            stream.write(
+                f"exitsafe: late-release registry={quote(registry)} kind={quote(kind)}"
+                f" name={quote(name)}\n"
+            )
+            stream.flush()
+    except Exception:  # a closed or broken stderr at exit: the trace must never add noise
+        pass
+
+
+#: Reached through the class: `RegistryState.late_request` may run when module globals are
+#: already None.
+RegistryState.emit_late = staticmethod(_emit_late_release)
