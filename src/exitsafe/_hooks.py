@@ -109,12 +109,12 @@ def add_teardown_hook(
         HOOK, _sync.generation, _get_ident(), None, in_child,
     )
     if not state.register(node, after):
-        return node  # type: ignore[no-any-return]
+        return node
     if state.hooks.count:
         _process.keep_until_teardown(state)
     if _sync._deferred:
         _sync.run_deferred()
-    return node  # type: ignore[no-any-return]
+    return node
 
 
 def add_early_hook(
@@ -140,7 +140,7 @@ def add_early_hook(
         _process.keep_until_teardown(state)
     else:
         state.registered_after_close(node)
-    return node  # type: ignore[no-any-return]
+    return node
 
 
 def worker_stop(thread: Any, stop: Any, timeout: Optional[float]) -> Callable[[], None]:

@@ -41,14 +41,17 @@ class PurePythonLiveTable(dict):  # type: ignore[type-arg]
         """Add ``node``: held strongly if ``owned`` (a hook), else weakly (a handle)."""
         self[node._seq] = node if owned else _weakref(node)
 
-    def hold(self, node: Node) -> None:
-        """Hold ``node`` strongly from now on, if it is here: a handle whose garbage
-        collection began but which has not ended (its release runs, or waits for its
-        dependents or borrows).  A cyclic collection clears the weak reference before the
-        finalizer runs; without this the teardown would not see the handle, which would
-        end with no outcome, and its parents would be released under it."""
+    def hold(self, node: Node) -> bool:
+        """Hold ``node`` strongly from now on, if it is here; whether it is (a record
+        never registered is not).  For a handle whose garbage collection began but which
+        has not ended (its release runs, or waits for its dependents or borrows): a
+        cyclic collection clears the weak reference before the finalizer runs; without
+        this the teardown would not see the handle, which would end with no outcome, and
+        its parents would be released under it."""
         if node._seq in self:
             self[node._seq] = node
+            return True
+        return False
 
     def discard(self, node: Node) -> None:
         """Remove ``node`` if it is here."""

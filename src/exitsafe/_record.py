@@ -32,7 +32,9 @@ from ._ledger import Outcome
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Optional
+    from typing import Any, Callable, Optional, TypeVar
+
+    _R = TypeVar("_R", bound="Record")
 
 # States of the native object.  States above RELEASING are final.
 LIVE, RELEASING, RELEASED, LEAKED, DETACHED = 0, 1, 2, 3, 4
@@ -41,6 +43,15 @@ STATE_NAMES = ("live", "live", "released", "leaked", "detached")
 #: ``_releaser`` of a record that ended in an exit teardown, once recorded (``0``: it
 #: ended outside one).  Read only once the state is final, where it names no thread.
 ENDED_AT_EXIT = 1
+
+_RELEASED = Outcome.RELEASED
+#: The class of a live pure-Python handle, and the same class without its finalizer
+#: (see `finalizer_free`), registered by the module that defines them.
+_FINALIZING: type = type(None)
+_WITHOUT_FINALIZER: type = type(None)
+#: The pure-Python live table is a dict of creation number -> weak reference (see
+#: exitsafe._live), whose own ``pop`` runs no Python frame.
+_DICT_TABLE = speedups is None
 
 # Roles, which are also the planner's step priorities among ready steps: hooks first,
 # then ordinary handles, then libraries (whose code the others' releases may run).
@@ -133,7 +144,7 @@ _new = object.__new__
 
 
 def new(
-    cls: type[Record],
+    cls: type[_R],
     registry: Any,
     raw: object,
     fn: Optional[Callable[[Any], object]],
@@ -147,14 +158,18 @@ def new(
     thread_id: int,
     affinity: Any = None,
     in_child: bool = False,
-) -> Any:
-    """A new record of class ``cls`` with one owner, not yet registered (``_seq`` 0).
+    seq: int = 0,
+) -> _R:
+    """A new record of class ``cls`` with one owner and the creation number ``seq`` (0:
+    given when it is registered, `number`).
 
     Every field is set once; the owner count last: until then the handle's finalizer
-    does nothing, so a record an interrupt left half made is never released."""
+    does nothing.  Its finalizer also does nothing while the record is not in its
+    registry's live table, so a record an interrupt left unregistered is never
+    released."""
     node = _new(cls)
-    node._seq = 0
-    node._rank = 0.0
+    node._seq = seq
+    node._rank = seq
     node._registry = registry
     node._raw = raw
     node._fn = fn
@@ -237,6 +252,19 @@ def drop_owner(node: Record) -> int:
     return refs
 
 
+def release_owner(node: Record, me: int) -> bool:
+    """One owner fewer, and if that was the last thing holding ``node`` (no owner, no
+    live dependent, no borrow left), thread ``me`` claims it (see `claim`): whether it
+    did.  The caller checked the registry is open.  (`drop_owner` then `claim`, in one
+    call: the release hot path's.)"""
+    refs = node._refs = node._refs - 1
+    if refs or node._children or node._borrows:
+        return False
+    node._releaser = me
+    node._state = RELEASING
+    return True
+
+
 def drop_all_owners(node: Record) -> None:
     """Nobody can release ``node`` any more (its last reference was dropped, or it is
     given back to the program)."""
@@ -294,10 +322,48 @@ def mark(node: Record, outcome: str) -> None:
     node._state = LEAKED if outcome in TAINTING else RELEASED
 
 
-def mark_released(node: Record) -> None:
-    """A claimed record's release function returned (the hot path's `end`)."""
-    node._state = RELEASED
-    node._releaser = 0
+def finalizer_free(cls: type, without: type) -> None:
+    """Instances of ``cls`` become ``without`` (the same layout, no finalizer) once they
+    ended released (`end_released`): their collection then runs no Python code."""
+    global _FINALIZING, _WITHOUT_FINALIZER
+    _FINALIZING, _WITHOUT_FINALIZER = cls, without
+
+
+def end_released(node: Record, records: list[Any], live: Any, cap: int) -> bool:
+    """A claimed leaf's release function returned (no parents, not a hook, not
+    thread-affine, not inherited): it ends ``released``, its ledger record appended to
+    ``records`` (its registry's ledger) and itself removed from ``live`` (its live table),
+    the release hot path's `end`; the compiled core's ``record_released`` does the same.
+    Returns whether ``records`` now hold more than ``cap`` (the caller then trims the
+    ledger in its section).  The caller holds the lock; it also holds its
+    own references to the raw object and the release function until its section ended
+    (the record lets go of them here: their last reference must not go inside the
+    section, where it could run the object's ``__del__``).  The record's finalizer goes
+    too (see `finalizer_free`): it has nothing left to do.  A record a teardown already
+    settled (it gave up waiting for this release) keeps its outcome.  An exception in the
+    middle (an interrupt) completes the end first: one record, one removal."""
+    if node._state != RELEASING:
+        return False
+    record = (node._seq, node._kind, node._name, _RELEASED, None, False)
+    try:
+        records.append(record)  # the end's commit
+        if _DICT_TABLE:
+            live.pop(node._seq, None)  # (LiveTable.discard, written out)
+        else:
+            live.discard(node)
+        node._state = RELEASED
+        node._releaser = 0
+    except BaseException:
+        if not (records and records[-1] is record):
+            records.append(record)
+        live.discard(node)
+        node._state = RELEASED
+        node._releaser = 0
+        raise
+    node._raw = node._fn = None
+    if node.__class__ is _FINALIZING:
+        node.__class__ = _WITHOUT_FINALIZER
+    return len(records) > cap
 
 
 # ---------------------------------------------------------------------- ends
@@ -339,6 +405,8 @@ def drop_payload(node: Record) -> None:
     """Let go of the raw object and the release function (outside any section: dropping
     them may run the object's ``__del__``)."""
     node._raw = node._fn = None
+
+
 
 
 def lose_dependent(parent: Record) -> bool:

@@ -261,30 +261,41 @@ class Registry(_Facade):
         if _reentered():
             raise _refused("track()")
         state = self._state
-        parents = _lookup.parents(depends_on, state, "depends_on") if depends_on else ()
-        node: Handle = _new_record(
-            OwnedHandle, state, raw, release, kind, name, parents, exit_policy, timeout,
-            LIBRARY if kind == "library" else HANDLE, _sync.generation, _get_ident(), owner,
-        )
-        if parents or state.phase == CLOSED:
-            if state.register(node, ()) and _deferred:
-                run_deferred_after_track(node)
+        role = LIBRARY if kind == "library" else HANDLE
+        if (
+            not depends_on
+            and exit_policy is None
+            and timeout is None
+            and owner is None
+            and state.phase != CLOSED
+        ):
+            # No dependency, no option but a name: nothing to validate under the lock.
+            node: Handle = _new_record(
+                OwnedHandle, state, raw, release, kind, name, (), None, None, role,
+                _sync.generation, _get_ident(),
+            )
+            try:
+                is_open = state.add_simple(node)
+            except BaseException:  # interrupted (KeyboardInterrupt): the caller owns raw
+                if node._seq:  # registered meanwhile
+                    undo_track(node)
+                else:
+                    _record.disown(node)
+                raise
+            if not is_open:  # closed meanwhile
+                state.registered_after_close(node)
+                if _affine:
+                    run_mine_quietly()
+            elif _deferred or _affine:
+                run_deferred_after_track(node, affine=True)
             return node
-        # No dependency: nothing to validate under the lock.
-        try:
-            is_open = state.add_simple(node)
-        except BaseException:  # interrupted (KeyboardInterrupt): the caller still owns raw
-            if node._seq:  # registered meanwhile
-                undo_track(node)
-            else:
-                _record.disown(node)
-            raise
-        if not is_open:
-            state.registered_after_close(node)
-            if _affine:
-                run_mine_quietly()
-        elif _deferred or _affine:
-            run_deferred_after_track(node, affine=True)
+        parents = _lookup.parents(depends_on, state, "depends_on") if depends_on else ()
+        node = _new_record(
+            OwnedHandle, state, raw, release, kind, name, parents, exit_policy, timeout,
+            role, _sync.generation, _get_ident(), owner,
+        )
+        if state.register(node, ()) and _deferred:
+            run_deferred_after_track(node)
         return node
 
     def pin(

@@ -44,9 +44,9 @@ _RELEASED = Outcome.RELEASED
 _is_usable = _record.is_usable
 _drop_one = _record.drop_owner
 _claim = _record.claim
+_release_owner = _record.release_owner
 _needs_chain = _record.needs_chain
-_mark_released = _record.mark_released
-_drop_payload = _record.drop_payload
+_end_released = _record.end_released
 
 
 # ---------------------------------------------------------------------- owners
@@ -101,30 +101,16 @@ def drop_owner(node: Record) -> None:
         _defer(drop_owner, node)
         return
     me = _get_ident()
-    target = None
-    refs = None
-    late = False
+    target = refs = None
     try:
         try:
             if not _acquire(False):
                 _wait()
             try:
                 refs = node._refs
-                if state.phase == 2:
-                    state.ledger.add_late_request()
-                    late = True
-                elif not _is_usable(node):
-                    pass  # ended, or being released
-                elif state.strict and refs == 1 and node._children:
-                    names = state.dependent_names(node)
-                    raise LiveDependentsError(
-                        f"{node._kind} {display_name(node)!r} still has live dependents: "
-                        + ", ".join(names)
-                        + "; release them first",
-                        names,
-                    )
-                elif not (_drop_one(node) or node._children or node._borrows or state.phase):
-                    _claim(node, me)
+                if state.phase or state.strict or node._state or not refs:
+                    target = _drop_rarely(node, refs)  # (in one test: the common case's)
+                elif _release_owner(node, me):
                     target = node
             except BaseException:
                 target = _claim_dropped(node, refs, me)
@@ -134,25 +120,54 @@ def drop_owner(node: Record) -> None:
                 _release()
             except RuntimeError:  # (not held: interrupted before taking it)
                 pass
-        if late:
+        if target is None:
+            error = None
+        elif target is state:  # a late request (the registry closed meanwhile)
             if state.trace:
                 state.trace_late(node)
             return
-        if target is not None:
-            if _needs_chain(target, _sync.generation):
-                error = release_chain(target)
-            else:
-                error = _release_leaf(target)
-            target = None
-            if _deferred:
-                _run_deferred()
-            if error is not None:
-                try:
-                    raise error
-                finally:
-                    error = None  # (see release_chain: no frame of ours keeps it)
-        elif _deferred:
+        elif (
+            target._parents
+            or target._taint is not None
+            or target._affinity is not None
+            or target._gen != _sync.generation
+        ):  # (exitsafe._record.needs_chain, written out on the hot path)
+            error = release_chain(target)
+        else:
+            # A leaf: release_chain's steps for a record with nothing else to let go of.
+            # Everything after the call is in the same `try`: an exception anywhere there
+            # (an interrupt) records the end, and the release function never runs twice.
+            fn, raw = target._fn, target._raw  # (dropped outside the lock: see below)
+            error = ran = None
+            try:
+                fn(raw)
+                ran = True
+                if _acquire(False):  # (_record_end's common case, written out)
+                    try:
+                        if _end_released(target, state.records, state.live, state.cap):
+                            state.ledger.trim()
+                    finally:
+                        try:
+                            _release()
+                        except RuntimeError:  # (not held: interrupted before taking it)
+                            pass
+                else:
+                    error = _record_end(target, _RELEASED, None, None)
+            except BaseException as exc:  # recorded, then raised below
+                _leave()  # (held only if it came while recording)
+                if ran:
+                    error = _record_end(target, _RELEASED, None, exc)
+                else:
+                    error = _record_end(target, Outcome.RELEASE_FAILED, repr(exc), exc)
+                del exc
+            del fn, raw  # outside the lock: this may run the object's __del__
+        if _deferred:
             _run_deferred()
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # (see release_chain: no frame of ours keeps it)
     except BaseException:
         _leave()
         if target is not None and target._state == RELEASING and target._releaser == me:
@@ -160,6 +175,32 @@ def drop_owner(node: Record) -> None:
         raise
     if _affine:
         _run_mine_quietly()
+
+
+def _drop_rarely(node: Record, refs: int) -> Any:
+    """`drop_owner`'s section when anything is unusual (the registry not open, strict,
+    the record not usable): ``None``, or the registry's state for a late request (the
+    caller holds the lock)."""
+    state = node._registry
+    if state.phase == 2:
+        state.ledger.add_late_request()
+        return state
+    if node._state or not refs:
+        return None  # ended, or being released
+    if state.strict and refs == 1 and node._children:
+        names = state.dependent_names(node)
+        raise LiveDependentsError(
+            f"{node._kind} {display_name(node)!r} still has live dependents: "
+            + ", ".join(names)
+            + "; release them first",
+            names,
+        )
+    if state.phase:
+        _drop_one(node)  # (the running teardown settles it)
+        return None
+    if _release_owner(node, _get_ident()):
+        return node
+    return None
 
 
 def _claim_dropped(node: Record, refs: Optional[int], me: int) -> Optional[Record]:
@@ -173,24 +214,6 @@ def _claim_dropped(node: Record, refs: Optional[int], me: int) -> Optional[Recor
             _claim(node, me)
             return node
     return None
-
-
-def _release_leaf(node: Record) -> Optional[BaseException]:
-    """`release_chain` for the common case: a claimed record with no parents, no taint,
-    no affinity, not inherited.  The same steps without the chain's bookkeeping.
-
-    An exception right after the release function returned is taken for its failure
-    (``release_failed``): whatever lands after the call, the function never runs twice."""
-    try:
-        node._fn(node._raw)  # type: ignore[misc]
-    except BaseException as exc:  # recorded, then returned to the caller
-        return _record_end(node, Outcome.RELEASE_FAILED, repr(exc), exc)
-    interrupt = _record_end(node, _RELEASED, None, None)
-    _drop_payload(node)  # outside the lock: this may run the object's __del__
-    try:
-        return interrupt
-    finally:
-        del interrupt  # (see release_chain)
 
 
 def _record_end(
@@ -212,12 +235,14 @@ def _record_end(
     while True:
         try:
             try:
-                stop = _enter_to_record()  # (an interrupt while waiting: returned)
-                if stop is not None and interrupt is None:
-                    interrupt = stop
-                stop = None
+                if not _acquire(False):
+                    stop = _enter_to_record()  # (an interrupt while waiting: returned)
+                    if stop is not None and interrupt is None:
+                        interrupt = stop
+                    stop = None
                 if leaf:
-                    state.end_released(node)
+                    if _end_released(node, state.records, state.live, state.cap):
+                        state.ledger.trim()
                 else:
                     state.finish(node, outcome, detail, False, own_trash, ready=ready)
             finally:
@@ -387,8 +412,6 @@ def collected(node: Record) -> None:
     state = node._registry
     if state.phase and node._state:  # claimed by the teardown, or ended: no request
         return
-    if not node._seq:  # never registered (track() was interrupted): its caller owns it
-        return
     if _reentered():
         _defer(_collected_now, node)
         return
@@ -410,7 +433,9 @@ def _collected_now(node: Record) -> None:
                 _sync.enter_if_possible()  # (without the lock: no other thread runs)
             try:
                 refs = node._refs
-                if _is_usable(node):
+                # (not in the live table: never registered, track() was interrupted and
+                # its caller still owns the object)
+                if _is_usable(node) and state.live.hold(node):
                     if state.phase:
                         # A teardown began but its snapshot did not hold this handle: a
                         # cyclic collection cleared our weak reference to it before running
@@ -422,8 +447,7 @@ def _collected_now(node: Record) -> None:
                             "collected while the teardown began, unseen by it", True, trash,
                         )
                     else:
-                        _record.drop_all_owners(node)
-                        state.live.hold(node)  # not ended yet: the teardown must see it
+                        _record.drop_all_owners(node)  # (held above: the teardown sees it)
                         if _record.is_due(node):
                             _claim(node, me)
                             target = node
@@ -459,10 +483,7 @@ def _collected_now(node: Record) -> None:
 def _release_collected(node: Record) -> None:
     """Release ``node``, claimed after its last reference was dropped; log a failure
     (nobody can receive it)."""
-    if _needs_chain(node, _sync.generation):
-        error = release_chain(node)
-    else:
-        error = _release_leaf(node)
+    error = release_chain(node)
     if error is not None:
         log_collected_failure(node, error)
         error = None  # (see release_chain)

@@ -720,13 +720,14 @@ LiveTable_hold(LiveTableObject *self, PyObject *arg)
     if (!check_node(arg)) {
         return NULL;
     }
-    Py_RETURN_NONE;
+    /* linked: nothing to do to keep it; whether it is here (never registered: not) */
+    return PyBool_FromLong(((NodeObject *)arg)->table == self);
 }
 
 static PyMethodDef LiveTable_methods[] = {
     {"hold", (PyCFunction)LiveTable_hold, METH_O,
      "hold(node)\n--\n\nKeep a handle whose collection began, until it ends (linked: nothing "
-     "to do)."},
+     "to do); whether it is in this table."},
     {"add", (PyCFunction)(void (*)(void))LiveTable_add, METH_FASTCALL,
      "add(node, owned)\n--\n\nAppend a handle (held weakly) or an owned hook (held strongly)."},
     {"discard", (PyCFunction)LiveTable_discard, METH_O,
@@ -1438,9 +1439,9 @@ static void
 Node_finalize(PyObject *self)
 {
     NodeObject *n = (NodeObject *)self;
-    /* no owner; never registered (track() was interrupted: its caller still owns the
-     * object); or the core not set up */
-    if (n->refs == NULL || ival(n->refs) == 0 || n->seq == 0 || n->registry == NULL
+    /* no owner; not in its registry's live table (never registered: track() was
+     * interrupted, and its caller still owns the object); or the core not set up */
+    if (n->refs == NULL || ival(n->refs) == 0 || n->table == NULL || n->registry == NULL
         || the_lock == NULL) {
         return;
     }

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import _thread
 import sys
+from _weakref import ref as _weakref
 
 from . import _graph, _record, _sync
 from ._closing import Closing
@@ -47,7 +48,14 @@ __all__ = ["RegistryState"]
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
 _deferred = _sync._deferred
+_acquire = _sync.acquire
+_release = _sync.release
+_number = _record.number
 _RELEASED = Outcome.RELEASED
+#: The pure-Python live table is a dict of creation number -> weak reference (see
+#: exitsafe._live): the hot path adds its entries with the dict's own method, which runs
+#: no Python frame; the compiled table is called as usual.
+_DICT_TABLE = speedups is None
 
 
 if TYPE_CHECKING or speedups is None:
@@ -123,21 +131,25 @@ class RegistryState(_StateBase):
         """Register ``node``, a handle with no dependency, in one short section; whether
         the registry was open (else the caller records it ``leaked_after_close``).
 
-        The caller checked it is not inside a section.  An exception anywhere leaves the
-        lock free and ``node`` either registered (numbered) or not at all."""
+        The caller checked it is not inside a section, and keeps ``node`` until this
+        returns: an exception anywhere leaves the lock free and ``node`` registered
+        (numbered) or not at all, which the caller tells by its ``_seq``."""
         try:
             try:
-                if not _sync.acquire(False):
+                if not _acquire(False):
                     _sync.wait()
                 if self.phase:
                     return False
                 seq = self.seq = self.seq + 1
-                _record.number(node, seq)
-                self.live.add(node, False)
+                _number(node, seq)
+                if _DICT_TABLE:
+                    self.live[seq] = _weakref(node)  # (LiveTable.add, written out)
+                else:
+                    self.live.add(node, False)
                 return True
             finally:
                 try:
-                    _sync.release()
+                    _release()
                 except RuntimeError:  # (not held: interrupted before taking it)
                     pass
         except BaseException:
@@ -342,29 +354,6 @@ class RegistryState(_StateBase):
             raise
         if raw is not None and outcome in TAINTING and node._role != HOOK:
             keep_forever(raw)  # the native object may live on: keep what it uses
-        if len(records) > self.cap:
-            self.ledger.trim()
-
-    def end_released(self, node: Record) -> None:
-        """`finish` with ``released`` for a claimed leaf (no parents, not a hook, not
-        thread-affine, not inherited): the release hot path's end.  The caller holds the
-        lock and drops the raw object and the release function after its section.  A
-        record a teardown already settled (it gave up waiting for this release) keeps
-        its outcome."""
-        if node._state != RELEASING:
-            return
-        record = (node._seq, node._kind, node._name, _RELEASED, None, False)
-        records = self.records
-        try:
-            records.append(record)  # the end's commit
-            self.live.discard(node)
-            _record.mark_released(node)
-        except BaseException:  # (see finish)
-            if not (records and records[-1] is record):
-                records.append(record)
-            self.live.discard(node)
-            _record.mark_released(node)
-            raise
         if len(records) > self.cap:
             self.ledger.trim()
 
