@@ -30,7 +30,7 @@ the exit statuses and the exitsafe lines on stderr must be equal for both cores.
 Only the public API is used, since the internals of both cores change.
 
 The default run draws a fixed series (``derandomize``) of ``EXITSAFE_DIFF_EXAMPLES``
-programs (default 40, about 10-20 s); ``EXITSAFE_DIFF_EXAMPLES=400`` is the long mode,
+programs (default 50, about 15-25 s); ``EXITSAFE_DIFF_EXAMPLES=400`` is the long mode,
 ``EXITSAFE_DIFF_SEED=N`` draws another series and ``EXITSAFE_DIFF_SHRINK=1`` lets
 hypothesis minimize a failure (slow: two subprocesses per step).
 
@@ -68,7 +68,7 @@ pytestmark = [
     ),
 ]
 
-EXAMPLES = int(os.environ.get("EXITSAFE_DIFF_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("EXITSAFE_DIFF_EXAMPLES", "50"))
 SEED = os.environ.get("EXITSAFE_DIFF_SEED")
 SHRINK = os.environ.get("EXITSAFE_DIFF_SHRINK") == "1"
 #: A hang is killed after this; a healthy program takes a fraction of a second.
@@ -221,7 +221,8 @@ PRELUDE = textwrap.dedent(
 
 
     class op:
-        """One operation: prints what it returned or raised, and every handle after it."""
+        """One operation: prints what it returned or raised, and after it every handle's
+        state and every registry's ledger counts."""
 
         def __init__(self, i):
             self.i = i
@@ -242,6 +243,8 @@ PRELUDE = textwrap.dedent(
                     return False
                 fields["error"] = error(exc)
             fields["state"] = snapshot()
+            counts = {n: r.ledger_counts() for n, r in REG.items()}
+            fields["counts"] = {n: c for n, c in counts.items() if c}
             emit("done", **fields)
             return True
 
@@ -888,9 +891,10 @@ def explain(text: str, steps: list[str], seen: dict[str, Observed]) -> str:
                 code = f": {steps[i]}" if i < len(steps) else ""
                 where = f"first visible difference during operation {i}{code}\n"
             break
-    numbered = "\n".join(f"  {i:2}: {s}" for i, s in enumerate(steps))
+    numbered = "".join(f"  {i:2}: {s}\n" for i, s in enumerate(steps))
+    listing = f"--- operations\n{numbered}" if steps else ""
     return (
-        f"the cores disagree\n{where}--- operations\n{numbered}\n--- diff\n{diff}\n"
+        f"the cores disagree\n{where}{listing}--- diff\n{diff}\n"
         f"--- program\n{text}\n--- compiled stderr\n{a.raw_stderr[-3000:]}"
         f"\n--- pure-Python stderr\n{b.raw_stderr[-3000:]}"
     )
