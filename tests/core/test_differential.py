@@ -3,20 +3,25 @@
 same thing.
 
 Hypothesis draws *operation sequences* on a few handles in three registries (the default
-one, ``r``, and ``s``, which is strict): ``track`` (module-level or method, by keyword or
-by position, with or without kind, name, ``depends_on`` and exit policy; a raw object that
-may sit in a reference cycle with its handle; a release function that succeeds, raises, or
-calls exitsafe: releases another handle, tracks a new one, or starts its registry's
-teardown), ``retain``, ``release`` (also beyond the last owner, and on another thread,
-joined at once), ``borrow`` entered and exited (nested, with releases requested
-meanwhile), ``raw``, ``add_dependency`` (refused ones too: cycles, foreign registries,
-closed handles), ``detach``, dropping the program's last reference (``del``) and
-``gc.collect()`` (the automatic collector is off, so collections happen only there),
-``on_teardown`` hooks, an explicit teardown (and so every later operation is a late one),
-and ``os.fork()`` (the child runs operations of its own and leaves by ``exitsafe.exit``,
-``sys.exit`` or a teardown and ``os._exit``).  The program then ends (by falling off its
-end, ``exitsafe.exit`` or ``sys.exit``) with whatever is still live, so the exit
-teardown runs too.
+one, ``r``, which may have a ``ledger_limit``, and ``s``, which is strict): ``track``
+(``exitsafe.track``, ``Registry.track`` or ``exitsafe.ctypes.track``, options by keyword or
+by position, with or without kind, name, ``depends_on``, exit policy (``"release"``,
+``"leak"`` or a callable printing the ``HandleInfo`` it is shown) and affinity; a raw
+object that may sit in a reference cycle with its handle; a release function that
+succeeds, raises, or calls exitsafe: releases, retains or reads another handle, tracks a
+new one, collects garbage, starts its registry's teardown or calls ``exitsafe.exit``),
+``retain``, ``release`` (also beyond the last owner, and on another thread, joined at
+once), ``borrow`` entered and exited (nested, with releases requested meanwhile), ``raw``,
+``add_dependency`` (refused ones too: cycles, foreign registries, closed handles),
+``detach``, dropping the program's last references (``del``) and ``gc.collect()`` (the
+automatic collector is off, so collections happen only there), ``on_teardown`` hooks,
+``run_pending``, reading the ledgers, an explicit teardown (every later operation is then
+a late one) and ``os.fork()`` (the child runs operations of its own and leaves by
+``exitsafe.exit``, ``sys.exit`` or a teardown and ``os._exit``).  The program then ends
+(by falling off its end, ``exitsafe.exit`` or ``sys.exit``) with whatever is still live, so
+the exit teardown runs too; some programs set ``EXITSAFE_TRACE=1`` or
+``EXITSAFE_AT_EXIT``.  Each program draws from a random part of the operations,
+registries and actions (swarm testing), so that the parts it keeps meet often.
 
 Each program is one script, printed in any failure.  Every operation prints a JSON line
 of what it saw (its return value, its exception's type and message, every handle's state,
@@ -25,7 +30,9 @@ it runs (so the lines give the order of the native release calls), the end of ea
 prints every registry's ledger (registry, seq, kind, name, outcome, detail, at_exit), its
 ``ledger_counts``, ``live_handles`` and ``late_requests``, and each process (the parent
 and every forked child) writes the exit ledger through ``EXITSAFE_LEDGER``.  All of it,
-the exit statuses and the exitsafe lines on stderr must be equal for both cores.
+the exit statuses and the exitsafe lines on stderr (the trace included, durations
+masked) must be equal for both cores.  A program is deterministic: no automatic garbage
+collection, threads joined at once, ``PYTHONHASHSEED=0``.
 
 Only the public API is used, since the internals of both cores change.
 
@@ -402,6 +409,8 @@ class Program:
     r_policy: str
     s_policy: str
     r_limit: Optional[int]  # registry r's ledger_limit
+    trace: bool  # EXITSAFE_TRACE=1 (the teardown then takes its traced, Python path)
+    at_exit: Optional[str]  # EXITSAFE_AT_EXIT
     ops: tuple[Any, ...]
     end: str  # "fall", "exit", "sys_exit"
 
@@ -530,6 +539,8 @@ def programs(draw: st.DrawFn) -> Program:
         r_policy=draw(st.sampled_from(("release", "leak"))),
         s_policy=draw(st.sampled_from(("release", "leak"))),
         r_limit=draw(st.sampled_from((None, None, 0, 1, 2, 3))),
+        trace=draw(st.sampled_from((False, False, False, True))),
+        at_exit=draw(st.sampled_from((None,) * 6 + ("release", "leak"))),
         ops=tuple(draw(st.lists(operations(swarm, True), min_size=8, max_size=30))),
         end=draw(st.sampled_from(("fall", "exit", "sys_exit"))),
     )
@@ -727,6 +738,13 @@ def render(p: Program) -> tuple[str, list[str]]:
     head = (
         f"R_POLICY = {p.r_policy!r}\nS_POLICY = {p.s_policy!r}\nR_LIMIT = {p.r_limit!r}\n"
     )
+    if p.trace or p.at_exit:
+        head += "import os\n"
+    if p.trace:
+        head += 'os.environ["EXITSAFE_TRACE"] = "1"\n'
+    if p.at_exit:
+        head += f'os.environ["EXITSAFE_AT_EXIT"] = "{p.at_exit}"\n'
+
     return head + PRELUDE + "\n".join(r.lines) + "\n", r.steps
 
 
@@ -784,6 +802,7 @@ class Observed:
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_MILLISECONDS = re.compile(r"\bms=[0-9.]+")  # the durations of EXITSAFE_TRACE=1
 _CHAINING = ("Traceback (most recent call last)", "During handling of", "The above exception")
 
 
@@ -796,7 +815,7 @@ def _stderr_facts(text: str) -> list[str]:
             continue
         if line.startswith(_CHAINING):
             continue
-        out.append(_ADDRESS.sub("0x?", line))
+        out.append(_MILLISECONDS.sub("ms=?", _ADDRESS.sub("0x?", line)))
     return out
 
 
