@@ -176,15 +176,17 @@ PRELUDE = textwrap.dedent(
             emit("inner", by=who, action=action)
             exitsafe.exit(0)
         try:
-            peer = getattr(raw, "peer", None)
+            if action in ("release", "retain", "raw"):
+                peer = getattr(raw, "peer", None)
+                other = peer if peer is not None else g(target)
             if action == "release":
-                (peer or g(target)).release()
+                other.release()
                 emit("inner", by=who, action=action, target=target)
             elif action == "retain":
-                (peer or g(target)).retain()
+                other.retain()
                 emit("inner", by=who, action=action, target=target)
             elif action == "raw":
-                emit("inner", by=who, action=action, raw=describe((peer or g(target)).raw))
+                emit("inner", by=who, action=action, raw=describe(other.raw))
             elif action == "collect":
                 gc.collect()
                 emit("inner", by=who, action=action)
