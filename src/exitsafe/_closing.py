@@ -12,7 +12,7 @@ from __future__ import annotations
 import _thread
 import sys
 
-from . import _config, _hooks, _record, _sync, _threads
+from . import _collection, _config, _hooks, _record, _sync, _threads
 from ._core import speedups
 from ._ledger import Outcome
 from ._phase import CLOSED, TEARING
@@ -75,6 +75,9 @@ def teardown(state: Any, reason: str) -> None:
     """[`Registry.teardown`][exitsafe.Registry.teardown] of ``state`` (documented there)."""
     if _reentered():
         _sync.defer(teardown, state, reason)
+        return
+    if _collection.collecting_here():  # (see exitsafe._collection)
+        _collection.after_collection(teardown, state, reason)
         return
     if _deferred:
         _sync.run_deferred()  # settle the requests queued before the teardown

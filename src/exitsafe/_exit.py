@@ -31,6 +31,7 @@ import sys
 from . import (
     _children,
     _closing,
+    _collection,
     _config,
     _early,
     _hooks,
@@ -277,6 +278,7 @@ def _after_fork_in_child() -> None:
     if steps is not None:  # not imported: no worker was ever started
         steps.after_fork_in_child()
     _threads.after_fork_in_child()
+    _collection.after_fork_in_child()
     _early.after_fork_in_child()
     _children.after_fork_in_child()
 
@@ -288,6 +290,7 @@ def _teardown_worker() -> None:
 def install() -> None:
     """Set up the process's exit and fork handling (once, when exitsafe is imported)."""
     atexit.register(at_exit)
+    _collection.install()
     _process.set_leave(leave)
     _children.set_worker_teardown(_teardown_worker)
     if "multiprocessing.util" in sys.modules:  # imported in a multiprocessing worker?

@@ -521,7 +521,10 @@ class Registry(_Facade):
         Idempotent: a second call returns at once; a call from another thread while a teardown
         runs waits for it to finish (bounded by `teardown_timeout`, or 5 seconds without one).
         Called from a finalizer or signal handler that interrupted exitsafe on the same thread,
-        it runs right after the interrupted step.  Runs automatically at process exit.
+        it runs right after the interrupted step; called during a garbage collection (by a
+        release function of a collected handle, or any finalizer), it runs when that
+        collection ends, once every finalizer of the garbage ran.  Runs automatically at
+        process exit.
 
         Args:
             reason: a label recorded in the trace (`reason=...`); the exit teardown uses

@@ -1,0 +1,76 @@
+"""Garbage collections in progress, and the teardowns asked for inside one.
+
+A cyclic garbage collection first clears every weak reference to the garbage it found,
+then runs the garbage's finalizers one by one.  A teardown asked for by one of those
+finalizers (a release function of a collected handle that calls ``teardown()``) would
+run while the other handles of the same garbage are neither live nor ended: the
+pure-Python core's live table refers to its handles weakly and no longer sees them,
+while the compiled core's sees them all, so the two would decide differently, and a
+parent waiting for such a handle could be left with no outcome at all.  So a teardown
+asked for on the thread running a collection waits until that collection ends (its
+``"stop"`` callback, `gc.callbacks`): by then every finalizer of the garbage ran, and
+the teardown sees what both cores see.
+
+`install` adds the callback once, when exitsafe is imported; it costs one Python call
+at the start and at the end of each collection.
+"""
+
+from __future__ import annotations
+
+import _thread
+import gc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+__all__ = ["after_collection", "collecting_here", "install"]
+
+#: The thread running a collection (0: none).
+_collecting = [0]
+#: What waits for the end of the collection in progress, oldest first.
+_waiting: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+
+
+def collecting_here() -> bool:
+    """Whether the calling thread is running a garbage collection (one of its
+    finalizers or weak-reference callbacks calls exitsafe)."""
+    return _collecting[0] == _thread.get_ident()
+
+
+def after_collection(fn: Callable[..., object], *args: Any) -> None:
+    """Run ``fn(*args)`` when the collection in progress on this thread ends."""
+    _waiting.append((fn, args))
+
+
+def _on_collection(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _collecting[0] = _thread.get_ident()
+        return
+    _collecting[0] = 0
+    while _waiting:
+        fn, args = _waiting.pop(0)
+        try:
+            fn(*args)
+        except Exception as exc:  # a callback of the collector cannot raise: logged
+            from ._report import error_from_finalizer
+
+            error_from_finalizer(
+                "exitsafe: a teardown asked for during a garbage collection failed: %s",
+                repr(exc),
+            )
+
+
+def install() -> None:
+    """Add the collector's callback (once)."""
+    if _on_collection not in gc.callbacks:
+        gc.callbacks.append(_on_collection)
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: the collection of another thread of the parent does not go on
+    here (one of the forking thread does, and ends as usual); what waited for it were
+    the parent's requests."""
+    if _collecting[0] != _thread.get_ident():
+        _collecting[0] = 0
+    _waiting.clear()
