@@ -290,11 +290,22 @@ def resolve(items: object, registry: Registry, what: str) -> tuple[Handle, ...]:
 # ---------------------------------------------------------------------- neutralization
 
 
-def _attr_names(attr: Attrs) -> tuple[str, ...]:
-    names = (attr,) if isinstance(attr, str) else tuple(attr)
+def _attr_names(attr: Attrs, what: str = "attr") -> tuple[str, ...]:
+    """The attribute names ``attr`` gives: one name, or a sequence (list, tuple...) of
+    names; anything else (a number, ``None``, bytes, an empty sequence) is a TypeError
+    naming the argument ``what``."""
+    if isinstance(attr, str):
+        names: tuple[object, ...] = (attr,)
+    elif isinstance(attr, (bytes, bytearray)) or not hasattr(type(attr), "__iter__"):
+        names = ()
+    else:
+        names = tuple(attr)
     if not names or not all(isinstance(n, str) and n for n in names):
-        raise TypeError(f"attr must be an attribute name or a sequence of names, got {attr!r}")
-    return names
+        raise TypeError(
+            f"{what} must be an attribute name (a non-empty str) or a sequence of names, "
+            f"got {attr!r}"
+        )
+    return names  # type: ignore[return-value]
 
 
 def _lookup_descriptor(cls: type, name: str) -> object:
@@ -614,7 +625,7 @@ def adopt(
             )
     elif close is not None and not callable(close):
         raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
-    names = _attr_names(neutralize) if neutralize is not None else ()
+    names = _attr_names(neutralize, "neutralize") if neutralize is not None else ()
     for attr_name in names:
         _check_settable(obj, attr_name)
     reg = registry_arg(registry)
