@@ -202,8 +202,11 @@ _RESERVED = object()
 _adopted = ClaimTable(strong=True)
 #: Lookups registered by the FFI adapters: obj -> Handle or None.
 _lookups: list[Callable[[object, Registry], Optional[Handle]]] = []
-#: (weak or strong reference to the object, hook) of each pending neutralize_at_exit.
-_pending: list[tuple[Callable[[], object], Handle]] = []
+#: The hooks of neutralize_at_exit objects collected since the last call: appended by the
+#: weak reference's callback (from a collection, any thread, maybe inside a section: an
+#: atomic append, no lock), cancelled by the next call.  Each hook is handled once, so a
+#: call costs O(1) amortized however many objects are pending (each call swept them all).
+_collected: list[Handle] = []
 
 
 def registry_arg(registry: Optional[Registry]) -> Registry:
@@ -407,13 +410,28 @@ def _strong(obj: object) -> Callable[[], object]:
     return lambda: obj
 
 
-def _sweep_pending() -> None:
-    """Cancel the hooks of neutralize_at_exit objects that were collected meanwhile."""
-    with _sync.section("neutralize_at_exit()"):
-        dead = [hook for get, hook in _pending if get() is None]
-        if dead:
-            _pending[:] = [(get, hook) for get, hook in _pending if get() is not None]
-    for hook in dead:
+class _OnCollected:
+    """The callback of a neutralize_at_exit object's weak reference: queues its hook (held
+    weakly: the registry owns it) for cancelling."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self) -> None:
+        self.hook: Optional[Callable[[], Optional[Handle]]] = None
+
+    def __call__(self, _ref: object) -> None:
+        hook = self.hook() if self.hook is not None else None
+        if hook is not None:
+            _collected.append(hook)
+
+
+def _cancel_collected() -> None:
+    """Cancel the hooks of neutralize_at_exit objects collected meanwhile (once each)."""
+    while _collected:
+        try:
+            hook = _collected.pop()
+        except IndexError:  # another thread took the last one
+            return
         hook.release()  # a no-op once teardown began
 
 
@@ -468,17 +486,18 @@ def neutralize_at_exit(
     reg = registry_arg(registry)
     before_h = resolve(before, reg, "before")
     after_h = resolve(after, reg, "after")
+    on_collected = _OnCollected()
     try:
-        get: Callable[[], object] = _weakref(obj)
+        get: Callable[[], object] = _weakref(obj, on_collected)
     except TypeError:
-        get = _strong(obj)
-    _sweep_pending()
+        get = _strong(obj)  # (lives until exit: its hook is never cancelled)
+    _cancel_collected()
     hook_name = name if name is not None else f"neutralize {type(obj).__qualname__}.{names[0]}"
     hook = reg.on_teardown(
         _Neutralizer(get, names, null), before=before_h, after=after_h, name=hook_name,
         in_child="run",  # pure Python: a forked child neutralizes its copy too
     )
-    _pending.append((get, hook))  # one atomic append
+    on_collected.hook = _weakref(hook)
     return hook
 
 
