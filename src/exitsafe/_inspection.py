@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import _sync
 from ._handle import HandleInfo
-from ._ledger import Ledger, LedgerEntry
+from ._ledger import Ledger, LedgerEntry, counts_of
 from ._node import RELEASING
 from ._node import Node as _Node
 
@@ -96,12 +96,20 @@ class Inspection:
         return f"<exitsafe.Registry {self.name!r} {phase} live={len(self._live)}>"
 
     def _as_json(self) -> dict[str, Any]:
+        """The ledger file's part for this registry: its counts and entries are made from
+        one copy of the records, taken in one locked moment (read apart, threads still
+        registering during the exit made them disagree), so the counts always sum to the
+        entries plus ``dropped_entries``."""
+        ledger = self._ledger
+        records, dropped_counts = self._read(ledger.snapshot)
+        entries = ledger.entries_of(self.name, records)
+        counts = counts_of(records, dropped_counts)
         return {
             "name": self.name,
-            "counts": self.ledger_counts(),
+            "counts": counts,
             "late_requests": self.late_requests,
-            "dropped_entries": self._ledger.dropped,
+            "dropped_entries": sum(counts.values()) - len(entries),
             "parked_threads": self._parked,
-            "entries": [e.as_dict() for e in self.ledger()],
+            "entries": [e.as_dict() for e in entries],
         }
 
