@@ -260,15 +260,18 @@ class Interrupter:
         if self.seen != self.at:
             return
         code = frame.f_code
+        line = frame.f_lineno
         if event == "opcode":
             lasti = frame.f_lasti if offset is None else offset
             what = "opcode " + self._opname(code, lasti)
+            if line is None:  # (an exception handler's instruction has no line: 3.12+)
+                line = f"?@{lasti}"
         else:
             what = event
         self.fired = {
             "event": what,
             "file": os.path.relpath(code.co_filename, _PKG),
-            "line": frame.f_lineno,
+            "line": line,
             "function": getattr(code, "co_qualname", code.co_name),
             "thread": "main" if threading.get_ident() == self.main else "other",
         }
@@ -337,7 +340,7 @@ class Program:
         self.held: dict[str, exitsafe.Handle] = {}
         self.tracked: list[str] = []  # got a handle: must end with exactly one outcome
         self.refused: list[str] = []  # track() raised: the caller still owns the object
-        self.hooks: list[str] = []
+        self.hooks: list[str] = []  # on_teardown() returned their handle
 
     def track(self, name: str, raw: Any = None, **options: Any) -> exitsafe.Handle:
         try:
@@ -355,11 +358,9 @@ class Program:
         def run() -> None:
             CALLS[name] += 1
 
-        try:
-            handle = self.reg.on_teardown(run, name=name, **options)
-        except BaseException:
-            self.refused.append(name)
-            raise
+        # (on_teardown() promises nothing when it raises: the hook may run or not, with
+        # at most one outcome)
+        handle = self.reg.on_teardown(run, name=name, **options)
         self.hooks.append(name)
         self.held[name] = handle
         return handle
