@@ -235,8 +235,10 @@ class Interrupter:
         def on_instruction(code: CodeType, offset: int) -> Any:
             if not ours(code):
                 return disable  # (never of interest: not asked again for this place)
+            if self.mode == "calls" and offset not in self.after_calls(code):
+                return disable  # (nor is an instruction that does not follow a call)
             if self.active:
-                self.instruction(sys._getframe(1), offset)
+                self.event(sys._getframe(1), "opcode", offset)
             return None
 
         def on_start(code: CodeType, offset: int) -> Any:
