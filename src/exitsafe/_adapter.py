@@ -577,12 +577,34 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
             exit_borrow(handle)
 
 
+#: What can never be a library whose attributes are functions: refused by `borrowing()`.
+_NOT_LIBRARIES = (
+    str, bytes, bytearray, memoryview, int, float, complex, list, tuple, dict, set, frozenset,
+)
+
+
+def check_library(lib: object, function: str, accepts: str, refuse: Optional[str] = None) -> None:
+    """Refuse at once an argument of ``function`` (an adapter's ``borrowing()``) that cannot
+    be a library: ``None``, a number, a string or bytes (a library's *name*: it must be
+    loaded first), a container, a handle, or whatever the adapter says (``refuse``: why, or
+    ``None``).  The TypeError names what ``function`` accepts (``accepts``).  Any other
+    object is taken as a library: its callable attributes are the functions wrapped."""
+    reason = refuse
+    if lib is None or isinstance(lib, _NOT_LIBRARIES) or isinstance(lib, Handle):
+        reason = f"{lib!r} ({type(lib).__name__})"
+        if isinstance(lib, (str, bytes)):
+            reason += "; a library's name must be loaded first"
+    if reason is not None:
+        raise TypeError(f"{function} needs {accepts}, got {reason}")
+
+
 class BorrowingLibrary:
     """A view of a library whose functions go through `call`.
 
     ``lib = exitsafe.cffi.borrowing(ffi.dlopen(...))``: ``lib.device_run(dev, 10)`` with
     ``dev`` a handle borrows it for the call.  Attributes that are not callable (a
-    constant, a global variable) are returned as they are.
+    constant, a global variable) are returned as they are.  Made by the adapters'
+    ``borrowing()``, which check the library first (see `check_library`).
     """
 
     __slots__ = ("_functions", "_library")

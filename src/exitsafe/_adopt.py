@@ -208,8 +208,11 @@ def _adopted_lookup(obj: object, registry: Registry) -> Optional[Handle]:
 #: id(obj) -> the live adoption handle of obj (obj is referenced, so ids cannot be reused).
 _adopted = ClaimTable(strong=True)
 register_lookup(_adopted_lookup)
-#: (weak or strong reference to the object, hook) of each pending neutralize_at_exit.
-_pending: list[tuple[Callable[[], object], Handle]] = []
+#: The hooks of neutralize_at_exit objects collected since the last call: appended by the
+#: weak reference's callback (from a collection, any thread, maybe inside a section: an
+#: atomic append, no lock), cancelled by the next call.  Each hook is handled once, so a
+#: call costs O(1) amortized however many objects are pending (each call swept them all).
+_collected: list[Handle] = []
 
 
 def registry_arg(registry: Optional[Registry]) -> Registry:
@@ -248,11 +251,22 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
 # ---------------------------------------------------------------------- neutralization
 
 
-def _attr_names(attr: Attrs) -> tuple[str, ...]:
-    names = (attr,) if isinstance(attr, str) else tuple(attr)
+def _attr_names(attr: Attrs, what: str = "attr") -> tuple[str, ...]:
+    """The attribute names ``attr`` gives: one name, or a sequence (list, tuple...) of
+    names; anything else (a number, ``None``, bytes, an empty sequence) is a TypeError
+    naming the argument ``what``."""
+    if isinstance(attr, str):
+        names: tuple[object, ...] = (attr,)
+    elif isinstance(attr, (bytes, bytearray)) or not hasattr(type(attr), "__iter__"):
+        names = ()
+    else:
+        names = tuple(attr)
     if not names or not all(isinstance(n, str) and n for n in names):
-        raise TypeError(f"attr must be an attribute name or a sequence of names, got {attr!r}")
-    return names
+        raise TypeError(
+            f"{what} must be an attribute name (a non-empty str) or a sequence of names, "
+            f"got {attr!r}"
+        )
+    return names  # type: ignore[return-value]
 
 
 def _lookup_descriptor(cls: type, name: str) -> object:
@@ -354,17 +368,28 @@ def _strong(obj: object) -> Callable[[], object]:
     return lambda: obj
 
 
-def _sweep_pending() -> None:
-    """Cancel the hooks of neutralize_at_exit objects that were collected meanwhile."""
+class _OnCollected:
+    """The callback of a neutralize_at_exit object's weak reference: queues its hook (held
+    weakly: the registry owns it) for cancelling."""
 
-    def sweep() -> list[Handle]:
-        dead = [hook for get, hook in _pending if get() is None]
-        if dead:
-            _pending[:] = [(get, hook) for get, hook in _pending if get() is not None]
-        return dead
+    __slots__ = ("hook",)
 
-    dead = _sync.locked("neutralize_at_exit()", sweep)
-    for hook in dead:
+    def __init__(self) -> None:
+        self.hook: Optional[Callable[[], Optional[Handle]]] = None
+
+    def __call__(self, _ref: object) -> None:
+        hook = self.hook() if self.hook is not None else None
+        if hook is not None:
+            _collected.append(hook)
+
+
+def _cancel_collected() -> None:
+    """Cancel the hooks of neutralize_at_exit objects collected meanwhile (once each)."""
+    while _collected:
+        try:
+            hook = _collected.pop()
+        except IndexError:  # another thread took the last one
+            return
         hook.release()  # a no-op once teardown began
 
 
@@ -419,17 +444,18 @@ def neutralize_at_exit(
     reg = registry_arg(registry)
     before_h = resolve(before, reg, "before")
     after_h = resolve(after, reg, "after")
+    on_collected = _OnCollected()
     try:
-        get: Callable[[], object] = _weakref(obj)
+        get: Callable[[], object] = _weakref(obj, on_collected)
     except TypeError:
-        get = _strong(obj)
-    _sweep_pending()
+        get = _strong(obj)  # (lives until exit: its hook is never cancelled)
+    _cancel_collected()
     hook_name = name if name is not None else f"neutralize {type(obj).__qualname__}.{names[0]}"
     hook = reg.on_teardown(
         _Neutralizer(get, names, null), before=before_h, after=after_h, name=hook_name,
         in_child="run",  # pure Python: a forked child neutralizes its copy too
     )
-    _pending.append((get, hook))  # one atomic append
+    on_collected.hook = _weakref(hook)
     return hook
 
 
@@ -576,7 +602,7 @@ def adopt(
             )
     elif close is not None and not callable(close):
         raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
-    names = _attr_names(neutralize) if neutralize is not None else ()
+    names = _attr_names(neutralize, "neutralize") if neutralize is not None else ()
     for attr_name in names:
         _check_settable(obj, attr_name)
     reg = registry_arg(registry)

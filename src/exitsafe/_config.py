@@ -8,7 +8,10 @@ used instead; it never raises.
 ``EXITSAFE_AT_EXIT``          ``release`` | ``leak`` | ``policy`` (default ``policy``).
 ``EXITSAFE_TRACE``            ``1``/``true``/``yes``/``on`` prints the teardown to stderr.
 ``EXITSAFE_LEDGER``           a path; the ledger is written there as JSON at exit
-                              (``{pid}`` in the path is replaced by the process id).
+                              (``{pid}`` in the path is replaced by the process id,
+                              ``{interp}`` by the interpreter's id; a subinterpreter
+                              whose path has no ``{interp}`` writes ``<stem>.interp-<id>
+                              <suffix>`` next to it: see `ledger_path`).
 ``EXITSAFE_STEP_TIMEOUT``     seconds (float > 0) each teardown step may take.
 ``EXITSAFE_TEARDOWN_TIMEOUT`` seconds (float > 0) the whole teardown may take.
 """
@@ -86,8 +89,40 @@ def seconds(var: str) -> Optional[float]:
 
 
 def ledger_path() -> Optional[str]:
-    """Where to write the ledger at exit (``EXITSAFE_LEDGER``), with ``{pid}`` expanded."""
+    """Where to write the ledger at exit (``EXITSAFE_LEDGER``), with ``{pid}`` expanded.
+
+    Every interpreter of the process that imports exitsafe writes its own ledger at its
+    end, so each gets a file of its own: ``{interp}`` in the path is replaced by the
+    interpreter's id (``0`` for the main interpreter); without it, the main interpreter
+    writes the path as given and a subinterpreter inserts ``.interp-<id>`` before the
+    suffix (``ledger.json`` -> ``ledger.interp-3.json``).  (Each wrote the path as given,
+    the last one to end overwriting the others' outcomes.)
+    """
     raw = os.environ.get("EXITSAFE_LEDGER")
     if not raw:
         return None
-    return raw.replace("{pid}", str(os.getpid()))
+    path = raw.replace("{pid}", str(os.getpid()))
+    interp = interpreter_id()
+    if "{interp}" in path:
+        return path.replace("{interp}", str(interp))
+    if interp:
+        stem, suffix = os.path.splitext(path)
+        return f"{stem}.interp-{interp}{suffix}"
+    return path
+
+
+def interpreter_id() -> int:
+    """The id of the interpreter running this code: ``0`` for the main interpreter (also
+    where CPython offers no way to ask, having no subinterpreters to run Python code)."""
+    import importlib
+
+    for name in ("_interpreters", "_xxsubinterpreters"):  # (3.13+; 3.8-3.12)
+        try:
+            api = importlib.import_module(name)
+            current = api.get_current()
+        except Exception:  # missing, or refused in this interpreter: try the other
+            continue
+        if isinstance(current, tuple):  # 3.13+: (id, whence)
+            current = current[0]
+        return int(current)
+    return 0

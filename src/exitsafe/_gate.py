@@ -97,9 +97,9 @@ def borrow_enter(node: Record) -> Any:
     gated = False
     try:
         try:
-            if not _acquire(False):
-                _wait()
             try:
+                if not _acquire(False):
+                    _wait()
                 borrows = node._borrows
                 if state.phase and _get_ident() not in state.gate.allowed:
                     gated = True  # a teardown began: this thread may not enter native code
@@ -112,10 +112,8 @@ def borrow_enter(node: Record) -> Any:
                 _undo_borrow(node, borrows, held, depth)
                 raise
         finally:
-            try:
+            if _reentered():
                 _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
         if gated:
             _refuse(node)  # parks this thread or raises
         if _deferred:
@@ -201,10 +199,8 @@ def _park(node: Record) -> NoReturn:
             _sync.enter()
         state.gate.count_parked()
     finally:
-        try:
+        if _reentered():
             _release()
-        except RuntimeError:  # (not held: interrupted before taking it)
-            pass
     logger = log_if_loaded()  # (an import here could freeze half-way: see park())
     if logger is not None:
         logger.info(
@@ -240,9 +236,9 @@ def borrow_exit(node: Record) -> None:
     borrows = None
     try:
         try:
-            if not _acquire(False):
-                _wait()
             try:
+                if not _acquire(False):
+                    _wait()
                 borrows = node._borrows
                 _record.drop_borrow(node)
                 if _record.is_due(node) and not state.phase:
@@ -255,10 +251,8 @@ def borrow_exit(node: Record) -> None:
                     _record.claim(node, me)
                 raise
         finally:
-            try:
+            if _reentered():
                 _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
         error = _release_chain(target) if target is not None else None
     except BaseException:
         _leave()

@@ -22,7 +22,7 @@ from ._threads import held as _held
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import TracebackType
-    from typing import Any, Optional
+    from typing import Any, NoReturn, Optional
 
     from ._registry import Registry
 
@@ -250,6 +250,23 @@ class Handle(Record):
         tb: Optional[TracebackType],
     ) -> None:
         self.release()
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError(
+            f"exitsafe.Handle {display_name(self)!r} cannot be copied: a copy would release "
+            f"its native object a second time.  Share the handle itself; to add an owner, "
+            f"use handle.retain() (and release() once per owner)"
+        )
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        raise TypeError(
+            f"exitsafe.Handle {display_name(self)!r} cannot be pickled: its native object "
+            f"belongs to this process.  Share the handle itself within the process; to add "
+            f"an owner, use handle.retain() (and release() once per owner)"
+        )
 
     def __repr__(self) -> str:
         return (

@@ -235,7 +235,10 @@ class Ledger:
 
     def entries(self, registry: str) -> list[LedgerEntry]:
         """The kept records, oldest first (at most ``limit``), as entries."""
-        records = list(self.records)
+        return self.entries_of(registry, list(self.records))
+
+    def entries_of(self, registry: str, records: list[Record]) -> list[LedgerEntry]:
+        """``records`` (a copy of the records) as entries, the newest ``limit``."""
         limit = self.limit
         if limit is not None and len(records) > limit:
             records = records[len(records) - limit :]
@@ -249,16 +252,26 @@ class Ledger:
 
     def counts(self) -> dict[str, int]:
         """How many handles ended in each outcome (exact, never truncated)."""
-        counts = dict(self._dropped_counts)
-        for record in self.records:
-            outcome = record[3]
-            counts[outcome] = counts.get(outcome, 0) + 1
-        return counts
+        return counts_of(self.records, self._dropped_counts)
+
+    def snapshot(self) -> tuple[list[Record], dict[str, int]]:
+        """A copy of the records and of the dropped records' counts, taken at one moment
+        (the caller holds the lock): the counts and the entries derived from it agree."""
+        return list(self.records), dict(self._dropped_counts)
 
     @property
     def dropped(self) -> int:
         """How many records the limit dropped (their counts are still exact)."""
         return self._dropped
+
+
+def counts_of(records: Iterable[Record], dropped_counts: dict[str, int]) -> dict[str, int]:
+    """Outcome counts of ``records`` plus those of the records the limit dropped."""
+    counts = dict(dropped_counts)
+    for record in records:
+        outcome = record[3]
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
 
 
 # ---------------------------------------------------------------------- trace grammar

@@ -63,9 +63,9 @@ def retain(node: Record) -> None:
     refs = None
     try:
         try:
-            if not _acquire(False):
-                _wait()
             try:
+                if not _acquire(False):
+                    _wait()
                 refs = node._refs
                 if not _is_usable(node):
                     raise HandleClosedError(closed_message(node))
@@ -75,10 +75,8 @@ def retain(node: Record) -> None:
                     _drop_one(node)  # (not retained after all: the caller gets the error)
                 raise
         finally:
-            try:
+            if _reentered():
                 _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
     except BaseException:
         _leave()
         raise
@@ -104,9 +102,9 @@ def drop_owner(node: Record) -> None:
     target = refs = None
     try:
         try:
-            if not _acquire(False):
-                _wait()
             try:
+                if not _acquire(False):
+                    _wait()
                 refs = node._refs
                 if state.phase or state.strict or node._state or not refs:
                     target = _drop_rarely(node, refs)  # (in one test: the common case's)
@@ -116,10 +114,8 @@ def drop_owner(node: Record) -> None:
                 target = _claim_dropped(node, refs, me)
                 raise
         finally:
-            try:
+            if _reentered():
                 _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
         if target is None:
             error = None
         elif target is state:  # a late request (the registry closed meanwhile)
@@ -147,10 +143,8 @@ def drop_owner(node: Record) -> None:
                         if _end_released(target, state.records, state.live, state.cap):
                             state.ledger.trim()
                     finally:
-                        try:
+                        if _reentered():
                             _release()
-                        except RuntimeError:  # (not held: interrupted before taking it)
-                            pass
                 else:
                     error = _record_end(target, _RELEASED, None, None)
             except BaseException as exc:  # recorded, then raised below
@@ -246,10 +240,8 @@ def _record_end(
                 else:
                     state.finish(node, outcome, detail, False, own_trash, ready=ready)
             finally:
-                try:
+                if _reentered():
                     _release()
-                except RuntimeError:  # (not held: interrupted before taking it)
-                    pass
             break
         except BaseException as exc:
             if not _sync.is_interrupt(exc):
@@ -463,10 +455,8 @@ def _collected_now(node: Record) -> None:
                     target = node
                 raise
         finally:
-            try:
+            if _reentered():
                 _release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
         trash.clear()
         if target is not None:
             _release_collected(target)

@@ -31,7 +31,7 @@ from ._core import speedups
 from ._errors import DependencyCycleError, HandleClosedError, RegistryClosedError
 from ._gate import BorrowGate
 from ._hooks import Hooks
-from ._ledger import Ledger, LedgerEntry, Outcome, quote
+from ._ledger import Ledger, LedgerEntry, Outcome, counts_of, quote
 from ._live import LiveTable
 from ._phase import CLOSED, OPEN, TEARING
 from ._process import keep_forever
@@ -148,10 +148,8 @@ class RegistryState(_StateBase):
                     self.live.add(node, False)
                 return True
             finally:
-                try:
+                if _reentered():
                     _release()
-                except RuntimeError:  # (not held: interrupted before taking it)
-                    pass
         except BaseException:
             _sync.leave()
             raise
@@ -445,18 +443,19 @@ class RegistryState(_StateBase):
         return counts
 
     def as_json(self) -> dict[str, Any]:
-        """The registry's part of the ledger file: counts and entries of one moment."""
-
-        def snapshot() -> tuple[dict[str, int], list[LedgerEntry], int]:
-            ledger = self.ledger
-            return ledger.counts(), ledger.entries(self.name), ledger.dropped
-
-        counts, entries, dropped = self.read(snapshot)
+        """The ledger file's part for this registry.  Its counts and entries are made from
+        one copy of the records, taken in one locked moment (read apart, threads still
+        registering during the exit made them disagree), so the counts always sum to the
+        entries plus ``dropped_entries``."""
+        ledger = self.ledger
+        records, dropped_counts = self.read(ledger.snapshot)
+        entries = ledger.entries_of(self.name, records)
+        counts = counts_of(records, dropped_counts)
         return {
             "name": self.name,
             "counts": counts,
-            "late_requests": self.ledger.late_requests,
-            "dropped_entries": dropped,
+            "late_requests": ledger.late_requests,
+            "dropped_entries": sum(counts.values()) - len(entries),
             "parked_threads": self.gate.parked,
             "entries": [e.as_dict() for e in entries],
         }

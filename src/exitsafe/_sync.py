@@ -318,29 +318,34 @@ def refused(operation: str) -> Exception:
 
 
 def leave() -> None:
-    """Release `LOCK` if the calling thread holds it: the end of a section, and the
-    handler of an exception that may have come before that end."""
-    try:
+    """Release `LOCK` if the calling thread holds it: the handler of an exception that may
+    have come before a section's end (see `locked`)."""
+    if reentered():
         release()
-    except RuntimeError:  # (not held: interrupted before taking it, or already left)
-        pass
 
 
 def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
     """Run ``fn(*args)`` as one section: holding `LOCK`, then run the queued work.
 
-    The one helper for a locked section (the hot paths of the pure-Python core write
-    the same steps out).  Raises [`ReentrancyError`][exitsafe.ReentrancyError], naming
-    ``operation``, when the calling thread is already inside a section (a finalizer or
-    a signal handler that interrupted one), instead of waiting for itself.
+    The one helper for a locked section (the hot paths write the same steps out, in the
+    same shape).  Raises [`ReentrancyError`][exitsafe.ReentrancyError], naming
+    ``operation``, when the calling thread is already inside a section (a finalizer or a
+    signal handler that interrupted one), instead of waiting for itself.
 
     The lock is free again when this returns or raises, wherever an exception lands: in
-    ``fn``, in the lock's own methods, or between any two instructions here (a
-    ``KeyboardInterrupt`` that a tracer or CPython 3.9 delivers after any opcode).  An
-    exception at the ``finally``'s first line, before it releases, reaches the outer
-    handler, which releases.  The ``finally`` calls the lock's own ``release`` (C code)
-    rather than `leave`: at the recursion limit a Python helper's frame cannot be
-    entered, and the lock would stay held.  ``fn`` must be bookkeeping only (rule 1).
+    ``fn``, in the lock's own methods, or at any line or instruction here (a
+    ``KeyboardInterrupt`` that a tracer, or CPython 3.9 with none, delivers there).  The
+    shape of a section, which every hand-written one keeps:
+
+    * every ``try`` statement begins *before* the lock is taken, and the ``finally``
+      holds none: CPython covers no ``try`` line with any handler (not even the
+      enclosing ones), so an exception a tracer raises at such a line, inside the
+      section, would leave it with the lock held;
+    * the ``finally`` releases with the lock's own methods (C code, no Python frame: at
+      the recursion limit a Python helper cannot be called), asking first whether this
+      thread holds it;
+    * an outer handler releases too: an exception between that question and the release
+      reaches it.
     """
     if reentered():
         raise refused(operation)
@@ -350,10 +355,8 @@ def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
                 wait()
             result = fn(*args)
         finally:
-            try:
+            if reentered():
                 release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
     except BaseException:
         leave()
         raise
@@ -371,10 +374,8 @@ def locked_quietly(fn: Callable[..., _T], *args: Any) -> _T:
                 wait()
             return fn(*args)
         finally:
-            try:
+            if reentered():
                 release()
-            except RuntimeError:  # (not held: interrupted before taking it)
-                pass
     except BaseException:
         leave()
         raise

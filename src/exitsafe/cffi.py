@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 
-from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses
+from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses, check_library
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
 from ._adopt import registry_arg
@@ -575,12 +575,29 @@ def borrowing(lib: object) -> BorrowingLibrary:
         An object whose attributes are `lib`'s functions wrapped like `call`; other
         attributes are `lib`'s own.
 
+    Raises:
+        TypeError: `lib` cannot be a library: `None`, a number, a library's name (a str or
+            bytes: load it with `ffi.dlopen` first), a container, a handle, a cdata or the
+            `ffi` object itself.
+
     Example:
         ```python
         blib = exitsafe.cffi.borrowing(lib)
         blib.device_run(device, 10)   # device (a handle) is borrowed for the call
         ```
     """
+    refuse = None
+    if lib is not None and not _ADAPTER.is_library(lib):
+        if callable(getattr(lib, "dlopen", None)) and callable(getattr(lib, "cdef", None)):
+            refuse = "the ffi object itself; pass the library its dlopen() returned"
+        elif type(lib).__module__ == "_cffi_backend":
+            refuse = f"a cdata ({type(lib).__name__}); pass the library ffi.dlopen() returned"
+    check_library(
+        lib,
+        "exitsafe.cffi.borrowing()",
+        "a library: the object ffi.dlopen() returns (or the lib of a compiled cffi module)",
+        refuse,
+    )
     return BorrowingLibrary(lib)
 
 

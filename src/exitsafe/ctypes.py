@@ -25,7 +25,7 @@ from __future__ import annotations
 import _ctypes
 import ctypes as _c
 
-from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses
+from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses, check_library
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
 from ._adopt import registry_arg
@@ -540,12 +540,20 @@ def borrowing(lib: object) -> BorrowingLibrary:
         An object whose attributes are `lib`'s functions wrapped like `call`; other
         attributes are `lib`'s own.
 
+    Raises:
+        TypeError: `lib` cannot be a library: `None`, a number (a raw library handle has no
+            functions to wrap), a library's name (a str or bytes: load it with
+            `ctypes.CDLL` first), a container or a handle.
+
     Example:
         ```python
         blib = exitsafe.ctypes.borrowing(lib)
         blib.device_run(device, 10)   # device (a handle) is borrowed for the call
         ```
     """
+    check_library(
+        lib, "exitsafe.ctypes.borrowing()", "a library: a ctypes.CDLL (or PyDLL, WinDLL)"
+    )
     return BorrowingLibrary(lib)
 
 

@@ -85,16 +85,37 @@ class Scenario:
         return "default" if self.registry == "default" else "fz"
 
 
-def ancestors(handles: tuple[HandleSpec, ...], i: int) -> set[int]:
-    """Every handle ``i`` depends on, directly or not."""
-    seen: set[int] = set()
-    todo = list(handles[i].parents)
+#: A node of the teardown's order: ``("h", i)`` handle ``i``, ``("k", j)`` hook ``j``.
+Node = tuple[str, int]
+
+
+def goes_before(
+    handles: tuple[HandleSpec, ...], hooks: tuple[HookSpec, ...], node: Node
+) -> set[Node]:
+    """Every node the teardown must finish after ``node`` (``node`` before each of them):
+    a handle goes before the handles it depends on and before the hooks naming it in
+    ``after=``; a hook goes before the handles in its ``before=``."""
+    seen: set[Node] = set()
+    todo = [node]
     while todo:
-        p = todo.pop()
-        if p not in seen:
-            seen.add(p)
-            todo.extend(handles[p].parents)
+        kind, i = todo.pop()
+        if kind == "h":
+            nxt = [("h", p) for p in handles[i].parents]
+            nxt += [("k", j) for j, k in enumerate(hooks) if i in k.after]
+        else:
+            nxt = [("h", b) for b in hooks[i].before]
+        for n in nxt:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
     return seen
+
+
+def is_acyclic(handles: tuple[HandleSpec, ...], hooks: tuple[HookSpec, ...]) -> bool:
+    """Whether the order the handles' dependencies and the hooks' edges ask for has no
+    cycle (exitsafe raises DependencyCycleError for the edge that would close one)."""
+    nodes = [("h", i) for i in range(len(handles))] + [("k", j) for j in range(len(hooks))]
+    return not any(n in goes_before(handles, hooks, n) for n in nodes)
 
 
 @st.composite
@@ -114,13 +135,14 @@ def handle_specs(draw: st.DrawFn) -> tuple[HandleSpec, ...]:
 @st.composite
 def hook_specs(draw: st.DrawFn, handles: tuple[HandleSpec, ...]) -> tuple[HookSpec, ...]:
     n = len(handles)
-    hooks = []
+    hooks: list[HookSpec] = []
     for k in range(draw(st.integers(0, 3))):
         before = draw(st.sets(st.integers(0, n - 1), max_size=2))
-        # after=a with before=b is a cycle when b is a or depends on a (b goes first).
-        forbidden = set(before)
-        for b in before:
-            forbidden |= ancestors(handles, b)
+        # The new hook goes before each handle in `before` and everything those go before
+        # (their parents, and the hooks drawn so far that wait for them): an `after=a`
+        # among those would close a cycle, through this hook alone or through others.
+        placed = (*hooks, HookSpec(f"k{k}", tuple(sorted(before)), ()))
+        forbidden = {i for kind, i in goes_before(handles, placed, ("k", k)) if kind == "h"}
         after = draw(st.sets(st.sampled_from(range(n)), max_size=2)) - forbidden
         hooks.append(HookSpec(f"k{k}", tuple(sorted(before)), tuple(sorted(after))))
     return tuple(hooks)
