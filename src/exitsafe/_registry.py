@@ -46,6 +46,7 @@ _get_ident = _thread.get_ident
 _reentered = _sync.reentered
 _refused = _sync.refused
 _deferred = _sync._deferred
+_run_deferred = _sync.run_deferred
 _affine = _threads.pending
 _new_record = _record.new
 
@@ -275,20 +276,19 @@ class Registry(_Facade):
                 _sync.generation, _get_ident(),
             )
             try:
-                is_open = state.add_simple(node)
-            except BaseException:  # interrupted (KeyboardInterrupt): the caller owns raw
-                if node._seq:  # registered meanwhile
+                if not state.add_simple(node):  # closed meanwhile
+                    state.registered_after_close(node)
+                elif _deferred:
+                    _run_deferred()
+                if _affine:
+                    run_mine_quietly()
+                return node
+            except BaseException:  # (an interrupt, or queued work that raised): the
+                if node._seq:  # caller never got the handle and still owns raw
                     undo_track(node)
                 else:
                     _record.disown(node)
                 raise
-            if not is_open:  # closed meanwhile
-                state.registered_after_close(node)
-                if _affine:
-                    run_mine_quietly()
-            elif _deferred or _affine:
-                run_deferred_after_track(node, affine=True)
-            return node
         parents = _lookup.parents(depends_on, state, "depends_on") if depends_on else ()
         node = _new_record(
             OwnedHandle, state, raw, release, kind, name, parents, exit_policy, timeout,

@@ -39,6 +39,7 @@ _enter_to_record = _sync.enter_to_record
 _deferred = _sync._deferred  # the queue itself: a cheap truthiness test on the hot path
 _run_deferred = _sync.run_deferred
 _defer = _sync.defer
+_until_done = _sync.until_done
 _affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
 _RELEASED = Outcome.RELEASED
 _is_usable = _record.is_usable
@@ -90,7 +91,11 @@ def drop_owner(node: Record) -> None:
     An exception (an interrupt) anywhere in it either leaves the owner in place, or, once
     the owner is dropped, still releases a record that became due (the release asked
     for happens, is recorded, then the exception is raised): a claimed record is never
-    left with nobody releasing it."""
+    left with nobody releasing it, and its release function never runs twice.
+
+    Written for the exception that can land at any line or instruction: every ``try``
+    line comes before the owner is dropped (CPython covers no ``try`` line with a
+    handler), and what happened is told by ``stage`` (see `exitsafe._sync.locked`)."""
     state = node._registry
     if state.phase == 2:  # CLOSED, spelled out: this may run from a finalizer late in
         state.late_request(node)  # shutdown, when module globals can already be None
@@ -100,21 +105,21 @@ def drop_owner(node: Record) -> None:
         return
     me = _get_ident()
     target = refs = None
+    held = False  # (the lock held: the outer handler releases it if this is not set yet)
+    stage = 0  # 1: the release function is called; 2: it returned (then its end recorded)
     try:
         try:
-            try:
-                if not _acquire(False):
-                    _wait()
-                refs = node._refs
-                if state.phase or state.strict or node._state or not refs:
-                    target = _drop_rarely(node, refs)  # (in one test: the common case's)
-                elif _release_owner(node, me):
-                    target = node
-            except BaseException:
-                target = _claim_dropped(node, refs, me)
-                raise
+            held = _acquire(False) or _wait()
+            refs = node._refs
+            if state.phase or state.strict or node._state or not refs:
+                target = _drop_rarely(node, refs)  # (in one test: the common case's)
+            elif _release_owner(node, me):
+                target = node
+        except BaseException:
+            target = _claim_dropped(node, refs, me)
+            raise
         finally:
-            if _reentered():
+            if held:
                 _release()
         if target is None:
             error = None
@@ -131,42 +136,40 @@ def drop_owner(node: Record) -> None:
             error = release_chain(target)
         else:
             # A leaf: release_chain's steps for a record with nothing else to let go of.
-            # Everything after the call is in the same `try`: an exception anywhere there
-            # (an interrupt) records the end, and the release function never runs twice.
             fn, raw = target._fn, target._raw  # (dropped outside the lock: see below)
-            error = ran = None
-            try:
-                fn(raw)
-                ran = True
-                if _acquire(False):  # (_record_end's common case, written out)
-                    try:
-                        if _end_released(target, state.records, state.live, state.cap):
-                            state.ledger.trim()
-                    finally:
-                        if _reentered():
-                            _release()
-                else:
-                    error = _record_end(target, _RELEASED, None, None)
-            except BaseException as exc:  # recorded, then raised below
-                _leave()  # (held only if it came while recording)
-                if ran:
-                    error = _record_end(target, _RELEASED, None, exc)
-                else:
-                    error = _record_end(target, Outcome.RELEASE_FAILED, repr(exc), exc)
-                del exc
-            del fn, raw  # outside the lock: this may run the object's __del__
+            stage = 1
+            fn(raw)
+            stage = 2
+            if _acquire(False):  # (_record_end's common case, written out)
+                if _end_released(target, state.records, state.live, state.cap):
+                    state.ledger.trim()
+                _release()
+                error = None
+            else:
+                error = _record_end(target, _RELEASED, None, None)
+            # (fn and raw are dropped as this returns: outside the lock; an exception
+            # from here on finds the end recorded, and recording it again does nothing)
         if _deferred:
             _run_deferred()
-        if error is not None:
-            try:
-                raise error
-            finally:
-                error = None  # (see release_chain: no frame of ours keeps it)
-    except BaseException:
+    except BaseException as exc:
         _leave()
-        if target is not None and target._state == RELEASING and target._releaser == me:
-            release_chain(target)  # claimed, not yet released: released all the same
-        raise
+        if stage == 1:  # the release function raised (or its call was interrupted)
+            error = _record_end(target, Outcome.RELEASE_FAILED, repr(exc), exc)  # type: ignore[arg-type]
+        elif stage == 2:  # it returned (its end recorded, or now)
+            error = _record_end(target, _RELEASED, None, exc)  # type: ignore[arg-type]
+        else:
+            error = None
+            if target is not None and target is not state:
+                if target._state == RELEASING and target._releaser == me:
+                    release_chain(target)  # claimed, not yet released: released all the same
+        if error is None or error is exc:
+            error = None  # (no frame of ours keeps the exception: see release_chain)
+            raise
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = None  # (see release_chain: no frame of ours keeps it)
     if _affine:
         _run_mine_quietly()
 
@@ -219,36 +222,11 @@ def _record_end(
     ready: Optional[list[Record]] = None,
 ) -> Optional[BaseException]:
     """Record the outcome of claimed ``node`` whose release step ran; returns the first
-    interrupt that came meanwhile, else ``error``.  Retried until it is recorded: an
-    interrupt while it waits for the lock or records (`RegistryState.finish` completes an
-    end it began) does not lose the record."""
-    state = node._registry
-    interrupt: Optional[BaseException] = None
-    leaf = outcome is _RELEASED and ready is None
+    interrupt that came meanwhile, else ``error``.  Tried again until the record ended:
+    an interrupt while it waits for the lock or records (`RegistryState.finish`
+    completes an end it began) does not lose the record."""
     own_trash: list[object] = [] if trash is None else trash
-    while True:
-        try:
-            try:
-                if not _acquire(False):
-                    stop = _enter_to_record()  # (an interrupt while waiting: returned)
-                    if stop is not None and interrupt is None:
-                        interrupt = stop
-                    stop = None
-                if leaf:
-                    if _end_released(node, state.records, state.live, state.cap):
-                        state.ledger.trim()
-                else:
-                    state.finish(node, outcome, detail, False, own_trash, ready=ready)
-            finally:
-                if _reentered():
-                    _release()
-            break
-        except BaseException as exc:
-            if not _sync.is_interrupt(exc):
-                raise
-            if interrupt is None:
-                interrupt = exc
-            del exc
+    interrupt = _until_done(_record_once, node, outcome, detail, own_trash, ready)
     if trash is None:
         own_trash.clear()
     try:
@@ -257,17 +235,44 @@ def _record_end(
         del interrupt, error
 
 
-def release_failed(node: Record, exc: BaseException) -> Optional[BaseException]:
+def _record_once(
+    node: Record,
+    outcome: str,
+    detail: Optional[str],
+    trash: list[object],
+    ready: Optional[list[Record]],
+) -> None:
+    """One try of `_record_end`: in one section, the end of ``node`` (nothing if it
+    ended: a teardown gave up waiting for it and recorded it, or a try before)."""
+    held = False
+    try:
+        held = _acquire(False) or _wait()
+        state = node._registry
+        if outcome is _RELEASED and ready is None:
+            if _end_released(node, state.records, state.live, state.cap):
+                state.ledger.trim()
+        else:
+            state.finish(node, outcome, detail, False, trash, ready=ready)
+    finally:
+        if held:
+            _release()
+
+
+def release_failed(
+    node: Record, exc: BaseException, ready: Optional[list[Record]] = None
+) -> Optional[BaseException]:
     """The compiled core's: the release function of ``node`` (claimed) raised ``exc``.
 
     Record it and go on with the parents this frees, as `release_chain` does: they are
-    tainted by the failure, so they end leaked, never released.  Returns the interrupt
-    that came while waiting to record it, for the caller to raise once its chain is done
+    tainted by the failure, so they end leaked, never released.  They are claimed into
+    ``ready`` (the caller's list, kept across tries: the compiled core calls this again
+    when an interrupt stops it, and it then goes on with the same list).  Returns the
+    interrupt that came meanwhile, for the caller to raise once its chain is done
     (``None``: none)."""
-    ready: list[Record] = []
+    if ready is None:
+        ready = []
     interrupt = _record_end(node, Outcome.RELEASE_FAILED, repr(exc), None, None, ready)
-    ready.reverse()  # last first, as release_chain's stack takes them
-    error = release_all(ready)
+    error = release_all(ready)  # (last first, as release_chain's stack takes them)
     try:
         return interrupt if interrupt is not None else _interrupt_only(error)
     finally:
@@ -275,30 +280,25 @@ def release_failed(node: Record, exc: BaseException) -> Optional[BaseException]:
 
 
 def release_all(nodes: list[Record]) -> Optional[BaseException]:
-    """Release each of ``nodes`` (claimed by this thread) with `release_chain`, whatever
-    is raised meanwhile; the first error (an interrupt first), for the caller to raise."""
-    me = _get_ident()
-    first: Optional[BaseException] = None
-    interrupt: Optional[BaseException] = None
-    for node in nodes:
-        while node._state == RELEASING and node._releaser == me:
-            try:
-                error = release_chain(node)
-                if error is not None:
-                    if _sync.is_interrupt(error):
-                        interrupt = interrupt or error
-                    elif first is None:
-                        first = error
-                error = None
-            except BaseException as exc:
-                if not _sync.is_interrupt(exc):
-                    raise
-                interrupt = interrupt or exc
-                del exc
+    """Release each of ``nodes`` still claimed by this thread, last first, with
+    `release_chain`, whatever interrupts it; the first error (an interrupt first), for
+    the caller to raise.  Safe to call again: what it released is no longer claimed."""
+    errors: list[Optional[BaseException]] = [None]
+    interrupt = _until_done(_release_each, nodes, errors)
     try:
-        return interrupt if interrupt is not None else first
+        return interrupt if interrupt is not None else errors[0]
     finally:
-        del first, interrupt
+        del interrupt, errors
+
+
+def _release_each(nodes: list[Record], errors: list[Optional[BaseException]]) -> None:
+    me = _get_ident()
+    for node in reversed(nodes):
+        if node._state == RELEASING and node._releaser == me:
+            error = release_chain(node)  # (goes on past interrupts: see release_chain)
+            if error is not None and errors[0] is None:
+                errors[0] = error
+            error = None
 
 
 def _interrupt_only(error: Optional[BaseException]) -> Optional[BaseException]:
@@ -310,6 +310,23 @@ def _interrupt_only(error: Optional[BaseException]) -> Optional[BaseException]:
 _CALLING = ("", None)
 
 
+class _Chain:
+    """A release chain in progress: what it claimed and decided, and what it raises."""
+
+    __slots__ = ("decided", "error", "interrupt", "me", "pending", "trash")
+
+    def __init__(self, first: Record) -> None:
+        self.me = _get_ident()
+        #: The records this thread claimed and has not ended yet (each in the list
+        #: before it is claimed: see RegistryState.finish), last first.
+        self.pending = [first]
+        #: record -> (outcome, detail) once its release step ran (or _CALLING as it runs).
+        self.decided: dict[Record, tuple[str, Optional[str]]] = {}
+        self.error: Optional[BaseException] = None  # the first release function's error
+        self.interrupt: Optional[BaseException] = None  # the first interrupt
+        self.trash: list[object] = []
+
+
 def release_chain(first: Record) -> Optional[BaseException]:
     """Release ``first`` (claimed by this thread) and every parent it frees, iteratively.
 
@@ -317,71 +334,19 @@ def release_chain(first: Record) -> Optional[BaseException]:
     function raised (after recording it), for the caller to re-raise.
 
     An interrupt (``KeyboardInterrupt``) does not stop the chain: every record this
-    thread claimed in it is in ``pending`` before it is claimed (see
-    `RegistryState.finish`), and the loop goes on until each ended with one outcome; the
-    first interrupt is then returned.  A release function is called at most once: one
-    interrupted as it was called, whether it ran or not, ends ``leaked_interrupted``
+    thread claimed in it is in its ``pending`` list before it is claimed (see
+    `RegistryState.finish`), and the chain goes on (`_resume_chain`) until each ended
+    with one outcome; the first interrupt is then returned.  A release function is
+    called at most once: one interrupted as it was called ends ``release_failed``
     (which leaks what it depends on).
     """
-    me = _get_ident()
-    pending = [first]
-    decided: dict[Record, tuple[str, Optional[str]]] = {}
-    error: Optional[BaseException] = None
-    interrupt: Optional[BaseException] = None
-    trash: list[object] = []
-    while pending:
-        try:
-            top = len(pending) - 1
-            node = pending[top]
-            if node._state != RELEASING or node._releaser != me:
-                del pending[top]  # ended, or queued for its owner thread
-                continue
-            verdict = decided.get(node)
-            if verdict is None:
-                if (
-                    node._affinity is not None
-                    and not _threads.on_owner_thread(node)
-                    and node._gen == _sync.generation
-                ):
-                    _sync.locked_quietly(_threads.queue_for_owner, node)
-                    continue
-                if node._gen != _sync.generation:  # checked per record: a release may fork
-                    verdict = (Outcome.LEAKED_INHERITED, "inherited from the parent process")
-                elif node._taint is not None:
-                    verdict = (Outcome.LEAKED_DEPENDENT, node._taint)
-                else:
-                    decided[node] = _CALLING
-                    try:
-                        node._fn(node._raw)  # type: ignore[misc]
-                        verdict = (Outcome.RELEASED, None)
-                        decided[node] = verdict
-                    except BaseException as exc:  # recorded, then re-raised to the caller
-                        verdict = (Outcome.RELEASE_FAILED, repr(exc))
-                        decided[node] = verdict
-                        if error is None:
-                            error = exc
-                        del exc
-                decided[node] = verdict
-            elif verdict is _CALLING:
-                verdict = decided[node] = (
-                    Outcome.LEAKED_INTERRUPTED,
-                    "interrupted as its release function was called (it may not have run)",
-                )
-            stop = _record_end(node, verdict[0], verdict[1], None, trash, pending)
-            if stop is not None and interrupt is None:
-                interrupt = stop
-            stop = None
-            if pending[top] is node:
-                del pending[top]
-            trash.clear()  # drops the raw object and release function: outside the lock
-        except BaseException as exc:
-            if not _sync.is_interrupt(exc):
-                raise
-            if interrupt is None:
-                interrupt = exc
-            del exc
-    if interrupt is not None:
-        error = interrupt
+    chain = _Chain(first)
+    interrupt = _until_done(_run_chain, chain)
+    if interrupt is not None and chain.interrupt is None:
+        chain.interrupt = interrupt
+    interrupt = None
+    error = chain.interrupt if chain.interrupt is not None else chain.error
+    chain.error = chain.interrupt = None
     # The exception's traceback holds this frame, and through its callers' frames
     # (f_back) every object they refer to: a local of this frame (or of any of theirs)
     # holding the exception would make a cycle, keeping all of that, handles of the
@@ -389,7 +354,58 @@ def release_chain(first: Record) -> Optional[BaseException]:
     try:
         return error
     finally:
-        del error, interrupt
+        del error
+
+
+def _run_chain(chain: _Chain) -> None:
+    """The steps of a release chain, until nothing it claimed is left (see
+    `release_chain`, which resumes it after an interrupt)."""
+    me, pending, decided = chain.me, chain.pending, chain.decided
+    while pending:
+        top = len(pending) - 1
+        node = pending[top]
+        if node._state != RELEASING or node._releaser != me:
+            del pending[top]  # ended, or queued for its owner thread
+            continue
+        verdict = decided.get(node)
+        if verdict is None:
+            if (
+                node._affinity is not None
+                and not _threads.on_owner_thread(node)
+                and node._gen == _sync.generation
+            ):
+                _sync.locked_quietly(_threads.queue_for_owner, node)
+                continue
+            if node._gen != _sync.generation:  # checked per record: a release may fork
+                verdict = (Outcome.LEAKED_INHERITED, "inherited from the parent process")
+            elif node._taint is not None:
+                verdict = (Outcome.LEAKED_DEPENDENT, node._taint)
+            else:
+                decided[node] = _CALLING
+                verdict = _call_release(node, chain)
+            decided[node] = verdict
+        elif verdict is _CALLING:  # (an interrupt as it was called: it may have run)
+            verdict = decided[node] = (
+                Outcome.RELEASE_FAILED,
+                "interrupted as its release function was called",
+            )
+        stop = _record_end(node, verdict[0], verdict[1], None, chain.trash, pending)
+        if stop is not None and chain.interrupt is None:
+            chain.interrupt = stop
+        stop = None
+        if pending[top] is node:
+            del pending[top]
+        chain.trash.clear()  # drops the raw object and release function: outside the lock
+
+
+def _call_release(node: Record, chain: _Chain) -> tuple[str, Optional[str]]:
+    """Call ``node``'s release function; its outcome (its error is kept in ``chain``)."""
+    try: node._fn(node._raw)  # type: ignore[misc]  # noqa: E701  (one line: see release_chain)
+    except BaseException as exc:  # recorded, then re-raised to the caller
+        if chain.error is None:
+            chain.error = exc
+        return (Outcome.RELEASE_FAILED, repr(exc))
+    return (Outcome.RELEASED, None)
 
 
 # ---------------------------------------------------------------------- garbage collection
@@ -560,9 +576,13 @@ def detach(node: Record) -> Any:
 
     if _reentered():
         raise _sync.refused("detach()")
-    raw = _sync.locked_quietly(end_detached)
+    # (on the `try` line itself: no line between the section and the releases of what it
+    # freed, where an interrupt could land; see exitsafe._sync.until_done)
+    try: raw = _sync.locked_quietly(end_detached); error = release_all(ready)  # noqa: E701, E702
+    except BaseException:
+        release_all(ready)  # (parents the end freed are released all the same)
+        raise
     trash.clear()
-    error = release_all(ready)
     if _deferred:
         _run_deferred()
     if error is not None:
@@ -603,11 +623,13 @@ def undo_track(node: Record) -> None:
             state.finish(node, Outcome.DETACHED, None, False, trash, ready=ready)
             raise
 
-    try:
-        _sync.locked_quietly(end_undone)
-    finally:
-        trash.clear()
-        release_all(ready)  # (an error is recorded; the caller's is raised)
+    # (an error of the releases is recorded; the caller's is raised; on the `try` line:
+    # see detach)
+    try: _sync.locked_quietly(end_undone); release_all(ready)  # noqa: E701, E702
+    except BaseException:
+        release_all(ready)
+        raise
+    trash.clear()
 
 
 def run_deferred_after_track(node: Record, affine: bool = False) -> None:

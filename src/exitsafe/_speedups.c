@@ -308,6 +308,36 @@ call2(PyObject *fn, PyObject *a, PyObject *b)
     return PyObject_Vectorcall(fn, args, 2, NULL);
 }
 
+static PyObject *take_exception(void);
+
+/* Call fn(*args) again while an interrupt stops it (KeyboardInterrupt, or the SystemExit of
+ * exitsafe's signal handlers): the Python callbacks called this way finish what a claim or
+ * a registration began (a release chain, the record of a failed release, undoing a
+ * registration), and each may be called again.  The first interrupt is left in
+ * *interrupt (a new reference) for the caller to raise once its own work is done; any
+ * other error returns NULL. */
+static PyObject *
+call_until_done(PyObject *fn, PyObject *const *args, size_t nargs, PyObject **interrupt)
+{
+    for (;;) {
+        PyObject *r = PyObject_Vectorcall(fn, args, nargs, NULL);
+        if (r != NULL) {
+            return r;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)
+            && !PyErr_ExceptionMatches(PyExc_SystemExit)) {
+            return NULL;
+        }
+        PyObject *exc = take_exception();
+        if (*interrupt == NULL) {
+            *interrupt = exc;
+        }
+        else {
+            Py_XDECREF(exc);
+        }
+    }
+}
+
 static PyObject *
 take_exception(void)
 {
@@ -1175,11 +1205,17 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
             PyObject **error)
 {
     if (needs_python(n)) {
-        PyObject *r = PyObject_CallOneArg(release_chain_py, (PyObject *)n);
+        PyObject *interrupt = NULL, *arg = (PyObject *)n;
+        PyObject *r = call_until_done(release_chain_py, &arg, 1, &interrupt);
         if (r == NULL) {
+            Py_XDECREF(interrupt);
             return -1;
         }
-        if (r != Py_None && *error == NULL) {
+        if (interrupt != NULL) { /* (raised rather than a release function's error) */
+            Py_DECREF(r);
+            Py_XSETREF(*error, interrupt);
+        }
+        else if (r != Py_None && *error == NULL) {
             *error = r;
         }
         else {
@@ -1199,10 +1235,21 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
     Py_DECREF(raw);
     if (r == NULL) {
         PyObject *exc = take_exception();
-        PyObject *done = call2(release_failed_py, (PyObject *)n, exc);
+        /* the parents it frees are claimed into `freed`, kept across the tries */
+        PyObject *freed = PyList_New(0);
+        PyObject *interrupt = NULL;
+        PyObject *fargs[3] = {(PyObject *)n, exc, freed};
+        PyObject *done = freed ? call_until_done(release_failed_py, fargs, 3, &interrupt)
+                               : NULL;
+        Py_XDECREF(freed);
         if (done == NULL) {
             Py_DECREF(exc);
+            Py_XDECREF(interrupt);
             return -1;
+        }
+        if (interrupt != NULL) {
+            Py_DECREF(done);
+            done = interrupt;
         }
         if (done != Py_None) { /* an interrupt while recording it: raised, not an error */
             Py_XSETREF(*error, done);
@@ -1689,11 +1736,13 @@ state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ss
         /* queued work raised: track() raises it, and its caller, who never gets the
          * handle, still owns the object (Registry._undo_track detaches the node) */
         PyObject *exc = take_exception();
-        PyObject *r = PyObject_CallOneArg(undo_track_py, (PyObject *)node);
+        PyObject *again = NULL, *arg = (PyObject *)node;
+        PyObject *r = call_until_done(undo_track_py, &arg, 1, &again);
         if (r == NULL) { /* (a second error: reported, the first one is raised) */
             PyErr_WriteUnraisable((PyObject *)node);
         }
         Py_XDECREF(r);
+        Py_XDECREF(again); /* (the error in flight is raised) */
         Py_DECREF(node);
         raise_exception(exc);
         return NULL;

@@ -134,10 +134,10 @@ class RegistryState(_StateBase):
         The caller checked it is not inside a section, and keeps ``node`` until this
         returns: an exception anywhere leaves the lock free and ``node`` registered
         (numbered) or not at all, which the caller tells by its ``_seq``."""
+        held = False
         try:
             try:
-                if not _acquire(False):
-                    _sync.wait()
+                held = _acquire(False) or _sync.wait()
                 if self.phase:
                     return False
                 seq = self.seq = self.seq + 1
@@ -148,7 +148,7 @@ class RegistryState(_StateBase):
                     self.live.add(node, False)
                 return True
             finally:
-                if _reentered():
+                if held:
                     _release()
         except BaseException:
             _sync.leave()

@@ -63,8 +63,9 @@ _sleep = time.sleep
 _get_ident = _thread.get_ident
 
 
-def wait() -> None:
-    """Take `LOCK`, which another thread holds, without queueing on it at first.
+def wait() -> bool:
+    """Take `LOCK`, which another thread holds, without queueing on it at first; return
+    ``True`` (it is held now: ``held = acquire(False) or wait()``).
 
     Hot paths try ``acquire(False)`` and call this only when that fails.  Blocking at
     once would hand the lock and the GIL back and forth with a context switch each
@@ -77,8 +78,9 @@ def wait() -> None:
         for _ in range(YIELDS_BEFORE_BLOCKING):
             _sleep(0)
             if acquire(False):
-                return
+                return True
         acquire()
+        return True
     except BaseException:  # interrupted (KeyboardInterrupt), maybe once it held the lock:
         try:  # it leaves without it (see enter)
             release()
@@ -363,6 +365,38 @@ def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
     if _deferred:
         run_deferred()
     return result
+
+
+def until_done(step: Callable[..., object], *args: Any) -> Optional[BaseException]:
+    """Call ``step(*args)`` until it returns, whatever interrupts it; the first interrupt.
+
+    For the work a claim has begun (a release chain, the record of an outcome): an
+    interrupt (``KeyboardInterrupt``, the ``SystemExit`` of a signal handler) that stops
+    ``step`` is kept and ``step`` called again, so it must be safe to call again (it
+    goes on from what is left).  The lock is left free after each stop.  Any other error
+    is raised at once.  The caller raises the interrupt it gets once its own state is
+    consistent.
+
+    The call is on the line of its ``try`` (``try: step(*args)``), which compiles to no
+    line of its own: a tracer's exception can only land inside ``step``, whose caller
+    here catches it (see `locked` on ``try`` lines).
+    """
+    try: step(*args)  # noqa: E701  (one line: see the docstring)
+    except BaseException as exc:
+        return _step_again(step, args, exc)
+    return None
+
+
+def _step_again(
+    step: Callable[..., object], args: tuple[Any, ...], exc: BaseException
+) -> BaseException:
+    leave()
+    if not is_interrupt(exc):
+        raise exc
+    try: step(*args)  # noqa: E701  (one line: see until_done)
+    except BaseException as later:
+        _step_again(step, args, later)
+    return exc
 
 
 def locked_quietly(fn: Callable[..., _T], *args: Any) -> _T:

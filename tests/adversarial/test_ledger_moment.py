@@ -38,8 +38,14 @@ BODY = """
         t.start()
         t.join()
 
+    from exitsafe import _collection
+
     def tracer(frame, event, arg):
-        if not frame.f_code.co_filename.startswith(PKG):
+        # (not exitsafe's garbage-collector callback: no step of the exit, and a thread
+        # started inside a collection's callback may wait for that collection to end)
+        if not frame.f_code.co_filename.startswith(PKG) or (
+            frame.f_code is _collection._on_collection.__code__
+        ):
             return None
         if event == "line" and all(r.closed for r in regs) and not _sync.reentered():
             sys.settrace(None)  # (not while the other thread runs exitsafe)

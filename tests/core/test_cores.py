@@ -622,15 +622,16 @@ def test_an_interrupt_while_a_failed_release_records_itself_ends_the_chain_first
     child = registry.track("C", calls.append, name="c", depends_on=[p1, p2])
     p1.release()
     p2.release()
-    record = _releases._enter_to_record
+    record_once = _releases._record_once
+    interrupted = []
 
-    def interrupted_while_waiting() -> BaseException:
-        record()
-        return KeyboardInterrupt()  # what it returns when a Ctrl-C came while it waited
+    def interrupted_while_waiting(node, outcome, *args):  # (before it holds the lock)
+        if outcome == "release_failed" and not interrupted:
+            interrupted.append(node)
+            raise KeyboardInterrupt
+        return record_once(node, outcome, *args)
 
-    monkeypatch.setattr(_releases, "_enter_to_record", interrupted_while_waiting)
-    # (the lock looks taken: each record waits for it, through _enter_to_record)
-    monkeypatch.setattr(_releases, "_acquire", lambda blocking=True: False)
+    monkeypatch.setattr(_releases, "_record_once", interrupted_while_waiting)
     with pytest.raises(KeyboardInterrupt):
         child.release()
     monkeypatch.undo()
