@@ -27,13 +27,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn, Optional
 
-__all__ = ["BorrowGate", "borrow_enter", "borrow_exit"]
+__all__ = ["Borrow", "BorrowGate", "borrow_enter", "borrow_exit"]
 
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
 _acquire = _sync.acquire
 _wait = _sync.wait
-_leave = _sync.leave
 _release = _sync.release
 _deferred = _sync._deferred
 _run_deferred = _sync.run_deferred
@@ -71,8 +70,43 @@ class BorrowGate:
         self.parked += 1
 
 
-def borrow_enter(node: Record) -> Any:
-    """``handle.borrow().__enter__()``: count the borrow and return the raw object."""
+class Borrow:
+    """Context manager returned by [`Handle.borrow`][exitsafe.Handle.borrow]:
+    `with h.borrow() as raw:`.
+
+    Its end is certain: an interrupt (a ``KeyboardInterrupt``) delivered exactly as the
+    ``with`` statement enters or leaves its block (as `__enter__` returns, as `__exit__`
+    is called), where no code of exitsafe can catch it, leaves the borrow open; the
+    statement then drops this object, whose finalizer ends the borrow.
+    """
+
+    __slots__ = ("_node", "_open")
+
+    def __init__(self, node: Record) -> None:
+        self._node = node
+        self._open = False  # counted and not yet ended (written in the sections)
+
+    def __enter__(self) -> Any:
+        return borrow_enter(self._node, self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        borrow_exit(self._node, self)
+
+    def __del__(self) -> None:
+        try:
+            still_open = self._open
+        except AttributeError:  # (never initialized)
+            return
+        if still_open:
+            self._end(self._node, self)
+
+    #: Reached through the class: module globals may be None when the finalizer runs.
+    _end: Any = None
+
+
+def borrow_enter(node: Record, borrow: Optional[Borrow] = None) -> Any:
+    """``handle.borrow().__enter__()``: count the borrow and return the raw object.
+    ``borrow``, the context manager, is marked open in the same section."""
     state = node._registry
     if state.phase == _CLOSED:  # every handle ended; no lock after close (late_request)
         if node._releaser and process_ending() and _threads.is_daemon_thread():
@@ -87,41 +121,40 @@ def borrow_enter(node: Record) -> Any:
             raise HandleClosedError(closed_message(node))
         _record.add_borrow(node)
         _held().append(node)
+        if borrow is not None:
+            borrow._open = True
         return node._raw
-    try:
-        held = _local.held
-    except AttributeError:
-        held = _local.held = []
+    held = _held()
     depth = len(held)
     borrows = None
     gated = False
     try:
-        try:
-            try:
-                if not _acquire(False):
-                    _wait()
-                borrows = node._borrows
-                if state.phase and _get_ident() not in state.gate.allowed:
-                    gated = True  # a teardown began: this thread may not enter native code
-                else:
-                    if not _record.is_usable(node) and not _teardown_owns(node):
-                        raise HandleClosedError(closed_message(node))
-                    _record.add_borrow(node)
-                    held.append(node)  # the borrows this thread holds (see _threads.held)
-            except BaseException:
-                _undo_borrow(node, borrows, held, depth)
-                raise
-        finally:
-            if _reentered():
-                _release()
+        _acquire(False) or _wait()
+        borrows = node._borrows
+        if state.phase and _get_ident() not in state.gate.allowed:
+            gated = True  # a teardown began: this thread may not enter native code
+        else:
+            if not _record.is_usable(node) and not _teardown_owns(node):
+                raise HandleClosedError(closed_message(node))
+            _record.add_borrow(node)
+            held.append(node)  # the borrows this thread holds (see _threads.held)
+            if borrow is not None:
+                borrow._open = True
+        _release()  # (the section's shape: see exitsafe._sync.locked)
         if gated:
             _refuse(node)  # parks this thread or raises
         if _deferred:
             _run_deferred()
         return node._raw
     except BaseException:
-        _leave()
-        abandon_borrow(node, held, depth)
+        if _reentered():  # in the section: what it counted is taken back
+            _undo_borrow(node, borrows, held, depth)
+            if borrow is not None:
+                borrow._open = False
+            _release()
+        elif borrow is None:  # counted, but the caller never gets the raw object
+            abandon_borrow(node, held, depth)
+        # (a `Borrow` left open is ended by its finalizer: the caller drops it)
         raise
 
 
@@ -213,57 +246,66 @@ def _park(node: Record) -> NoReturn:
     _threads.park()
 
 
-def borrow_exit(node: Record) -> None:
-    """The end of a borrow: the release it held back runs now if it became due."""
-    try:
-        held = _local.held
-    except AttributeError:  # entered on another thread, before a fork
-        held = None
-    if held and held[-1] is node:
-        held.pop()
-    else:
-        _threads.forget_held(node)
+def borrow_exit(node: Record, borrow: Optional[Borrow] = None) -> None:
+    """The end of a borrow: the release it held back runs now if it became due.  An
+    exception (an interrupt) anywhere in it ends the borrow all the same.  ``borrow``,
+    the context manager, is marked ended in the same section (an ended one: nothing to
+    do)."""
+    if borrow is not None and not borrow._open:
+        return
     state = node._registry
     if state.phase == _CLOSED:  # the record ended: nothing to release, no lock to take
+        _threads.forget_held(node)
         _record.drop_borrow(node)
+        if borrow is not None:
+            borrow._open = False
         return
     if _reentered():
+        _threads.forget_held(node)
+        if borrow is not None:
+            borrow._open = False
         if not _record.drop_borrow(node):
             _sync.defer(_settle, node)
         return
     me = _get_ident()
-    target: Optional[Record] = None
+    held = _held()
+    depth = len(held)
     borrows = None
     try:
-        try:
-            try:
-                if not _acquire(False):
-                    _wait()
-                borrows = node._borrows
-                _record.drop_borrow(node)
-                if _record.is_due(node) and not state.phase:
-                    _record.claim(node, me)
-                    target = node
-            except BaseException:  # the borrow ends all the same
-                if borrows is not None and node._borrows == borrows:
-                    _record.drop_borrow(node)
-                if _record.is_due(node) and not state.phase:
-                    _record.claim(node, me)
-                raise
-        finally:
-            if _reentered():
-                _release()
-        error = _release_chain(target) if target is not None else None
-    except BaseException:
-        _leave()
+        _acquire(False) or _wait()
+        borrows = node._borrows
+        _record.drop_borrow(node)
+        _threads.forget_held(node)
+        if borrow is not None:
+            borrow._open = False
+        if _record.is_due(node) and not state.phase:
+            _record.claim(node, me)
+        _release()  # (the section's shape: see exitsafe._sync.locked)
         if node._state == RELEASING and node._releaser == me:
-            _release_chain(node)  # claimed, then interrupted: see exitsafe._releases
+            error = _release_chain(node)
+        else:
+            error = None
+        if _deferred:
+            _run_deferred()
+    except BaseException:
+        if _reentered():  # in the section: the borrow ends all the same
+            if borrows is not None and node._borrows == borrows:
+                _record.drop_borrow(node)
+            if len(held) == depth:
+                _threads.forget_held(node)
+            if borrow is not None:
+                borrow._open = False
+            if _record.is_due(node) and not state.phase:
+                _record.claim(node, me)
+            _release()
+        if node._state == RELEASING and node._releaser == me:
+            _release_chain(node)  # claimed, not yet released: released all the same
         raise
-    if _deferred:
-        _run_deferred()
     if error is not None:
         try:
             raise error
         finally:
             error = None  # (no frame of ours keeps it: see exitsafe._releases.release_chain)
 
+
+Borrow._end = staticmethod(borrow_exit)

@@ -13,11 +13,10 @@ from __future__ import annotations
 from . import _record, _sync
 from ._core import speedups
 from ._errors import HandleClosedError
-from ._gate import abandon_borrow, borrow_enter, borrow_exit
+from ._gate import Borrow, borrow_enter, borrow_exit
 from ._lookup import parents, resolve
 from ._record import LIVE, STATE_NAMES, Record, closed_message, display_name
 from ._releases import collected, detach, drop_owner, retain
-from ._threads import held as _held
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -319,35 +318,6 @@ else:
     _release.__module__ = _doc.__module__
     Handle.release = _release  # type: ignore[method-assign]
     del _doc, _release, _function
-
-
-class Borrow:
-    """Context manager returned by [`Handle.borrow`][exitsafe.Handle.borrow]:
-    `with h.borrow() as raw:`.
-    """
-
-    __slots__ = ("_node",)
-
-    def __init__(self, node: Record) -> None:
-        self._node = node
-
-    def __enter__(self) -> Any:
-        node = self._node
-        held = _held()
-        depth = len(held)
-        try:
-            return borrow_enter(node)
-        except BaseException:  # (also one that lands as this returns: the borrow is undone)
-            abandon_borrow(node, held, depth)
-            raise
-
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        borrow_exit(self._node)
 
 
 class HandleInfo:

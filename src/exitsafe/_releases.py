@@ -33,7 +33,6 @@ _get_ident = _thread.get_ident
 _reentered = _sync.reentered
 _acquire = _sync.acquire
 _wait = _sync.wait
-_leave = _sync.leave
 _release = _sync.release
 _enter_to_record = _sync.enter_to_record
 _deferred = _sync._deferred  # the queue itself: a cheap truthiness test on the hot path
@@ -63,23 +62,17 @@ def retain(node: Record) -> None:
         raise _sync.refused("retain()")
     refs = None
     try:
-        try:
-            try:
-                if not _acquire(False):
-                    _wait()
-                refs = node._refs
-                if not _is_usable(node):
-                    raise HandleClosedError(closed_message(node))
-                _record.add_owner(node)
-            except BaseException:
-                if refs is not None and node._refs == refs + 1:
-                    _drop_one(node)  # (not retained after all: the caller gets the error)
-                raise
-        finally:
-            if _reentered():
-                _release()
+        _acquire(False) or _wait()
+        refs = node._refs
+        if not _is_usable(node):
+            raise HandleClosedError(closed_message(node))
+        _record.add_owner(node)
+        _release()
     except BaseException:
-        _leave()
+        if _reentered():  # (the section's shape: see exitsafe._sync.locked)
+            if refs is not None and node._refs == refs + 1:
+                _drop_one(node)  # (not retained after all: the caller gets the error)
+            _release()
         raise
     if _deferred:
         _run_deferred()
@@ -105,22 +98,15 @@ def drop_owner(node: Record) -> None:
         return
     me = _get_ident()
     target = refs = None
-    held = False  # (the lock held: the outer handler releases it if this is not set yet)
     stage = 0  # 1: the release function is called; 2: it returned (then its end recorded)
     try:
-        try:
-            held = _acquire(False) or _wait()
-            refs = node._refs
-            if state.phase or state.strict or node._state or not refs:
-                target = _drop_rarely(node, refs)  # (in one test: the common case's)
-            elif _release_owner(node, me):
-                target = node
-        except BaseException:
-            target = _claim_dropped(node, refs, me)
-            raise
-        finally:
-            if held:
-                _release()
+        _acquire(False) or _wait()
+        refs = node._refs
+        if state.phase or state.strict or node._state or not refs:
+            target = _drop_rarely(node, refs)  # (in one test: the common case's)
+        elif _release_owner(node, me):
+            target = node
+        _release()  # (the section's shape: see exitsafe._sync.locked)
         if target is None:
             error = None
         elif target is state:  # a late request (the registry closed meanwhile)
@@ -152,7 +138,10 @@ def drop_owner(node: Record) -> None:
         if _deferred:
             _run_deferred()
     except BaseException as exc:
-        _leave()
+        if _reentered():  # (in a section: what it did is settled before the lock goes)
+            if not stage:  # (else the section recording the end: _record_end completes it)
+                target = _claim_dropped(node, refs, me)
+            _release()
         if stage == 1:  # the release function raised (or its call was interrupted)
             error = _record_end(target, Outcome.RELEASE_FAILED, repr(exc), exc)  # type: ignore[arg-type]
         elif stage == 2:  # it returned (its end recorded, or now)
@@ -244,18 +233,19 @@ def _record_once(
 ) -> None:
     """One try of `_record_end`: in one section, the end of ``node`` (nothing if it
     ended: a teardown gave up waiting for it and recorded it, or a try before)."""
-    held = False
+    state = node._registry
     try:
-        held = _acquire(False) or _wait()
-        state = node._registry
+        _acquire(False) or _wait()
         if outcome is _RELEASED and ready is None:
             if _end_released(node, state.records, state.live, state.cap):
                 state.ledger.trim()
         else:
             state.finish(node, outcome, detail, False, trash, ready=ready)
-    finally:
-        if held:
+        _release()
+    except BaseException:
+        if _reentered():  # (the section's shape: see exitsafe._sync.locked)
             _release()
+        raise
 
 
 def release_failed(
@@ -433,52 +423,46 @@ def _collected_now(node: Record) -> None:
     target = None
     refs = None
     try:
-        try:
-            if not state.phase:
-                if not _acquire(False):
-                    _wait()
-            else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
-                _sync.enter_if_possible()  # (without the lock: no other thread runs)
-            try:
-                refs = node._refs
-                # (not in the live table: never registered, track() was interrupted and
-                # its caller still owns the object)
-                if _is_usable(node) and state.live.hold(node):
-                    if state.phase:
-                        # A teardown began but its snapshot did not hold this handle: a
-                        # cyclic collection cleared our weak reference to it before running
-                        # this finalizer.  Native code must not run any more: leak it, so
-                        # that it still ends in exactly one outcome, and taint what it
-                        # depends on.
-                        state.finish(
-                            node, Outcome.LEAKED_AFTER_CLOSE,
-                            "collected while the teardown began, unseen by it", True, trash,
-                        )
-                    else:
-                        _record.drop_all_owners(node)  # (held above: the teardown sees it)
-                        if _record.is_due(node):
-                            _claim(node, me)
-                            target = node
-            except BaseException:
-                if refs and node._state != 0:
-                    pass  # ended (finish completes what it began) or claimed
-                elif refs and not state.phase:  # (the owners' drop, completed)
-                    _record.drop_all_owners(node)
-                    state.live.hold(node)
-                    if _record.is_due(node):
-                        _claim(node, me)
-                if node._state == RELEASING and node._releaser == me:
+        if not state.phase:
+            _acquire(False) or _wait()
+        else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
+            _sync.enter_if_possible()  # (without the lock: no other thread runs)
+        refs = node._refs
+        # (not in the live table: never registered, track() was interrupted and its
+        # caller still owns the object)
+        if _is_usable(node) and state.live.hold(node):
+            if state.phase:
+                # A teardown began but its snapshot did not hold this handle: a cyclic
+                # collection cleared our weak reference to it before running this
+                # finalizer.  Native code must not run any more: leak it, so that it
+                # still ends in exactly one outcome, and taint what it depends on.
+                state.finish(
+                    node, Outcome.LEAKED_AFTER_CLOSE,
+                    "collected while the teardown began, unseen by it", True, trash,
+                )
+            else:
+                _record.drop_all_owners(node)  # (held above: the teardown sees it)
+                if _record.is_due(node):
+                    _claim(node, me)
                     target = node
-                raise
-        finally:
-            if _reentered():
-                _release()
+        if _reentered():  # (the section's shape: see exitsafe._sync.locked)
+            _release()
         trash.clear()
         if target is not None:
             _release_collected(target)
             target = None
     except BaseException:
-        _leave()
+        if _reentered():  # (in the section: complete what it began before the lock goes)
+            if refs and node._state != 0:
+                pass  # ended (finish completes what it began) or claimed
+            elif refs and not state.phase:  # (the owners' drop, completed)
+                _record.drop_all_owners(node)
+                state.live.hold(node)
+                if _record.is_due(node):
+                    _claim(node, me)
+            if node._state == RELEASING and node._releaser == me:
+                target = node
+            _release()
         if target is not None and target._state == RELEASING and target._releaser == me:
             _release_collected(target)  # claimed, then interrupted: see drop_owner
         raise

@@ -134,25 +134,23 @@ class RegistryState(_StateBase):
         The caller checked it is not inside a section, and keeps ``node`` until this
         returns: an exception anywhere leaves the lock free and ``node`` registered
         (numbered) or not at all, which the caller tells by its ``_seq``."""
-        held = False
+        added = False
         try:
-            try:
-                held = _acquire(False) or _sync.wait()
-                if self.phase:
-                    return False
+            _acquire(False) or _sync.wait()
+            if not self.phase:
                 seq = self.seq = self.seq + 1
                 _number(node, seq)
                 if _DICT_TABLE:
                     self.live[seq] = _weakref(node)  # (LiveTable.add, written out)
                 else:
                     self.live.add(node, False)
-                return True
-            finally:
-                if held:
-                    _release()
+                added = True
+            _release()  # (the section's shape: see exitsafe._sync.locked)
         except BaseException:
-            _sync.leave()
+            if _sync.reentered():  # (the section's shape: see exitsafe._sync.locked)
+                _sync.release()
             raise
+        return added
 
     def register(self, node: Record, after: tuple[Record, ...]) -> bool:
         """Insert ``node`` (with parents, or a hook) into the graph; whether it was (else

@@ -319,13 +319,6 @@ def refused(operation: str) -> Exception:
     )
 
 
-def leave() -> None:
-    """Release `LOCK` if the calling thread holds it: the handler of an exception that may
-    have come before a section's end (see `locked`)."""
-    if reentered():
-        release()
-
-
 def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
     """Run ``fn(*args)`` as one section: holding `LOCK`, then run the queued work.
 
@@ -339,28 +332,25 @@ def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
     ``KeyboardInterrupt`` that a tracer, or CPython 3.9 with none, delivers there).  The
     shape of a section, which every hand-written one keeps:
 
-    * every ``try`` statement begins *before* the lock is taken, and the ``finally``
-      holds none: CPython covers no ``try`` line with any handler (not even the
-      enclosing ones), so an exception a tracer raises at such a line, inside the
-      section, would leave it with the lock held;
-    * the ``finally`` releases with the lock's own methods (C code, no Python frame: at
-      the recursion limit a Python helper cannot be called), asking first whether this
-      thread holds it;
-    * an outer handler releases too: an exception between that question and the release
-      reaches it.
+    * one ``try`` statement, begun before the lock is taken; the lock is released as
+      the last step of its body, and its handler releases it (if this thread holds it)
+      after repairing what the section began.  CPython 3.11+ covers some instructions
+      with no handler at all, not even an enclosing one: a ``try`` line, a ``return``
+      inside a ``try`` with a ``finally``, the end of a ``try`` body with ``except``
+      clauses.  An exception a tracer raises there escapes the function; in this shape
+      none of them is reached while the lock is held.
+    * the lock is released with its own methods (C code, no Python frame: at the
+      recursion limit a Python helper cannot be called).
     """
     if reentered():
         raise refused(operation)
     try:
-        try:
-            if not acquire(False):
-                wait()
-            result = fn(*args)
-        finally:
-            if reentered():
-                release()
+        acquire(False) or wait()
+        result = fn(*args)
+        release()
     except BaseException:
-        leave()
+        if reentered():  # (C calls only: a Python helper fails at the recursion limit)
+            release()
         raise
     if _deferred:
         run_deferred()
@@ -390,7 +380,8 @@ def until_done(step: Callable[..., object], *args: Any) -> Optional[BaseExceptio
 def _step_again(
     step: Callable[..., object], args: tuple[Any, ...], exc: BaseException
 ) -> BaseException:
-    leave()
+    if reentered():
+        release()
     if not is_interrupt(exc):
         raise exc
     try: step(*args)  # noqa: E701  (one line: see until_done)
@@ -403,13 +394,11 @@ def locked_quietly(fn: Callable[..., _T], *args: Any) -> _T:
     """`locked` for a caller that has checked it is not inside a section and runs the
     queued work itself (or leaves it to its own caller)."""
     try:
-        try:
-            if not acquire(False):
-                wait()
-            return fn(*args)
-        finally:
-            if reentered():
-                release()
+        acquire(False) or wait()
+        result = fn(*args)
+        release()
     except BaseException:
-        leave()
+        if reentered():  # (C calls only: a Python helper fails at the recursion limit)
+            release()
         raise
+    return result

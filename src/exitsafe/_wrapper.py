@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, Callable, ClassVar, NoReturn, Optional, TypeVar
 
-    from ._handle import Borrow
+    from ._gate import Borrow
     from ._registry import ExitPolicy
 
     Self = TypeVar("Self", bound="NativeObject")
