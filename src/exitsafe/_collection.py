@@ -24,7 +24,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-__all__ = ["after_collection", "collecting_here", "install"]
+__all__ = ["after_collection", "collecting", "collecting_here", "install"]
 
 #: The thread running a collection (0: none).
 _collecting = [0]
@@ -36,6 +36,12 @@ def collecting_here() -> bool:
     """Whether the calling thread is running a garbage collection (one of its
     finalizers or weak-reference callbacks calls exitsafe)."""
     return _collecting[0] == _thread.get_ident()
+
+
+def collecting() -> bool:
+    """Whether a garbage collection is running on any thread (its finalizers may still
+    be to come for handles whose weak references it already cleared)."""
+    return bool(_collecting[0])
 
 
 def after_collection(fn: Callable[..., object], *args: Any) -> None:

@@ -289,7 +289,7 @@ def borrow_exit(node: Record, borrow: Optional[Borrow] = None) -> None:
             _run_deferred()
     except BaseException:
         if _reentered():  # in the section: the borrow ends all the same
-            if borrows is not None and node._borrows == borrows:
+            if borrows is None or node._borrows == borrows:  # (not dropped yet)
                 _record.drop_borrow(node)
             if len(held) == depth:
                 _threads.forget_held(node)

@@ -285,12 +285,16 @@ if speedups is None:
 
         def __del__(self) -> None:
             # No module globals here: during interpreter finalization they may be None.
-            try:
-                refs = self._refs
-            except AttributeError:  # never initialized (a failed direct construction)
-                return
-            if refs:
+            # An interrupt can land anywhere but at this frame's entry (see
+            # exitsafe._sync.locked on `try` lines): `collected` then goes on from where
+            # it stopped, and CPython reports the interrupt as an exception ignored in a
+            # finalizer.  At the entry itself, which CPython 3.11+ checks for signals,
+            # the finalizer is lost with it: see the pure-Python core's limits in
+            # docs/architecture.md (the compiled core's finalizer is C code).
+            try: self._collected(self)  # noqa: E701  (one line: no line of its own)
+            except BaseException:
                 self._collected(self)
+                raise
 
         #: Reached through the class: module globals may be None when this runs.
         _collected = staticmethod(collected)

@@ -74,19 +74,30 @@ class held:
         self.active = False
 
     def __enter__(self) -> held:
-        if _thread.get_ident() != _main_thread_ident():
-            return self
-        self.active = True
-        if self.at_exit:
-            _state["at_exit"] = True
-            while resent:
-                _pending.append(resent.pop())
-        if self.drop:
-            _state["drop"] = True
-        _state["depth"] += 1
-        if _state["depth"] == 1:
-            _state["thread"] = _thread.get_ident()
-            _swap()
+        # An interrupt can land at any line (a tracer's, or CPython 3.9's at any
+        # instruction): the handler ends the hold this call began, since ``with`` calls
+        # no __exit__ for an __enter__ that raised.
+        before = None
+        try:
+            if _thread.get_ident() != _main_thread_ident():
+                return self
+            before = _state["depth"]
+            if self.at_exit:
+                _state["at_exit"] = True
+                while resent:
+                    _pending.append(resent.pop())
+            if self.drop:
+                _state["drop"] = True
+            _state["depth"] = before + 1
+            self.active = True
+            if not before:
+                _state["thread"] = _thread.get_ident()
+                _swap()
+        except BaseException:
+            if before is not None and _state["depth"] == before + 1:
+                self.active = True
+                self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(
@@ -97,14 +108,19 @@ class held:
     ) -> None:
         if not self.active or not _state["depth"]:  # (not active: reset in a forked child)
             return
+        self.active = False
         _state["depth"] -= 1
         if _state["depth"]:
             return
         at_exit, drop = _state["at_exit"], _state["drop"]
-        _state["at_exit"] = _state["drop"] = False
-        _restore()
-        arrived = list(dict.fromkeys(_pending))
-        _pending.clear()
+        try:
+            _state["at_exit"] = _state["drop"] = False
+            _restore()
+            arrived = list(dict.fromkeys(_pending))
+            _pending.clear()
+        except BaseException:  # (interrupted: the program's handlers back all the same)
+            _restore()
+            raise
         if drop:
             return
         for signum in arrived:
@@ -142,6 +158,8 @@ def _swap() -> None:
 
 
 def _restore() -> None:
+    """Put the program's handlers back; safe to call again after an interrupt (each
+    saved handler is forgotten only once it is back)."""
     import _signal
 
     for signum, handler in list(_saved.items()):
@@ -150,7 +168,7 @@ def _restore() -> None:
                 _signal.signal(signum, handler)
         except (ValueError, OSError):  # see _swap
             pass
-    _saved.clear()
+        _saved.pop(signum, None)
 
 
 def _deliver(signum: int, at_exit: bool) -> None:

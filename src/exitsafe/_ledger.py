@@ -45,7 +45,9 @@ class Outcome:
         LEAKED_INTERRUPTED: `"leaked_interrupted"`: the teardown was interrupted (an
             exception escaped it, or [`exitsafe.exit`][exitsafe.exit] was called by one of
             its steps) before it reached this handle, or while this handle's own step ran:
-            it was neither released nor decided.
+            it was neither released nor decided.  Also, on the pure-Python core only, a
+            handle whose finalizer an interrupt cut short as it started (recorded by the
+            next teardown as `handle#<n>`: its kind and name died with it).
         LEAKED_AFFINITY: `"leaked_affinity"`: thread-affine: its release must run on a thread
             that was still running, elsewhere, when the teardown reached it.
         RELEASE_FAILED: `"release_failed"`: the release function raised; it is never called

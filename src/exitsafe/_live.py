@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from ._record import Record as Node
 
-__all__ = ["LiveTable"]
+__all__ = ["LiveTable", "take_lost"]
 
 
 class PurePythonLiveTable(dict):  # type: ignore[type-arg]
@@ -69,3 +69,24 @@ class PurePythonLiveTable(dict):  # type: ignore[type-arg]
 
 
 LiveTable: Any = speedups.LiveTable if speedups is not None else PurePythonLiveTable
+
+
+def take_lost(table: Any) -> list[int]:
+    """Remove the handles that died without their finalizer running, and return their
+    creation numbers (the caller holds the lock and records their end).
+
+    Only the pure-Python table can have any: its handles' finalizer is a Python
+    ``__del__``, and CPython 3.11+ acts on a pending signal as that frame starts, before
+    any of its code runs; the ``KeyboardInterrupt`` is then reported as an exception
+    ignored in the finalizer, and the handle is freed with only a dead weak reference
+    left here.  The compiled core's finalizer is C code, run whole.
+
+    Call it only when no garbage collection is running (`exitsafe._collection`): a
+    collection clears the weak references to its garbage before it runs their
+    finalizers, which are then still to come."""
+    if type(table) is not PurePythonLiveTable:
+        return []
+    lost = [seq for seq, e in table.items() if type(e) is _weakref and e() is None]
+    for seq in lost:
+        del table[seq]
+    return lost

@@ -246,7 +246,12 @@ class Registry(_Facade):
         Whenever `track` raises, the caller still owns `raw`: nothing will release it.  That
         includes an error raised after the registration by the work a finalizer queued (see
         the threads page), such as a `KeyboardInterrupt`: the handle is then recorded
-        `detached`.
+        `detached`.  The promise ends where `track` returns: an interrupt delivered as the
+        handle is handed over (a debugger's or `coverage`'s trace function acts on Ctrl-C
+        at the return itself, and CPython acts on signals right after a call) reaches the
+        caller with the handle tracked, as for any function that returns a resource; the
+        object is released when that handle is dropped, so an `except KeyboardInterrupt`
+        around `track` must not release `raw` itself.
         """
         if not callable(release):
             raise TypeError(f"release must be callable, got {type(release).__name__}")
@@ -284,19 +289,20 @@ class Registry(_Facade):
                     run_mine_quietly()
                 return node
             except BaseException:  # (an interrupt, or queued work that raised): the
-                if node._seq:  # caller never got the handle and still owns raw
-                    undo_track(node)
-                else:
-                    _record.disown(node)
+                undo_track(node)  # caller never gets the handle and still owns raw
                 raise
         parents = _lookup.parents(depends_on, state, "depends_on") if depends_on else ()
         node = _new_record(
             OwnedHandle, state, raw, release, kind, name, parents, exit_policy, timeout,
             role, _sync.generation, _get_ident(), owner,
         )
-        if state.register(node, ()) and _deferred:
-            run_deferred_after_track(node)
-        return node
+        try:
+            if state.register(node, ()) and _deferred:
+                run_deferred_after_track(node)
+            return node
+        except BaseException:  # (as above; register refused it: disowned already)
+            undo_track(node)
+            raise
 
     def pin(
         self,

@@ -406,7 +406,10 @@ def collected(node: Record) -> None:
     thread, possibly during interpreter finalization (then the registry is closed) or
     while this very thread is inside an exitsafe section (a collection can run at any
     bytecode).  Attributes only until the registry is known open: module globals may
-    already be None."""
+    already be None.  Safe to call again after an interrupt cut it short: it goes on
+    from where it stopped, and does nothing once the handle has no owner."""
+    if not getattr(node, "_refs", 0):  # no owner left, or never initialized
+        return
     state = node._registry
     if state.phase and node._state:  # claimed by the teardown, or ended: no request
         return
@@ -585,8 +588,12 @@ def undo_track(node: Record) -> None:
     A record the teardown may already have planned (the registry is no longer open) is
     left to the teardown: that window, a teardown beginning on another thread while
     queued work raises here, is the one case where ``track()`` raises and the object is
-    still released.  Runs no queued work: the error in flight is the caller's.
+    still released.  Runs no queued work: the error in flight is the caller's.  A record
+    never registered (no number yet) is only disowned.
     """
+    if not node._seq:  # (nobody else has it: the registration never happened)
+        _record.disown(node)
+        return
     state = node._registry
     trash: list[object] = []
     ready: list[Record] = []

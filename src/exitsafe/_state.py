@@ -25,14 +25,14 @@ import _thread
 import sys
 from _weakref import ref as _weakref
 
-from . import _graph, _record, _sync
+from . import _collection, _graph, _record, _sync
 from ._closing import Closing
 from ._core import speedups
 from ._errors import DependencyCycleError, HandleClosedError, RegistryClosedError
 from ._gate import BorrowGate
 from ._hooks import Hooks
 from ._ledger import Ledger, LedgerEntry, Outcome, counts_of, quote
-from ._live import LiveTable
+from ._live import LiveTable, take_lost
 from ._phase import CLOSED, OPEN, TEARING
 from ._process import keep_forever
 from ._record import HOOK, LIVE, RELEASING, TAINTING, Record, display_name
@@ -56,6 +56,13 @@ _RELEASED = Outcome.RELEASED
 #: exitsafe._live): the hot path adds its entries with the dict's own method, which runs
 #: no Python frame; the compiled table is called as usual.
 _DICT_TABLE = speedups is None
+
+#: The detail of a handle that died without its finalizer running (see
+#: `exitsafe._live.take_lost`); its kind and name died with it.
+LOST = (
+    "collected, but an interrupt landed as its finalizer started (pure-Python core, "
+    "CPython 3.11+): never released; its kind and name were lost with it"
+)
 
 
 if TYPE_CHECKING or speedups is None:
@@ -161,11 +168,8 @@ class RegistryState(_StateBase):
             return False
         try:
             error = _sync.locked_quietly(self._add, node, after)
-        except BaseException:  # interrupted (KeyboardInterrupt)
-            if node._seq:  # registered meanwhile
-                undo_track(node)
-            else:
-                _record.disown(node)
+        except BaseException:  # interrupted (KeyboardInterrupt): registered meanwhile or not
+            undo_track(node)
             raise
         if error is None:
             return True
@@ -396,6 +400,9 @@ class RegistryState(_StateBase):
         if self.phase != OPEN:
             return False
         self.phase = TEARING
+        if _DICT_TABLE and not _collection.collecting():  # (see take_lost)
+            for seq in take_lost(self.live):  # (the pure-Python core's lost finalizers)
+                self.ledger.add(seq, "handle", None, Outcome.LEAKED_INTERRUPTED, LOST, True)
         return True
 
     def close(self) -> None:
