@@ -29,6 +29,7 @@ from typing import Any, Iterator, List, Set, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_MODULES = (
     "exitsafe",
+    "exitsafe.lowlevel",
     "exitsafe.cffi",
     "exitsafe.ctypes",
     "exitsafe.policies",
