@@ -24,7 +24,7 @@
   [`NeutralizeError`][exitsafe.lowlevel.NeutralizeError].  Like every exitsafe error they
   derive from [`exitsafe.ExitsafeError`][exitsafe.ExitsafeError].
 
-Every name here was importable from `exitsafe` itself before 0.1.0; that spelling still
+Every name here used to be importable from `exitsafe` itself; that spelling still
 works until 0.2.0, with a `DeprecationWarning` naming this module.  Importing this module
 is as cheap as importing exitsafe: it loads nothing more until a neutralization function
 is first used.
