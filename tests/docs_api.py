@@ -83,6 +83,7 @@ def _package() -> Any:
         docstring_parser="google",
         resolve_aliases=True,
         resolve_external=False,
+        allow_inspection=False,  # as mkdocs.yml: the sources, not the compiled core
     )
 
 

@@ -233,6 +233,7 @@ if _core.speedups is not None:
     # The compiled core's: the default registry's track without a Python frame (the same
     # steps as above: default_registry(), then its Registry.track).
     _core.speedups.set_doc("module", "track", track.__doc__ or "")
+    _show_in(__name__, _core.speedups.track)  # (a builtin function of exitsafe._speedups)
     track = _core.speedups.track
 
 
@@ -490,7 +491,6 @@ _show_in(
     Outcome,
     Registry,
     RegistryClosedError,
-    track,  # (the compiled core's is a builtin function of exitsafe._speedups)
 )
 # Shown in exitsafe.lowlevel from the start, whether or not a program imports it: a
 # ReentrancyError's traceback reads exitsafe.lowlevel.ReentrancyError either way.
