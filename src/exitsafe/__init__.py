@@ -8,8 +8,8 @@ leaks them on purpose where releasing is unsafe.  See the README and
 default registry ([`exitsafe.lowlevel.default_registry`][exitsafe.lowlevel.default_registry])
 unless you create a [`Registry`][exitsafe.Registry] of your own.
 
-The names are in tiers, as in trio: this module has what a binding needs (the functions
-above and below, [`Registry`][exitsafe.Registry], [`Handle`][exitsafe.Handle],
+The names are in tiers, as in trio: this module has what a binding needs (the module-level
+functions, [`Registry`][exitsafe.Registry], [`Handle`][exitsafe.Handle],
 [`NativeObject`][exitsafe.NativeObject], [`Outcome`][exitsafe.Outcome] and the errors a
 program catches); [`exitsafe.lowlevel`][exitsafe.lowlevel] has the expert ones (the default
 registry itself, the core in use, neutralization, the types of what exitsafe hands out, the

@@ -5,12 +5,12 @@ binding can catch "anything exitsafe refused" in one clause.  Errors that are
 also a wrong *kind* of argument additionally derive from the matching builtin
 (``TypeError`` / ``ValueError``) so that generic argument checking still works.
 
-Two tiers, as for every public name (``exitsafe/__init__.py`` shows each class as defined
-where it is imported from): `exitsafe` has the errors a program catches and handles (a
-closed handle or registry, a strict release refused, an object already owned);
-`exitsafe.lowlevel` has those that report a wrong call, to be fixed in the code rather than
-caught (a dependency cycle, a handle of another registry, a call from a finalizer that
-interrupted exitsafe, an attribute that cannot be neutralized).
+The errors are public in two tiers, and ``exitsafe/__init__.py`` gives each the
+``__module__`` of its tier, the name a traceback shows: `exitsafe` has the errors a
+program catches and handles (a closed handle or registry, a strict release refused, an
+object already owned); `exitsafe.lowlevel` has those that report a wrong call, to be fixed
+in the code rather than caught (a dependency cycle, a handle of another registry, a call
+from a finalizer that interrupted exitsafe, an attribute that cannot be neutralized).
 """
 
 from __future__ import annotations
