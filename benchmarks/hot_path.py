@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Tuple
 import cffi
 
 import exitsafe
+from exitsafe.lowlevel import CORE
 
 from ._util import (
     Bar,
@@ -35,7 +36,7 @@ from .floor import LockedRegistry, MinimalRegistry
 
 #: Bars: track + release at most 0.8x ffi.gc + ffi.release with the compiled core, 3.5x in
 #: pure Python (the performance issue's), and at most 0.5x weakref.finalize create + call.
-BAR_VS_CFFI = 0.8 if exitsafe.CORE == "compiled" else 3.5
+BAR_VS_CFFI = 0.8 if CORE == "compiled" else 3.5
 BAR_VS_FINALIZE = 0.5
 
 
@@ -507,7 +508,7 @@ def run(cfg: Config) -> Section:
     prim_table.notes.append(
         "per track + release pair exitsafe takes 3 lock sections, creates one Handle, links"
         " and unlinks it in the registry's live table, appends a ledger record"
-        f" (the {exitsafe.CORE} core)"
+        f" (the {CORE} core)"
     )
 
     prof = profile_track_release(cfg.profile_n)
@@ -521,7 +522,7 @@ def run(cfg: Config) -> Section:
     vs_fin = ratios["exitsafe_track_release"]["finalize_create_call"]
     bars = [
         Bar(
-            f"track + release <= {BAR_VS_CFFI}x ffi.gc + ffi.release ({exitsafe.CORE} core)",
+            f"track + release <= {BAR_VS_CFFI}x ffi.gc + ffi.release ({CORE} core)",
             vs_cffi["median"],
             BAR_VS_CFFI,
             "<=",

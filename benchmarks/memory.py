@@ -132,7 +132,7 @@ def run(cfg: Config) -> Section:
     )
     data = {"n": cfg.memory_n, "repeats": repeats, "results": results}
     bars = []
-    if exitsafe.CORE == "compiled":  # the bar is the compiled core's (the bars)
+    if exitsafe.lowlevel.CORE == "compiled":  # the bar is the compiled core's (the bars)
         bars.append(
             Bar(
                 f"memory per live handle <= {BAR_BYTES_PER_HANDLE} B (compiled core)",

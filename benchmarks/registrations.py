@@ -34,6 +34,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/registration
 
 import exitsafe
 from exitsafe import ctypes as es_ctypes
+from exitsafe.lowlevel import CORE
 
 from ._util import gc_paused
 
@@ -63,11 +64,11 @@ def _kinds(calls: int) -> Dict[str, Kind]:
 
     def neutralize(reg: exitsafe.Registry, i: int, keep: List[Any]) -> None:
         obj = Catalog()
-        exitsafe.neutralize_at_exit(obj, registry=reg)
+        exitsafe.lowlevel.neutralize_at_exit(obj, registry=reg)
         keep.append(obj)
 
     def neutralize_collected(reg: exitsafe.Registry, i: int, keep: List[Any]) -> None:
-        exitsafe.neutralize_at_exit(Catalog(), registry=reg)
+        exitsafe.lowlevel.neutralize_at_exit(Catalog(), registry=reg)
 
     def on_teardown(reg: exitsafe.Registry, i: int, keep: List[Any]) -> None:
         reg.on_teardown(_noop_hook)
@@ -148,7 +149,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         wanted = [w.strip() for w in args.only.split(",")]
         kinds = {k: v for k, v in kinds.items() if any(w in k for w in wanted)}
     print(
-        f"registrations: {args.calls} calls each, {exitsafe.CORE} core, CPython "
+        f"registrations: {args.calls} calls each, {CORE} core, CPython "
         f"{sys.version.split()[0]}; late / early = time per call of the last tenth / the first"
     )
     print(f"{'kind':32} {'early ns':>10} {'late ns':>10} {'late/early':>10}")
@@ -162,7 +163,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     if args.json:
         args.json.write_text(
-            json.dumps({"calls": args.calls, "core": exitsafe.CORE, "results": results}, indent=1)
+            json.dumps({"calls": args.calls, "core": CORE, "results": results}, indent=1)
         )
     return 0
 

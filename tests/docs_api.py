@@ -29,6 +29,7 @@ from typing import Any, Iterator, List, Set, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_MODULES = (
     "exitsafe",
+    "exitsafe.lowlevel",
     "exitsafe.cffi",
     "exitsafe.ctypes",
     "exitsafe.policies",
@@ -82,6 +83,7 @@ def _package() -> Any:
         docstring_parser="google",
         resolve_aliases=True,
         resolve_external=False,
+        allow_inspection=False,  # as mkdocs.yml: the sources, not the compiled core
     )
 
 

@@ -4,9 +4,18 @@ Declare each native object with [`track`][exitsafe.track] (and the libraries the
 release code runs in with [`pin`][exitsafe.pin]), say what depends on what, and
 exitsafe releases them in a safe order whatever way the process ends, or
 leaks them on purpose where releasing is unsafe.  See the README and
-``docs/`` for the concepts; every name here acts on the process-wide
-[`default_registry`][exitsafe.default_registry] unless you create a [`Registry`][exitsafe.Registry]
-of your own.
+``docs/`` for the concepts; every function here acts on the process-wide
+default registry ([`exitsafe.lowlevel.default_registry`][exitsafe.lowlevel.default_registry])
+unless you create a [`Registry`][exitsafe.Registry] of your own.
+
+The names are in tiers, as in trio: this module has what a binding needs (the module-level
+functions, [`Registry`][exitsafe.Registry], [`Handle`][exitsafe.Handle],
+[`NativeObject`][exitsafe.NativeObject], [`Outcome`][exitsafe.Outcome] and the errors a
+program catches); [`exitsafe.lowlevel`][exitsafe.lowlevel] has the expert ones (the default
+registry itself, the core in use, neutralization, the types of what exitsafe hands out, the
+errors that report a wrong call); [`exitsafe.testing`][exitsafe.testing] the crash-regression
+harness.  Each public class and function shows the module it is imported from
+(`exitsafe.HandleClosedError` in a traceback, not its private defining module).
 
 Importing exitsafe is cheap: it imports no FFI library and nothing beyond
 a few builtin modules.
@@ -14,36 +23,27 @@ a few builtin modules.
 
 from __future__ import annotations
 
-from . import _core
-from ._core import CORE
+from . import _core, _errors, _guard, _handle, _ledger, _registry, _releases
 from ._errors import (
-    DependencyCycleError,
+    AlreadyTrackedError,
     ExitsafeError,
-    ForeignHandleError,
     HandleClosedError,
     LiveDependentsError,
-    ReentrancyError,
     RegistryClosedError,
 )
-from ._guard import Guarded
-from ._handle import Handle, HandleInfo
-from ._ledger import LedgerEntry, Outcome
-from ._registry import Registry, default_registry, registries
-from ._releases import run_pending
+from ._guard import Guarded as _Guarded
+from ._handle import Handle
+from ._ledger import Outcome
+from ._registry import Registry
+from ._registry import default_registry as _default_registry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any, Callable, NoReturn, Optional, TypeVar
 
-    from ._adopt import (
-        AlreadyTrackedError,
-        NeutralizeError,
-        adopt,
-        handle_of,
-        neutralize,
-        neutralize_at_exit,
-    )
+    from . import lowlevel
+    from ._adopt import adopt
     from ._registry import ExitPolicy
     from ._wrapper import NativeObject
 
@@ -52,70 +52,105 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "CORE",
     "AlreadyTrackedError",
-    "DependencyCycleError",
     "ExitsafeError",
-    "ForeignHandleError",
-    "Guarded",
     "Handle",
     "HandleClosedError",
-    "HandleInfo",
-    "LedgerEntry",
     "LiveDependentsError",
     "NativeObject",
-    "NeutralizeError",
     "Outcome",
-    "ReentrancyError",
     "Registry",
     "RegistryClosedError",
     "__version__",
     "adopt",
-    "default_registry",
     "exit",
     "guard",
-    "handle_of",
     "ledger",
-    "neutralize",
-    "neutralize_at_exit",
     "on_early_exit",
     "on_teardown",
     "pin",
-    "registries",
-    "run_pending",
-    "set_fork_exit",
     "teardown",
     "track",
     "worker",
 ]
 
+#: The names of [`exitsafe.lowlevel`][exitsafe.lowlevel], all formerly importable from
+#: exitsafe itself: the old spelling still works, with a `DeprecationWarning` naming the new
+#: home, until 0.2.0.  (tests/core/test_public_surface.py checks it is `lowlevel.__all__`.)
+_MOVED = frozenset(
+    {
+        "CORE",
+        "DependencyCycleError",
+        "ForeignHandleError",
+        "Guarded",
+        "HandleInfo",
+        "LedgerEntry",
+        "NeutralizeError",
+        "ReentrancyError",
+        "default_registry",
+        "handle_of",
+        "neutralize",
+        "neutralize_at_exit",
+        "registries",
+        "run_pending",
+        "set_fork_exit",
+    }
+)
 
 #: Names imported from their module on first access (PEP 562), so that importing
 #: exitsafe does not load the adapters' code.
 _LAZY = {
-    "AlreadyTrackedError": "_adopt",
-    "NeutralizeError": "_adopt",
     "adopt": "_adopt",
-    "handle_of": "_adopt",
-    "neutralize": "_adopt",
-    "neutralize_at_exit": "_adopt",
     "NativeObject": "_wrapper",
 }
 
 
+def _show_in(module: str, *objects: object) -> None:
+    """Make each of `objects` (classes and functions) show `module`, where users import it
+    from, as its `__module__`: in tracebacks (`exitsafe.HandleClosedError: ...`), reprs,
+    `help()` and pickles, instead of the private module that defines it (as trio does)."""
+    for obj in objects:
+        try:
+            obj.__module__ = module
+        except (AttributeError, TypeError):  # (read-only: none of the public objects)
+            pass
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'exitsafe' has no attribute {name!r}")
-    from importlib import import_module
+    if module is not None:
+        from importlib import import_module
 
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+        value = getattr(import_module(f"{__name__}.{module}"), name)
+        _show_in(__name__, value)
+        globals()[name] = value
+        return value
+    if name == "lowlevel":
+        from importlib import import_module
+
+        return import_module(f"{__name__}.lowlevel")
+    if name in _MOVED:
+        import sys
+        from importlib import import_module
+
+        value = getattr(import_module(f"{__name__}.lowlevel"), name)
+        # `from exitsafe import X` asks twice: the import system's hasattr() first (not
+        # a use: no warning), then the import itself, which warns.
+        if sys._getframe(1).f_code.co_name != "_handle_fromlist":
+            import warnings
+
+            warnings.warn(
+                f"exitsafe.{name} is deprecated: use exitsafe.lowlevel.{name} (it moved to"
+                f" the expert tier); the old name will be removed in exitsafe 0.2.0",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return value
+    raise AttributeError(f"module 'exitsafe' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "lowlevel"})
 
 
 def track(
@@ -131,8 +166,8 @@ def track(
     """Start owning `raw` in the default registry: `release(raw)` runs exactly once, or never.
 
     The module-level form of [`Registry.track`][exitsafe.Registry.track] on
-    [`default_registry()`][exitsafe.default_registry], with the same options (by keyword, or
-    by position in this order); for cffi and ctypes pointers prefer
+    [`default_registry()`][exitsafe.lowlevel.default_registry], with the same options (by
+    keyword, or by position in this order); for cffi and ctypes pointers prefer
     [`exitsafe.cffi.track`][exitsafe.cffi.track] / [`exitsafe.ctypes.track`][exitsafe.ctypes.track],
     which also check the pointer and find the library's pin.
 
@@ -151,7 +186,7 @@ def track(
             handle is released before any of them, and a dependency is not released while
             this handle lives.
         exit_policy: what teardown does with this handle if it is still alive: `"release"`,
-            `"leak"`, or a callable taking a [`HandleInfo`][exitsafe.HandleInfo] and
+            `"leak"`, or a callable taking a [`HandleInfo`][exitsafe.lowlevel.HandleInfo] and
             returning one of them (see [`exitsafe.policies`][exitsafe.policies]).  `None`:
             the registry's default.  `EXITSAFE_AT_EXIT` overrides it.
         name: the display name in the ledger and the trace; default `"<kind>#<n>"`.
@@ -160,7 +195,7 @@ def track(
             `EXITSAFE_STEP_TIMEOUT`, else no bound.
         affinity: `"creator"` or `"main"` runs the release only on that thread (GL contexts,
             some GPU and GUI objects): a release due elsewhere is queued for that thread's
-            next exitsafe call or [`run_pending()`][exitsafe.run_pending].  `None`: any
+            next exitsafe call or [`run_pending()`][exitsafe.lowlevel.run_pending].  `None`: any
             thread.
 
     Returns:
@@ -182,7 +217,7 @@ def track(
                              depends_on=[ctx])  # buf is freed before ctx
         ```
     """
-    return default_registry().track(
+    return _default_registry().track(
         raw,
         release,
         kind=kind,
@@ -194,12 +229,13 @@ def track(
     )
 
 
-
 if _core.speedups is not None:
     # The compiled core's: the default registry's track without a Python frame (the same
     # steps as above: default_registry(), then its Registry.track).
     _core.speedups.set_doc("module", "track", track.__doc__ or "")
+    _show_in(__name__, _core.speedups.track)  # (a builtin function of exitsafe._speedups)
     track = _core.speedups.track
+
 
 def pin(
     library: object,
@@ -229,7 +265,7 @@ def pin(
         The pin, a handle of kind `"library"`: pass it in `depends_on` of every handle whose
         release runs the library's code.  At teardown libraries go last.
     """
-    return default_registry().pin(library, close=close, name=name, timeout=timeout)
+    return _default_registry().pin(library, close=close, name=name, timeout=timeout)
 
 
 def on_teardown(
@@ -270,7 +306,7 @@ def on_teardown(
         exitsafe.on_teardown(queue.flush, before=[queue_handle, *buffers], name="flush")
         ```
     """
-    return default_registry().on_teardown(
+    return _default_registry().on_teardown(
         fn, before=before, after=after, name=name, timeout=timeout, in_child=in_child
     )
 
@@ -296,7 +332,7 @@ def on_early_exit(
     Returns:
         The hook's handle; `release()` on it cancels the hook.
     """
-    return default_registry().on_early_exit(fn, name=name, timeout=timeout)
+    return _default_registry().on_early_exit(fn, name=name, timeout=timeout)
 
 
 def worker(
@@ -336,7 +372,7 @@ def worker(
         exitsafe.worker(t, stop=stop, uses=[session])
         ```
     """
-    return default_registry().worker(thread, stop=stop, uses=uses, timeout=timeout, name=name)
+    return _default_registry().worker(thread, stop=stop, uses=uses, timeout=timeout, name=name)
 
 
 def exit(code: Optional[int] = 0) -> NoReturn:
@@ -380,34 +416,13 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     leave(code)
 
 
-def set_fork_exit(mode: str) -> None:
-    """Choose how forked children of this process end when they end normally.
-
-    The environment variable `EXITSAFE_FORK_EXIT=quiet|normal` sets the same for programs
-    you do not edit; this function takes precedence.  Multiprocessing workers are not
-    affected (they end with `os._exit` anyway, after their own teardown).
-
-    Args:
-        mode: `"quiet"`: a child created by `os.fork()` after this call that ends normally
-            (the end of the main program, `sys.exit(n)`, an uncaught exception) leaves the
-            way [`exit()`][exitsafe.exit] does, with its exit status, once its exit teardown
-            ran.  `"normal"` (the default before any call): the usual interpreter exit.
-
-    Raises:
-        ValueError: `mode` is neither `"quiet"` nor `"normal"`.
-    """
-    from ._children import set_fork_exit as set_mode
-
-    set_mode(mode)
-
-
 def guard(
     fn: Callable[..., T], *, default: Any = None, registry: Optional[Registry] = None
-) -> Guarded:
+) -> lowlevel.Guarded:
     """Wrap `fn` for native code: the wrapper returns `default` without calling `fn` once the
     registry's teardown has begun.
 
-    See [`Guarded`][exitsafe.Guarded] for the thread rules.  For cffi and ctypes callbacks
+    See [`Guarded`][exitsafe.lowlevel.Guarded] for the thread rules.  For cffi and ctypes callbacks
     [`exitsafe.cffi.callback`][exitsafe.cffi.callback] /
     [`exitsafe.ctypes.callback`][exitsafe.ctypes.callback] also keep the function pointer
     alive; use `guard` inside `@ffi.def_extern()` functions and other callbacks you create
@@ -420,7 +435,7 @@ def guard(
             registry.
 
     Returns:
-        The wrapper, a [`Guarded`][exitsafe.Guarded]; it forwards every call (arguments,
+        The wrapper, a [`Guarded`][exitsafe.lowlevel.Guarded]; it forwards every call (arguments,
         result and exceptions) to `fn` until teardown begins.
 
     Raises:
@@ -436,7 +451,7 @@ def guard(
             log_line(level, msg)  # a no-op once teardown began
         ```
     """
-    return Guarded(fn, default, registry if registry is not None else default_registry())
+    return _Guarded(fn, default, registry if registry is not None else _default_registry())
 
 
 def teardown(reason: str = "explicit") -> None:
@@ -452,15 +467,43 @@ def teardown(reason: str = "explicit") -> None:
         reason: a label recorded in the trace (`reason=...`); the exit teardown uses
             `"atexit"`.
     """
-    default_registry().teardown(reason=reason)
+    _default_registry().teardown(reason=reason)
 
 
-def ledger() -> list[LedgerEntry]:
+def ledger() -> list[lowlevel.LedgerEntry]:
     """The default registry's ledger; see [`Registry.ledger`][exitsafe.Registry.ledger].
 
     Returns:
-        The recorded outcomes, oldest first: one [`LedgerEntry`][exitsafe.LedgerEntry] per
+        The recorded outcomes, oldest first: one [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per
         handle released, leaked or detached and per hook run (at most the registry's
         `ledger_limit` of the newest).
     """
-    return default_registry().ledger()
+    return _default_registry().ledger()
+
+
+_show_in(
+    __name__,
+    AlreadyTrackedError,
+    ExitsafeError,
+    Handle,
+    HandleClosedError,
+    LiveDependentsError,
+    Outcome,
+    Registry,
+    RegistryClosedError,
+)
+# Shown in exitsafe.lowlevel from the start, whether or not a program imports it: a
+# ReentrancyError's traceback reads exitsafe.lowlevel.ReentrancyError either way.
+_show_in(
+    f"{__name__}.lowlevel",
+    _errors.DependencyCycleError,
+    _errors.ForeignHandleError,
+    _errors.NeutralizeError,
+    _errors.ReentrancyError,
+    _guard.Guarded,
+    _handle.HandleInfo,
+    _ledger.LedgerEntry,
+    _registry.default_registry,
+    _registry.registries,
+    _releases.run_pending,
+)

@@ -2,8 +2,9 @@
 base.
 
 An `Adapter` turns FFI objects into handles: native pointers (tracked by
-address, so one native object cannot be owned twice and [`exitsafe.handle_of`][exitsafe.handle_of]
-can map a pointer coming back from C to its handle), loaded libraries (pinned: kept referenced, kept
+address, so one native object cannot be owned twice and
+[`exitsafe.lowlevel.handle_of`][exitsafe.lowlevel.handle_of] can map a pointer coming back from
+C to its handle), loaded libraries (pinned: kept referenced, kept
 mapped by one extra loader reference, closed after every dependent), and callbacks (kept alive while
 native code may call them, silenced at teardown).
 
@@ -242,7 +243,7 @@ class Adapter:
 
     def lookup(self, obj: object, registry: Registry) -> Optional[Handle]:
         """The live handle ``obj`` stands for in ``registry`` (for
-        [`exitsafe.handle_of`][exitsafe.handle_of])."""
+        [`exitsafe.lowlevel.handle_of`][exitsafe.lowlevel.handle_of])."""
         return self.pin_of(obj, registry)
 
     # ------------------------------------------------------------------ pointers

@@ -1,5 +1,5 @@
 """Third-party objects in the handle graph: [`adopt`][exitsafe.adopt],
-[`neutralize_at_exit`][exitsafe.neutralize_at_exit].
+[`neutralize_at_exit`][exitsafe.lowlevel.neutralize_at_exit].
 
 Bindings you do not own often wrap a native handle in a Python object with a
 ``close()`` method and a ``__del__`` that calls native code.  At interpreter
@@ -11,14 +11,14 @@ object it depends on was freed.  Two ways out, each one call:
   end and calls its close method exactly once, in dependency order, when you
   release the returned handle or at teardown (before the interpreter starts
   finalizing modules), or never when its exit policy leaks it.
-* [`neutralize_at_exit`][exitsafe.neutralize_at_exit] leaves the object alone while the program runs
-  and, when teardown begins, sets the attribute holding its native handle to
+* [`neutralize_at_exit`][exitsafe.lowlevel.neutralize_at_exit] leaves the object alone while
+  the program runs and, when teardown begins, sets the attribute holding its native handle to
   a null value, so the object's own ``__del__`` / ``close()`` does nothing
   later (the fix of the WinML ``EpCatalog`` crash, as one call).
-  [`neutralize`][exitsafe.neutralize] does the same immediately.
+  [`neutralize`][exitsafe.lowlevel.neutralize] does the same immediately.
 
-[`handle_of`][exitsafe.handle_of] finds the handle exitsafe keeps for an object (a handle, an
-adopted object, a [`exitsafe.NativeObject`][exitsafe.NativeObject], a pinned library or
+[`handle_of`][exitsafe.lowlevel.handle_of] finds the handle exitsafe keeps for an object (a
+handle, an adopted object, a [`exitsafe.NativeObject`][exitsafe.NativeObject], a pinned library or
 a tracked pointer of [`exitsafe.cffi`][exitsafe.cffi] / [`exitsafe.ctypes`][exitsafe.ctypes]); every
 ``depends_on`` / ``before`` / ``after`` argument of this module and of the FFI
 adapters accepts any of those.
@@ -28,7 +28,8 @@ method of an adopted object runs on the thread that drops the handle's last
 owner, or on the thread running the teardown; neutralization at exit runs on
 the teardown thread.
 
-Every public name here is also importable from `exitsafe` itself.
+`adopt` is public in `exitsafe`; `neutralize_at_exit`, `neutralize` and `handle_of` in
+`exitsafe.lowlevel` (escape hatches for objects exitsafe does not own, and a lookup).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from __future__ import annotations
 from _weakref import ref as _weakref
 
 from . import _sync
-from ._errors import ExitsafeError
+from ._errors import AlreadyTrackedError, NeutralizeError
 from ._handle import Handle
 from ._lookup import find, register_lookup, resolve
 from ._registry import Registry, default_registry
@@ -51,45 +52,11 @@ if TYPE_CHECKING:
     Attrs = Union[str, Sequence[str]]
 
 __all__ = [
-    "AlreadyTrackedError",
-    "NeutralizeError",
     "adopt",
     "handle_of",
     "neutralize",
     "neutralize_at_exit",
 ]
-
-
-class NeutralizeError(ExitsafeError, AttributeError):
-    """An attribute cannot be neutralized on this object.
-
-    Raised when [`neutralize`][exitsafe.neutralize] or
-    [`neutralize_at_exit`][exitsafe.neutralize_at_exit] is called (never later, at exit): the
-    attribute is missing, is a read-only property or descriptor, or the object refuses assignment (a
-    frozen dataclass or attrs class, a custom ``__setattr__`` that raises).
-    """
-
-
-class AlreadyTrackedError(ExitsafeError, ValueError):
-    """The object (or native pointer) already has a live exitsafe handle.
-
-    Raised by [`adopt`][exitsafe.adopt] for an object adopted twice and by
-    [`exitsafe.cffi.track`][exitsafe.cffi.track] / [`exitsafe.ctypes.track`][exitsafe.ctypes.track]
-    for a pointer that is already tracked (releasing it twice would be a double free).  Also
-    a `ValueError`.
-
-    Args:
-        message: the error message.
-        handle: the existing handle, or `None`.
-
-    Attributes:
-        handle: the existing handle: call `handle.retain()` to share ownership.  `None` when
-            another thread is registering the same object at this moment.
-    """
-
-    def __init__(self, message: str, handle: Optional[Handle]) -> None:
-        super().__init__(message)
-        self.handle = handle
 
 
 class ClaimTable:
@@ -280,8 +247,8 @@ _MISSING = object()
 
 
 def _check_settable(obj: object, name: str) -> None:
-    """Raise [`NeutralizeError`][exitsafe.NeutralizeError] now if ``obj.name = null`` cannot work
-    later."""
+    """Raise [`NeutralizeError`][exitsafe.lowlevel.NeutralizeError] now if ``obj.name = null``
+    cannot work later."""
     cls = type(obj)
     what = f"{cls.__qualname__}.{name}"
     desc = _lookup_descriptor(cls, name)
@@ -321,7 +288,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
     Works for `__slots__` attributes and properties with a setter.  Not atomic with respect
     to other threads using `obj`.  To do it at exit instead, use
-    [`neutralize_at_exit`][exitsafe.neutralize_at_exit].
+    [`neutralize_at_exit`][exitsafe.lowlevel.neutralize_at_exit].
 
     Args:
         obj: the object of another library.
@@ -347,7 +314,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
 
 class _Neutralizer:
-    """The hook of one [`neutralize_at_exit`][exitsafe.neutralize_at_exit] call."""
+    """The hook of one [`neutralize_at_exit`][exitsafe.lowlevel.neutralize_at_exit] call."""
 
     __slots__ = ("get", "names", "null")
 
@@ -420,7 +387,7 @@ def neutralize_at_exit(
         attr: the attribute holding the native handle, or a sequence of such names.
         null: the value to set.
         registry: the registry whose teardown runs the hook; `None`: the default registry.
-        before: handles or objects exitsafe knows (see [`handle_of`][exitsafe.handle_of])
+        before: handles or objects exitsafe knows (see [`handle_of`][exitsafe.lowlevel.handle_of])
             that must still be alive when the hook runs.  Without `before` / `after` the hook
             runs among the first steps of the teardown.
         after: handles or objects exitsafe knows that must be released before the hook runs.
@@ -435,7 +402,7 @@ def neutralize_at_exit(
     Example:
         ```python
         catalog = thirdparty.EpCatalog()
-        exitsafe.neutralize_at_exit(catalog, "_handle")
+        exitsafe.lowlevel.neutralize_at_exit(catalog, "_handle")
         ```
     """
     names = _attr_names(attr)
@@ -555,9 +522,9 @@ def adopt(
             releasing the handle just lets go of it).
         kind: the label in the ledger and the trace; `None`: the object's class name.
             `"library"` makes it go last at teardown.
-        depends_on: handles or objects exitsafe knows (see [`handle_of`][exitsafe.handle_of])
-            that must outlive `obj`; `obj` can in turn be named in other handles'
-            `depends_on`.
+        depends_on: handles or objects exitsafe knows (see
+            [`handle_of`][exitsafe.lowlevel.handle_of]) that must outlive `obj`; `obj` can in
+            turn be named in other handles' `depends_on`.
         exit_policy: `"release"`, `"leak"` or a callable policy, as for
             [`Registry.track`][exitsafe.Registry.track]; `None`: the registry's default.
         name: the display name; default `"<kind>#<n>"`.
@@ -572,7 +539,7 @@ def adopt(
             handle leaked; `None`: the registry's step timeout.
         affinity: `"creator"` or `"main"` runs the close only on that thread (GL contexts,
             some GPU and GUI objects): a close due elsewhere is queued for that thread's
-            next exitsafe call or [`run_pending()`][exitsafe.run_pending]; see
+            next exitsafe call or [`run_pending()`][exitsafe.lowlevel.run_pending]; see
             [`Registry.track`][exitsafe.Registry.track].  `None`: any thread.
 
     Returns:
@@ -615,7 +582,7 @@ def adopt(
         what = f"as {existing.name!r}" if existing is not None else "by another thread"
         return (
             f"{type(obj).__qualname__} object is already adopted {what}; "
-            f"use exitsafe.handle_of(obj).retain() to share ownership"
+            f"use exitsafe.lowlevel.handle_of(obj).retain() to share ownership"
         )
 
     _adopted.claim(key, obj, describe)

@@ -357,12 +357,12 @@ def _suggest_del(obj: object, holds: list[tuple[str, str]], known: frozenset[str
         text = f'exitsafe.adopt(obj, close="{close}"{depends})'
         if pointer is not None:
             text += (
-                f' (or, for an object you do not own, exitsafe.neutralize_at_exit(obj,'
+                f' (or, for an object you do not own, exitsafe.lowlevel.neutralize_at_exit(obj,'
                 f' attr="{pointer}"))'
             )
         return text
     if pointer is not None:
-        return f'exitsafe.neutralize_at_exit(obj, attr="{pointer}")' + (
+        return f'exitsafe.lowlevel.neutralize_at_exit(obj, attr="{pointer}")' + (
             f" and make obj.{parent} outlive it" if parent else ""
         )
     return "exitsafe.adopt(obj, close=...) with the method its __del__ calls"

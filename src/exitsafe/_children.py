@@ -17,7 +17,7 @@
 * **Leaving quietly.**  ``exitsafe._exit.leave`` tears down what this process owns,
   flushes stdio and ends with ``os._exit``: no module finalization, no C-level ``atexit``
   handler, no finalizer of an inherited object.  With the forked-child setting
-  (``EXITSAFE_FORK_EXIT=quiet`` or ``exitsafe.set_fork_exit("quiet")``) a forked child
+  (``EXITSAFE_FORK_EXIT=quiet`` or ``exitsafe.lowlevel.set_fork_exit("quiet")``) a forked child
   that ends normally does the same, with its exit status.
 """
 
@@ -131,7 +131,7 @@ def flush_stdio() -> None:
 
 def set_fork_exit(mode: str) -> None:
     """``"quiet"`` or ``"normal"``: how forked children of this process end (see
-    [`exitsafe.set_fork_exit`][exitsafe.set_fork_exit])."""
+    [`exitsafe.lowlevel.set_fork_exit`][exitsafe.lowlevel.set_fork_exit])."""
     if mode not in FORK_EXIT_CHOICES:
         raise ValueError(f"mode must be one of {FORK_EXIT_CHOICES}, got {mode!r}")
     _state["fork_exit"] = mode

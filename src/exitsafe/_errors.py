@@ -4,6 +4,13 @@ Every error exitsafe raises on purpose derives from [`ExitsafeError`][exitsafe.E
 binding can catch "anything exitsafe refused" in one clause.  Errors that are
 also a wrong *kind* of argument additionally derive from the matching builtin
 (``TypeError`` / ``ValueError``) so that generic argument checking still works.
+
+The errors are public in two tiers, and ``exitsafe/__init__.py`` gives each the
+``__module__`` of its tier, the name a traceback shows: `exitsafe` has the errors a
+program catches and handles (a closed handle or registry, a strict release refused, an
+object already owned); `exitsafe.lowlevel` has those that report a wrong call, to be fixed
+in the code rather than caught (a dependency cycle, a handle of another registry, a call
+from a finalizer that interrupted exitsafe, an attribute that cannot be neutralized).
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Optional
+
+    from ._handle import Handle
 
 
 class ExitsafeError(Exception):
@@ -24,27 +34,6 @@ class HandleClosedError(ExitsafeError):
     [`Handle.borrow`][exitsafe.Handle.borrow] and by ``depends_on=`` when they name a handle that is
     no longer usable.
     """
-
-
-class DependencyCycleError(ExitsafeError, ValueError):
-    """A dependency would close a cycle in the handle graph.
-
-    Raised by `track(..., depends_on=...)`,
-    [`Handle.add_dependency`][exitsafe.Handle.add_dependency] and hook edges; the graph is left
-    unchanged.  Also a `ValueError`.
-
-    Args:
-        message: the error message.
-        cycle: the display names of the handles on the cycle.
-
-    Attributes:
-        cycle: the display names of the handles on the cycle, starting and ending with the
-            same handle (`("a", "b", "a")`).
-    """
-
-    def __init__(self, message: str, cycle: Sequence[str]) -> None:
-        super().__init__(message)
-        self.cycle: tuple[str, ...] = tuple(cycle)
 
 
 class RegistryClosedError(ExitsafeError):
@@ -74,6 +63,49 @@ class LiveDependentsError(ExitsafeError):
         self.dependents: tuple[str, ...] = tuple(dependents)
 
 
+class AlreadyTrackedError(ExitsafeError, ValueError):
+    """The object (or native pointer) already has a live exitsafe handle.
+
+    Raised by [`adopt`][exitsafe.adopt] for an object adopted twice and by
+    [`exitsafe.cffi.track`][exitsafe.cffi.track] / [`exitsafe.ctypes.track`][exitsafe.ctypes.track]
+    for a pointer that is already tracked (releasing it twice would be a double free).  Also
+    a `ValueError`.
+
+    Args:
+        message: the error message.
+        handle: the existing handle, or `None`.
+
+    Attributes:
+        handle: the existing handle: call `handle.retain()` to share ownership.  `None` when
+            another thread is registering the same object at this moment.
+    """
+
+    def __init__(self, message: str, handle: Optional[Handle]) -> None:
+        super().__init__(message)
+        self.handle = handle
+
+
+class DependencyCycleError(ExitsafeError, ValueError):
+    """A dependency would close a cycle in the handle graph.
+
+    Raised by `track(..., depends_on=...)`,
+    [`Handle.add_dependency`][exitsafe.Handle.add_dependency] and hook edges; the graph is left
+    unchanged.  Also a `ValueError`.
+
+    Args:
+        message: the error message.
+        cycle: the display names of the handles on the cycle.
+
+    Attributes:
+        cycle: the display names of the handles on the cycle, starting and ending with the
+            same handle (`("a", "b", "a")`).
+    """
+
+    def __init__(self, message: str, cycle: Sequence[str]) -> None:
+        super().__init__(message)
+        self.cycle: tuple[str, ...] = tuple(cycle)
+
+
 class ForeignHandleError(ExitsafeError, ValueError):
     """A handle of another registry was used where this registry's was needed.
 
@@ -95,4 +127,15 @@ class ReentrancyError(ExitsafeError, RuntimeError):
     calls that must return a result (``track``, ``retain``, ``detach`` ...) raise
     this error instead of hanging.  Move such calls out of ``__del__`` methods and
     signal handlers.
+    """
+
+
+class NeutralizeError(ExitsafeError, AttributeError):
+    """An attribute cannot be neutralized on this object.
+
+    Raised when [`neutralize`][exitsafe.lowlevel.neutralize] or
+    [`neutralize_at_exit`][exitsafe.lowlevel.neutralize_at_exit] is called (never later, at
+    exit): the attribute is missing, is a read-only property or descriptor, or the object
+    refuses assignment (a frozen dataclass or attrs class, a custom ``__setattr__`` that
+    raises).  Also an `AttributeError`.
     """

@@ -62,4 +62,4 @@ class Guarded:
 
     def __repr__(self) -> str:
         state = "active" if self.active else "silenced"
-        return f"<exitsafe.Guarded {self.__wrapped__!r} {state}>"
+        return f"<exitsafe.lowlevel.Guarded {self.__wrapped__!r} {state}>"

@@ -1,5 +1,5 @@
 """The user-facing handle ([`Handle`][exitsafe.Handle]), the policy's view of it
-([`HandleInfo`][exitsafe.HandleInfo])
+([`HandleInfo`][exitsafe.lowlevel.HandleInfo])
 and the borrow context manager.
 
 A [`Handle`][exitsafe.Handle] is its own record (`exitsafe._record.Record`); its methods
@@ -52,7 +52,7 @@ class Handle(Record):
     holds its lock.  Called from a finalizer or signal handler that interrupted exitsafe
     itself on the same thread, [`release`][exitsafe.Handle.release] is queued and done right
     after exitsafe's interrupted step, while the methods that must answer at once raise
-    [`ReentrancyError`][exitsafe.ReentrancyError].
+    [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError].
 
     The handle is a context manager: `with registry.track(...) as h:` releases one owner
     when the block ends.
@@ -227,8 +227,8 @@ class Handle(Record):
 
         Args:
             *others: handles of the same registry, or objects exitsafe knows (see
-                [`exitsafe.handle_of`][exitsafe.handle_of]): each is released only after this
-                handle.
+                [`exitsafe.lowlevel.handle_of`][exitsafe.lowlevel.handle_of]): each is released
+                only after this handle.
 
         Raises:
             DependencyCycleError: an edge would close a cycle (the error names it).
@@ -370,7 +370,10 @@ class HandleInfo:
         self.owners: int = node._refs
 
     def __repr__(self) -> str:
-        return f"<exitsafe.HandleInfo {self.kind} {self.name!r} registry={self.registry!r}>"
+        return (
+            f"<exitsafe.lowlevel.HandleInfo {self.kind} {self.name!r}"
+            f" registry={self.registry!r}>"
+        )
 
 
 #: ``handle.borrow().__enter__()`` without the context manager (automatic borrows), and

@@ -1,7 +1,7 @@
 """The ledger: what happened to every handle, as data; and the trace grammar.
 
 Every handle ends in exactly one outcome.  A registry appends one compact record per
-outcome to its `Ledger`; [`LedgerEntry`][exitsafe.LedgerEntry] objects are built only when
+outcome to its `Ledger`; [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] objects are built only when
 somebody asks for them, so the release hot path stays cheap.
 
 The teardown trace (``EXITSAFE_TRACE=1``) is written with `trace_line` and read back by
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class Outcome:
     """The outcomes a handle can end in: plain strings, so they compare and serialize simply.
 
-    [`LedgerEntry.outcome`][exitsafe.LedgerEntry] is one of them, and so is the `outcome=`
+    [`LedgerEntry.outcome`][exitsafe.lowlevel.LedgerEntry] is one of them, and so is the `outcome=`
     of a step in the teardown trace.
 
     Attributes:
@@ -175,7 +175,7 @@ class LedgerEntry:
 
     def __repr__(self) -> str:
         detail = f" ({self.detail})" if self.detail else ""
-        return f"<LedgerEntry {self.registry}:{self.name} {self.outcome}{detail}>"
+        return f"<exitsafe.lowlevel.LedgerEntry {self.registry}:{self.name} {self.outcome}{detail}>"
 
 
 class Ledger:

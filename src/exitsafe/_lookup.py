@@ -29,7 +29,7 @@ _lookups: list[Callable[[object, Any], Optional[Record]]] = []
 
 
 def register_lookup(fn: Callable[[object, Any], Optional[Record]]) -> None:
-    """Let a module teach [`handle_of`][exitsafe.handle_of] about its own objects."""
+    """Let a module teach [`handle_of`][exitsafe.lowlevel.handle_of] about its own objects."""
 
     def add() -> None:
         if fn not in _lookups:
@@ -84,7 +84,7 @@ def resolve(items: object, registry: Any, what: str) -> tuple[Handle, ...]:
 
 def parents(handles: object, state: Any, what: str) -> tuple[Record, ...]:
     """``handles`` (a handle, or an iterable of them) as distinct records of ``state``'s
-    registry, or the `TypeError` / [`ForeignHandleError`][exitsafe.ForeignHandleError]
+    registry, or the `TypeError` / [`ForeignHandleError`][exitsafe.lowlevel.ForeignHandleError]
     naming ``what``."""
     if isinstance(handles, Record):
         items: tuple[object, ...] = (handles,)

@@ -1,5 +1,5 @@
 """The public registry: [`Registry`][exitsafe.Registry], a facade over one registry's state,
-and the process-wide [`default_registry`][exitsafe.default_registry].
+and the process-wide [`default_registry`][exitsafe.lowlevel.default_registry].
 
 A `Registry` holds one field, its state (`exitsafe._state.RegistryState`), and checks the
 arguments of every public call before it hands the call to the module that carries it
@@ -72,7 +72,7 @@ class Registry(_Facade):
     dependency order.  A registry created once the exit teardown has begun is torn down by
     it too, or, once it has finished, is closed at once.  A registry with teardown hooks is
     kept alive by exitsafe until its teardown.  Most programs use the process-wide
-    [`default_registry()`][exitsafe.default_registry] through the module-level functions; a
+    [`default_registry()`][exitsafe.lowlevel.default_registry] through the module-level functions; a
     registry of your own tears down on its own and can be torn down early.
 
     Thread rules: every method may be called from any thread.  Release functions, hooks and
@@ -87,7 +87,7 @@ class Registry(_Facade):
             live dependents, [`RegistryClosedError`][exitsafe.RegistryClosedError] for
             registering after teardown.
         exit_policy: the default for handles that name none: `"release"`, `"leak"` or a
-            callable taking a [`HandleInfo`][exitsafe.HandleInfo] and returning one of them
+            callable taking a [`HandleInfo`][exitsafe.lowlevel.HandleInfo] and returning one of them
             (see [`exitsafe.policies`][exitsafe.policies]).
         step_timeout: seconds one teardown step may take before it is abandoned and leaked;
             `None`: `EXITSAFE_STEP_TIMEOUT`, else no bound.
@@ -232,8 +232,8 @@ class Registry(_Facade):
                 contexts, some GPU and GUI objects): a release that becomes due on another
                 thread (garbage collection, an owner dropped elsewhere) is queued and run by the
                 owning thread at its next exitsafe call or
-                [`run_pending()`][exitsafe.run_pending]; see the threads page for the teardown's
-                rules.  `None`: any thread.
+                [`run_pending()`][exitsafe.lowlevel.run_pending]; see the threads page for the
+                teardown's rules.  `None`: any thread.
 
         Returns:
             The new handle, holding one owner.
@@ -372,7 +372,7 @@ class Registry(_Facade):
                 `"skip"` (the default: it belongs to the parent's objects, and ends
                 `leaked_inherited` in the child) or `"run"` (it is pure Python that the child's
                 own exit needs too, like the neutralization of
-                [`neutralize_at_exit`][exitsafe.neutralize_at_exit]).
+                [`neutralize_at_exit`][exitsafe.lowlevel.neutralize_at_exit]).
 
         Returns:
             The hook's handle: `release()` on it cancels the hook; dropping it does not.
@@ -546,7 +546,7 @@ class Registry(_Facade):
         """The recorded outcomes, oldest first.
 
         Returns:
-            One [`LedgerEntry`][exitsafe.LedgerEntry] per ended handle or hook (at most
+            One [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per ended handle or hook (at most
             `ledger_limit` of the newest).
         """
         return self._state.entries()
@@ -572,7 +572,7 @@ class Registry(_Facade):
         """A snapshot of every handle and hook not yet ended, oldest first.
 
         Returns:
-            One [`HandleInfo`][exitsafe.HandleInfo] per handle.
+            One [`HandleInfo`][exitsafe.lowlevel.HandleInfo] per handle.
         """
         import threading
 

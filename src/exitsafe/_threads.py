@@ -17,7 +17,7 @@ holds exitsafe's lock while it waits.
   and joins it, bounded.
 * **Thread-affine handles.**  A release that becomes due on another thread is queued
   for the owning thread, which runs it at its next exitsafe call or
-  ``exitsafe.run_pending()``.
+  ``exitsafe.lowlevel.run_pending()``.
 """
 
 from __future__ import annotations

@@ -86,9 +86,10 @@ class NativeObject:
         handle: instead of `raw`, an existing live handle to wrap, for example one returned
             by [`exitsafe.cffi.track`][exitsafe.cffi.track] or
             [`exitsafe.ctypes.track`][exitsafe.ctypes.track], which validate pointers first.
-        parent: another wrapper (or anything [`exitsafe.handle_of`][exitsafe.handle_of]
-            knows) that must outlive this one: the wrapper keeps it referenced
-            ([`parent`][exitsafe.NativeObject.parent]) and its handle depends on the parent's.
+        parent: another wrapper (or anything
+            [`exitsafe.lowlevel.handle_of`][exitsafe.lowlevel.handle_of] knows) that must outlive
+            this one: the wrapper keeps it referenced ([`parent`][exitsafe.NativeObject.parent])
+            and its handle depends on the parent's.
         depends_on: more handles or objects this one depends on (a pinned library, a
             callback).
         kind: the label in the ledger and the trace; `None`: the class keyword, else the
@@ -214,8 +215,8 @@ class NativeObject:
 
     @property
     def __exitsafe_handle__(self) -> Handle:
-        """Lets [`exitsafe.handle_of`][exitsafe.handle_of] and every ``depends_on`` accept the
-        wrapper."""
+        """Lets [`exitsafe.lowlevel.handle_of`][exitsafe.lowlevel.handle_of] and every
+        ``depends_on`` accept the wrapper."""
         return self._es_handle
 
     @property

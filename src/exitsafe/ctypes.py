@@ -301,7 +301,7 @@ def track(
             handle leaked; `None`: the registry's step timeout.
         affinity: `"creator"` or `"main"` runs the release only on that thread (GL contexts,
             some GPU and GUI objects): a release due elsewhere is queued for that thread's
-            next exitsafe call or [`run_pending()`][exitsafe.run_pending]; see
+            next exitsafe call or [`run_pending()`][exitsafe.lowlevel.run_pending]; see
             [`Registry.track`][exitsafe.Registry.track].  `None`: any thread.
 
     Returns:

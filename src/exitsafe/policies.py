@@ -3,7 +3,8 @@
 An exit policy decides, at teardown, whether a live handle is released
 natively (``"release"``) or deliberately leaked (``"leak"``: no native call,
 the OS reclaims the memory at process exit).  A policy is ``"release"``,
-``"leak"`` or a callable taking an [`exitsafe.HandleInfo`][exitsafe.HandleInfo] (a read-only
+``"leak"`` or a callable taking an
+[`exitsafe.lowlevel.HandleInfo`][exitsafe.lowlevel.HandleInfo] (a read-only
 snapshot of the handle: ``raw``, ``kind``, ``name``, ``thread_id``,
 ``created_on_main_thread``, ``inherited``...) and returning one of the two
 strings; it runs on the thread doing the teardown, outside exitsafe's lock,
@@ -33,7 +34,7 @@ def leak_if_foreign_thread(info: HandleInfo) -> str:
 
     Args:
         info: the handle being decided; its
-            [`created_on_main_thread`][exitsafe.HandleInfo] is what counts.
+            [`created_on_main_thread`][exitsafe.lowlevel.HandleInfo] is what counts.
 
     Returns:
         `"release"` for a handle created on the main thread, `"leak"` otherwise.
@@ -75,7 +76,7 @@ def any_leak(*policies: Policy) -> Callable[[HandleInfo], str]:
             later ones are not called).
 
     Returns:
-        A policy (a callable taking a [`HandleInfo`][exitsafe.HandleInfo]) to pass as
+        A policy (a callable taking a [`HandleInfo`][exitsafe.lowlevel.HandleInfo]) to pass as
         `exit_policy`; its `__name__` lists the combined policies.
 
     Raises:

@@ -8,14 +8,8 @@ import gc
 import pytest
 
 import exitsafe
-from exitsafe import (
-    AlreadyTrackedError,
-    NeutralizeError,
-    adopt,
-    handle_of,
-    neutralize,
-    neutralize_at_exit,
-)
+from exitsafe import AlreadyTrackedError, adopt
+from exitsafe.lowlevel import NeutralizeError, handle_of, neutralize, neutralize_at_exit
 
 
 class Resource:

@@ -43,7 +43,7 @@ def test_cffi_track_with_affinity_releases_on_the_creating_thread(abi, reg):
     )
     drop_elsewhere(h)
     assert where == [] and lib.toy_live() == before + 1  # queued for its creator
-    exitsafe.run_pending()
+    exitsafe.lowlevel.run_pending()
     assert where == [threading.current_thread().name] and lib.toy_live() == before
     assert [(e.name, e.outcome) for e in reg.ledger()] == [("ctx", Outcome.RELEASED)]
 
@@ -57,7 +57,7 @@ def test_ctypes_track_with_affinity_releases_on_the_creating_thread(ctoy, reg):
     )
     drop_elsewhere(h)
     assert where == [] and ctoy.toy_live() == before + 1
-    exitsafe.run_pending()
+    exitsafe.lowlevel.run_pending()
     assert where == [threading.current_thread().name] and ctoy.toy_live() == before
 
 
@@ -71,7 +71,7 @@ def test_adopt_with_affinity_closes_on_the_creating_thread(reg):
     h = exitsafe.adopt(Texture(), registry=reg, name="texture", affinity="creator")
     drop_elsewhere(h)
     assert where == []
-    exitsafe.run_pending()
+    exitsafe.lowlevel.run_pending()
     assert where == [threading.current_thread().name]
 
 

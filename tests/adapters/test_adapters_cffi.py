@@ -13,6 +13,7 @@ import pytest
 
 import exitsafe
 from exitsafe import AlreadyTrackedError, HandleClosedError
+from exitsafe.lowlevel import CORE
 
 from ..support import is_mapped
 from .toy import (
@@ -23,6 +24,9 @@ from .toy import (
     needs_proc_maps,
     remembers_no_pin_until_one_is_made,
 )
+
+#: whether the compiled core runs (its fast paths are tested only then)
+COMPILED = CORE == "compiled"
 
 cffi = pytest.importorskip("cffi")
 es_cffi = pytest.importorskip("exitsafe.cffi")
@@ -153,7 +157,7 @@ def test_same_pointer_cannot_be_tracked_twice(abi, reg):
 
 
 compiled_only = pytest.mark.skipif(
-    exitsafe.CORE != "compiled", reason="the compiled core is not in use here"
+    not COMPILED, reason="the compiled core is not in use here"
 )
 
 
@@ -197,7 +201,7 @@ def test_track_after_warm_up_keeps_every_rule(abi, reg):
     assert es_cffi.handle_of(p, registry=reg) is None
     assert lib.toy_live() == before + 1  # (the context the refused call made)
     again = es_cffi.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free)  # the default registry
-    assert again.registry is exitsafe.default_registry()
+    assert again.registry is exitsafe.lowlevel.default_registry()
     again.release()
     with pytest.raises(ValueError, match="NULL"):
         es_cffi.track(ffi, ffi.cast("toy_ctx *", 0), lib.toy_ctx_free, registry=reg)
@@ -562,7 +566,8 @@ def test_a_registry_subclass_overriding_track_sees_every_pointer(abi):
 
 
 def test_track_inside_a_section_of_this_thread_is_refused_not_deadlocked(abi, reg):
-    from exitsafe import ReentrancyError, _sync
+    from exitsafe import _sync
+    from exitsafe.lowlevel import ReentrancyError
 
     ffi, lib = abi
     _warm(ffi, lib, reg)  # the compiled path would take the next pointer
@@ -674,7 +679,7 @@ def test_a_remembered_pin_serves_its_own_registry_only_and_not_once_ended(abi, r
         other.teardown()
 
 
-@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+@pytest.mark.skipif(not COMPILED, reason="the compiled core is not in use here")
 def test_a_function_of_an_unpinned_library_takes_the_compiled_path_too(abi, reg):
     # While one library is pinned, a function of another one, unpinned, is looked up once:
     # the compiled track remembers that it has no pin, until a pin is made.
@@ -784,7 +789,7 @@ def test_pinning_a_pinned_library_again_takes_no_extra_loader_reference(toy_copy
     assert not is_mapped(toy_copy)
 
 
-@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+@pytest.mark.skipif(not COMPILED, reason="the compiled core is not in use here")
 @collection_inside_a_c_call
 def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(abi, reg):
     # As the ctypes test of the same name: the remembered pin loses its last owner (a

@@ -17,6 +17,7 @@ import pytest
 import exitsafe
 from exitsafe import AlreadyTrackedError, HandleClosedError
 from exitsafe import ctypes as es_ctypes
+from exitsafe.lowlevel import CORE
 
 from ..support import is_mapped
 from .toy import (
@@ -26,6 +27,9 @@ from .toy import (
     python_frames_of_adapter_track,
     remembers_no_pin_until_one_is_made,
 )
+
+#: whether the compiled core runs (its fast paths are tested only then)
+COMPILED = CORE == "compiled"
 
 vp = ctypes.c_void_p
 
@@ -281,7 +285,7 @@ def test_callback_rejects_bad_arguments(reg):
 # ----------------------------------------------------- the compiled track (and its rules)
 
 
-@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+@pytest.mark.skipif(not COMPILED, reason="the compiled core is not in use here")
 def test_the_compiled_track_stands_for_the_python_function():
     import inspect
 
@@ -334,7 +338,7 @@ def test_track_checks_release_and_registry_and_uses_the_default_registry(ctoy, r
     with pytest.raises(TypeError, match="registry must be"):
         es_ctypes.track(address, ctoy.toy_ctx_free, registry="default")  # type: ignore[arg-type]
     h = es_ctypes.track(address, ctoy.toy_ctx_free)  # the refused calls claimed nothing
-    assert h.registry is exitsafe.default_registry()
+    assert h.registry is exitsafe.lowlevel.default_registry()
     h.release()
 
 
@@ -431,7 +435,8 @@ def test_track_inside_a_section_of_this_thread_is_refused_not_deadlocked(ctoy, r
     # What a finalizer calling track() sees when the collector ran it inside one of
     # exitsafe's sections on this thread: the compiled path hands it to the Python path,
     # which refuses it instead of waiting for itself.
-    from exitsafe import ReentrancyError, _sync
+    from exitsafe import _sync
+    from exitsafe.lowlevel import ReentrancyError
 
     address = ctoy.toy_ctx_new()
     with _sync.LOCK:  # (a section of this thread)
@@ -473,7 +478,7 @@ def test_a_pinned_librarys_function_keeps_its_pin_on_every_track(toy_copy, reg):
     assert pin.state == "released" and not is_mapped(toy_copy)
 
 
-@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+@pytest.mark.skipif(not COMPILED, reason="the compiled core is not in use here")
 def test_with_a_pin_the_second_track_of_a_function_takes_the_compiled_path(ctoy, reg):
     pin = es_ctypes.pin(ctoy, registry=reg, close=False)
     handles: list[exitsafe.Handle] = []
@@ -527,7 +532,7 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+@pytest.mark.skipif(not COMPILED, reason="the compiled core is not in use here")
 def test_a_function_of_an_unpinned_library_takes_the_compiled_path_too(ctoy, reg):
     # While one library is pinned, a foreign function of another one, unpinned, is looked
     # up once: the compiled track remembers that it has no pin, until a pin is made.
@@ -715,7 +720,7 @@ def test_a_pin_ending_between_its_lookup_and_the_registration_is_not_an_error(
     assert pin.state == "released"
 
 
-@pytest.mark.skipif(exitsafe.CORE != "compiled", reason="the compiled core is not in use here")
+@pytest.mark.skipif(not COMPILED, reason="the compiled core is not in use here")
 @collection_inside_a_c_call
 def test_a_pin_ending_inside_the_compiled_track_is_not_an_error(ctoy, reg):
     # The compiled track checked the remembered pin (owned), then a garbage collection

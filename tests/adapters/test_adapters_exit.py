@@ -291,7 +291,7 @@ def test_neutralize_at_exit_is_the_seed_fix_in_one_call(tmp_path, toy_so):
         CTYPES_PRELUDE
         + BINDING
         + """
-from exitsafe import neutralize_at_exit
+from exitsafe.lowlevel import neutralize_at_exit
 catalog = Catalog()
 neutralize_at_exit(catalog, "_handle")
 """,

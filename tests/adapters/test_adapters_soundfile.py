@@ -109,7 +109,7 @@ def test_neutralized_soundfile_makes_no_native_call_after_teardown(tmp_path):
         """
 import numpy as np, soundfile as sf
 import exitsafe
-from exitsafe import neutralize_at_exit
+from exitsafe.lowlevel import neutralize_at_exit
 
 take = sf.SoundFile("leak.wav", "w", 8000, 1)
 take.write(np.zeros(10))

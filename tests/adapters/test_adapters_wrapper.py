@@ -8,7 +8,8 @@ import pickle
 
 import pytest
 
-from exitsafe import HandleClosedError, NativeObject, handle_of
+from exitsafe import HandleClosedError, NativeObject
+from exitsafe.lowlevel import handle_of
 
 
 @pytest.fixture

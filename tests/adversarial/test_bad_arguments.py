@@ -40,11 +40,11 @@ def reg() -> exitsafe.Registry:
 def test_neutralize_at_exit_refuses_an_attr_that_is_no_name(reg, attr):
     obj = Catalog()
     with pytest.raises(TypeError, match=r"^attr must be an attribute name .*, got ") as info:
-        exitsafe.neutralize_at_exit(obj, attr, registry=reg)
+        exitsafe.lowlevel.neutralize_at_exit(obj, attr, registry=reg)
     assert "not iterable" not in str(info.value)
     assert reg.live_handles() == []  # nothing registered
     with pytest.raises(TypeError, match=r"^attr must be an attribute name"):
-        exitsafe.neutralize(obj, attr)
+        exitsafe.lowlevel.neutralize(obj, attr)
     assert obj._handle is not None  # nothing neutralized
 
 
@@ -63,9 +63,9 @@ def test_adopt_refuses_a_neutralize_argument_that_is_no_name(reg, attr):
 
 def test_good_attr_arguments_are_still_accepted(reg):
     obj = Catalog()
-    exitsafe.neutralize_at_exit(obj, "_handle", registry=reg)
-    exitsafe.neutralize_at_exit(obj, ["_handle"], registry=reg)
-    exitsafe.neutralize_at_exit(obj, ("_handle",), registry=reg)
+    exitsafe.lowlevel.neutralize_at_exit(obj, "_handle", registry=reg)
+    exitsafe.lowlevel.neutralize_at_exit(obj, ["_handle"], registry=reg)
+    exitsafe.lowlevel.neutralize_at_exit(obj, ("_handle",), registry=reg)
     reg.teardown()
     assert obj._handle is None
 

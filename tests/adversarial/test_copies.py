@@ -45,12 +45,12 @@ def test_copy_deepcopy_and_pickle_of_a_handle_are_refused_naming_retain(tmp_path
                     print(label, way, "refused")
                 else:
                     print(label, way, "ACCEPTED")
-        print(exitsafe.CORE)
+        print(exitsafe.lowlevel.CORE)
         for label in ("tracked", "with options", "ctypes"):
             handles[label].release()
         handles.clear()
         gc.collect()
-        print(sorted((e.name, e.outcome) for e in exitsafe.default_registry().ledger()))
+        print(sorted((e.name, e.outcome) for e in exitsafe.lowlevel.default_registry().ledger()))
     """
     run = run_program(body, tmp_path, env={"EXITSAFE_PURE_PYTHON": CORES[core]})
     assert_clean(run)

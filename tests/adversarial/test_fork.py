@@ -164,7 +164,7 @@ def test_child_forked_by_another_thread_during_a_teardown(tmp_path):
                     record("child-keyboardinterrupt")
                 exitsafe.teardown()  # the child's own
                 outcomes = sorted((e.name, e.outcome) for e in exitsafe.ledger())
-                record(f"child-ledger={outcomes} live={len(exitsafe.default_registry())}")
+                record(f"child-ledger={outcomes} live={len(exitsafe.lowlevel.default_registry())}")
                 os._exit(0)
             _, status = os.waitpid(pid, 0)
             record(f"child-status={os.waitstatus_to_exitcode(status)}")

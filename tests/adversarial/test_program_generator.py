@@ -59,7 +59,7 @@ def register(handles: tuple[HandleSpec, ...], hooks: tuple[HookSpec, ...]) -> No
 
 def test_the_cycle_check_agrees_with_exitsafe_on_the_drawn_cycle():
     assert not is_acyclic(CYCLIC_HANDLES, CYCLIC_HOOKS)
-    with pytest.raises(exitsafe.DependencyCycleError):
+    with pytest.raises(exitsafe.lowlevel.DependencyCycleError):
         register(CYCLIC_HANDLES, CYCLIC_HOOKS)
     assert is_acyclic(CYCLIC_HANDLES, CYCLIC_HOOKS[:2])
     register(CYCLIC_HANDLES, CYCLIC_HOOKS[:2])

@@ -47,7 +47,7 @@ CFFI_LOOP = """
         es_cffi.track(ffi, libc.malloc(16), release, name="c").release()
     stop_forcing()
     gc.collect()
-    print(len(exitsafe.default_registry()))
+    print(len(exitsafe.lowlevel.default_registry()))
 """
 
 CTYPES_LOOP = """
@@ -80,7 +80,7 @@ CTYPES_LOOP = """
         es_ctypes.track(libc.malloc(16), release, name="c").release()
     stop_forcing()
     gc.collect()
-    print(len(exitsafe.default_registry()))
+    print(len(exitsafe.lowlevel.default_registry()))
 """
 
 
@@ -165,10 +165,11 @@ ADOPT_AND_NEUTRALIZE = """
     for i in range(N):
         h = exitsafe.adopt(Resource(i), name=f"r{i}")
         h.release()                                  # closes it now
-        exitsafe.neutralize_at_exit(Resource(N + i))  # collected right away: hook cancelled
+        # collected right away: its hook is cancelled
+        exitsafe.lowlevel.neutralize_at_exit(Resource(N + i))
     stop_forcing()
     gc.collect()
-    print(len(exitsafe.default_registry()))
+    print(len(exitsafe.lowlevel.default_registry()))
 """
 
 
@@ -209,7 +210,7 @@ ORDINARY_USE = """
     for i in range(60_000):
         Buffer()
     gc.collect()
-    print(freed[0], len(exitsafe.default_registry()))
+    print(freed[0], len(exitsafe.lowlevel.default_registry()))
 """
 
 

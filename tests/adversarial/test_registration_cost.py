@@ -56,12 +56,13 @@ def noop(raw):
 
 def neutralize(reg, keep):
     obj = Catalog()
-    exitsafe.neutralize_at_exit(obj, registry=reg)
+    exitsafe.lowlevel.neutralize_at_exit(obj, registry=reg)
     keep.append(obj)
 
 
 def neutralize_collected(reg, keep):
-    exitsafe.neutralize_at_exit(Catalog(), registry=reg)  # collected at once: its hook goes
+    # collected at once: its hook goes
+    exitsafe.lowlevel.neutralize_at_exit(Catalog(), registry=reg)
 
 
 def on_teardown(reg, keep):

@@ -47,7 +47,7 @@ def test_immediate_handler_inside_a_critical_section_does_not_wait_for_itself(tm
 
         force_in_sections(fire)
         while True:
-            exitsafe.default_registry().live_handles()
+            exitsafe.lowlevel.default_registry().live_handles()
     """
     run = run_program(program(FORCE_IN_SECTIONS, GRAPH, body), tmp_path, ledger=True, timeout=30)
     assert_died_by(run, signal.SIGTERM)
@@ -333,7 +333,7 @@ def test_immediate_signal_during_the_first_import_of_the_teardowns_modules(tmp_p
                 os.kill(os.getpid(), signal.SIGTERM)
 
         sys.settrace(tracer)
-        exitsafe.default_registry().teardown(reason="explicit")
+        exitsafe.lowlevel.default_registry().teardown(reason="explicit")
         time.sleep(30)  # never reached: the handler ends the process
     """
     run = run_program(program(GRAPH, body), tmp_path, ledger=True, timeout=30)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import exitsafe
 from exitsafe import _core
+from exitsafe.lowlevel import ForeignHandleError
 
 BUILT = importlib.util.find_spec("exitsafe._speedups") is not None
 PURE_FORCED = os.environ.get("EXITSAFE_PURE_PYTHON", "") not in ("", "0")
@@ -30,7 +31,7 @@ compiled_only = pytest.mark.skipif(
 def _core_of(env_value: str) -> str:
     env = dict(os.environ, EXITSAFE_PURE_PYTHON=env_value)
     out = subprocess.run(
-        [sys.executable, "-c", "import exitsafe; print(exitsafe.CORE)"],
+        [sys.executable, "-c", "import exitsafe; print(exitsafe.lowlevel.CORE)"],
         env=env, capture_output=True, text=True, timeout=60, check=True,
     )
     return out.stdout.strip()
@@ -38,13 +39,13 @@ def _core_of(env_value: str) -> str:
 
 def test_core_in_use_is_the_one_asked_for():
     if PURE_FORCED:
-        assert exitsafe.CORE == "python"
+        assert exitsafe.lowlevel.CORE == "python"
     elif os.environ.get("EXITSAFE_EXPECT_COMPILED") == "1":
         # CI builds the extension on every interpreter: a failed build must fail here
         assert BUILT, "exitsafe._speedups was not built by the install"
-        assert exitsafe.CORE == "compiled"
+        assert exitsafe.lowlevel.CORE == "compiled"
     else:
-        assert exitsafe.CORE == ("compiled" if BUILT else "python")
+        assert exitsafe.lowlevel.CORE == ("compiled" if BUILT else "python")
 
 
 @pytest.mark.parametrize("value", ["1", "yes"])
@@ -304,7 +305,7 @@ def test_bad_track_arguments_are_explained():
         registry.track(1, _noop, kind=3)
     with pytest.raises(TypeError, match="must contain exitsafe Handles"):
         registry.track(1, _noop, depends_on=[object()])
-    with pytest.raises(exitsafe.ForeignHandleError, match="'o' belongs to registry 'other'"):
+    with pytest.raises(ForeignHandleError, match="'o' belongs to registry 'other'"):
         registry.track(1, _noop, depends_on=[other])
     with pytest.raises(exitsafe.HandleClosedError, match="'e' was released"):
         registry.track(1, _noop, depends_on=ended)
@@ -332,7 +333,7 @@ def test_release_failure_leaks_the_parents_it_frees():
 
 def test_module_track_uses_the_default_registry():
     handle = exitsafe.track("m", _noop, kind="thing", depends_on=[])
-    assert handle.registry is exitsafe.default_registry() and handle.kind == "thing"
+    assert handle.registry is exitsafe.lowlevel.default_registry() and handle.kind == "thing"
     handle.release()
     assert handle.state == "released"
 
@@ -860,11 +861,11 @@ SUBINTERPRETER = textwrap.dedent(
                 return api, api.create()  # 3.9-3.11: never isolated
 
     api, sub = legacy_interpreter()
-    print("main", exitsafe.CORE, flush=True)
+    print("main", exitsafe.lowlevel.CORE, flush=True)
     api.run_string(sub, '''
     import exitsafe, exitsafe.ctypes
     h = exitsafe.ctypes.track(0x4000, lambda raw: print("sub released", flush=True))
-    print("sub", exitsafe.CORE, flush=True)
+    print("sub", exitsafe.lowlevel.CORE, flush=True)
     h.release()
     ''')
     api.destroy(sub)
@@ -874,7 +875,7 @@ SUBINTERPRETER = textwrap.dedent(
     h.release()
     for i in range(1, 1001):
         exitsafe.track(i, lambda raw: None).release()
-    print("main", exitsafe.CORE, len(exitsafe.default_registry()), flush=True)
+    print("main", exitsafe.lowlevel.CORE, len(exitsafe.lowlevel.default_registry()), flush=True)
     """
 )
 
@@ -890,7 +891,7 @@ def test_a_subinterpreter_runs_the_pure_python_core_and_leaves_the_main_one_work
     if "ImportError" in run.stderr and "interpreters" in run.stderr:
         pytest.skip(f"no private API for a legacy subinterpreter here: {run.stderr[-300:]}")
     assert run.returncode == 0, run.stderr
-    core = exitsafe.CORE
+    core = exitsafe.lowlevel.CORE
     assert run.stdout.split("\n")[:5] == [
         f"main {core}", "sub python", "sub released", "main released", f"main {core} 0",
     ], run.stdout + run.stderr

@@ -96,7 +96,7 @@ PRELUDE = textwrap.dedent(
     B = {}  # name -> the borrows entered on it, innermost last
     MADE = []  # handles tracked by release functions and hooks (kept referenced)
     REG = {
-        "default": exitsafe.default_registry(),
+        "default": exitsafe.lowlevel.default_registry(),
         "r": exitsafe.Registry("r", exit_policy=R_POLICY, ledger_limit=R_LIMIT),
         "s": exitsafe.Registry("s", strict=True, exit_policy=S_POLICY),
     }
@@ -392,7 +392,7 @@ class Ledger:
 
 @dataclass(frozen=True)
 class RunPending:
-    """``exitsafe.run_pending()``: the releases queued for this thread (affinity)."""
+    """``exitsafe.lowlevel.run_pending()``: the releases queued for this thread (affinity)."""
 
 
 @dataclass(frozen=True)
@@ -691,7 +691,7 @@ def _render_op(r: Rendering, item: Any, indent: str) -> None:
     elif isinstance(item, Ledger):
         _step(r, indent, ["report()"])
     elif isinstance(item, RunPending):
-        _step(r, indent, ["o(exitsafe.run_pending())"])
+        _step(r, indent, ["o(exitsafe.lowlevel.run_pending())"])
     elif isinstance(item, Teardown):
         call = "exitsafe.teardown()" if item.reg == "default" else f'REG["{item.reg}"].teardown()'
         _step(r, indent, [call])
@@ -1005,7 +1005,7 @@ def test_both_cores_observe_the_same_for_generated_programs():
 SURFACE = textwrap.dedent(
     """
     import inspect, json
-    import exitsafe, exitsafe.cffi, exitsafe.ctypes
+    import exitsafe, exitsafe.cffi, exitsafe.ctypes, exitsafe.lowlevel
 
     registry = exitsafe.Registry("surface")
     handle = registry.track("raw", lambda raw: None)
@@ -1025,7 +1025,7 @@ SURFACE = textwrap.dedent(
         "exitsafe.ctypes.track": exitsafe.ctypes.track,
     }
     out = {
-        "core": exitsafe.CORE,
+        "core": exitsafe.lowlevel.CORE,
         "functions": {
             name: {"name": fn.__name__, "signature": parameters(fn), "doc": fn.__doc__}
             for name, fn in replaced.items()
@@ -1035,6 +1035,11 @@ SURFACE = textwrap.dedent(
             for k, v in vars(exitsafe.Outcome).items() if k.isupper()
         },
         "all": sorted(exitsafe.__all__),
+        "lowlevel": sorted(exitsafe.lowlevel.__all__),
+        "modules": {
+            f"{module.__name__}.{name}": getattr(getattr(module, name), "__module__", None)
+            for module in (exitsafe, exitsafe.lowlevel) for name in module.__all__
+        },
         "registry": {
             "init": parameters(exitsafe.Registry),
             "attributes": sorted(n for n in dir(registry) if not n.startswith("_")),
@@ -1068,8 +1073,8 @@ def test_both_cores_share_signatures_docstrings_and_constants():
     ``Handle.retain``, ``exitsafe.track``, ``exitsafe.cffi.track``,
     ``exitsafe.ctypes.track``) has the same name, parameters (names, kinds, defaults) and
     docstring in both cores, and the public constants (the ``Outcome`` values,
-    ``exitsafe.__all__``, a new registry's and handle's public attributes and defaults)
-    are the same."""
+    ``exitsafe.__all__`` and ``exitsafe.lowlevel.__all__``, the module each public name
+    shows, a new registry's and handle's public attributes and defaults) are the same."""
     compiled, python = _surface("compiled"), _surface("python")
     for name in python["functions"]:
         assert compiled["functions"][name] == python["functions"][name], name

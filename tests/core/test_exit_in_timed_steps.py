@@ -212,7 +212,7 @@ def test_exit_from_a_forked_timed_step_ends_only_the_child(tmp_path):
 
         h = exitsafe.track("h", forking, name="h", timeout={NEVER})
         # Torn down before the exit: CPython 3.12+ refuses os.fork() at interpreter shutdown.
-        exitsafe.default_registry().teardown()
+        exitsafe.lowlevel.default_registry().teardown()
     """
     run = run_program(body, tmp_path, ledger=True)
     assert run.returncode == 0, run.describe()

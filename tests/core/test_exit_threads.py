@@ -154,7 +154,8 @@ AFFINE = """
     dropper = threading.Thread(target=box.clear, name="dropper")  # collected elsewhere
     dropper.start()
     dropper.join()
-    record("queued: " + str(sorted(h.name for h in exitsafe.default_registry().live_handles())))
+    live = exitsafe.lowlevel.default_registry().live_handles()
+    record("queued: " + str(sorted(h.name for h in live)))
 """
 
 

@@ -117,7 +117,9 @@ def test_forked_child_setting_sees_a_system_exit_raised_directly(tmp_path):
 
 
 def test_set_fork_exit_in_code(tmp_path):
-    body = CHILD.replace("pid = os.fork()", 'exitsafe.set_fork_exit("quiet")\n    pid = os.fork()')
+    body = CHILD.replace(
+        "pid = os.fork()", 'exitsafe.lowlevel.set_fork_exit("quiet")\n    pid = os.fork()'
+    )
     run = run_program(body.replace("END", "sys.exit(6)"), tmp_path)
     assert_clean(run, allow=("DeprecationWarning",))
     assert "child status 6" in run.order
@@ -193,7 +195,7 @@ def test_set_fork_exit_is_checked():
     import exitsafe
 
     with pytest.raises(ValueError, match="mode must be one of"):
-        exitsafe.set_fork_exit("loud")
+        exitsafe.lowlevel.set_fork_exit("loud")
 
 
 INHERITED_HOOKS = """
@@ -206,7 +208,7 @@ INHERITED_HOOKS = """
                 record(f"native release in {os.getpid()}")
 
     CATALOG = Catalog()
-    exitsafe.neutralize_at_exit(CATALOG)
+    exitsafe.lowlevel.neutralize_at_exit(CATALOG)
     exitsafe.on_teardown(lambda: record(f"default hook in {os.getpid()}"), name="default")
     exitsafe.on_teardown(
         lambda: record(f"run-in-child hook in {os.getpid()}"), name="runs", in_child="run"

@@ -265,7 +265,7 @@ def test_affine_release_due_on_another_thread_runs_on_the_owner(reg):
     start(box.clear).join(LONG)  # the last reference goes on another thread
     gc.collect()
     assert where == []  # queued for the owner
-    exitsafe.run_pending()
+    exitsafe.lowlevel.run_pending()
     assert where == [threading.current_thread().name]
     assert outcomes(reg) == {"texture": Outcome.RELEASED}
 

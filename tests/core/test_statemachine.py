@@ -37,13 +37,13 @@ from hypothesis.stateful import (
 
 import exitsafe
 from exitsafe import (
-    DependencyCycleError,
     HandleClosedError,
     Outcome,
     Registry,
     RegistryClosedError,
     policies,
 )
+from exitsafe.lowlevel import DependencyCycleError
 
 ENV_VARS = (
     "EXITSAFE_AT_EXIT",

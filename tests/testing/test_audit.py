@@ -87,7 +87,7 @@ def test_audit_reports_each_kind_of_late_finalizer() -> None:
     by_type = {f.type: f for f in result.audit}
     device = by_type["__main__.Device"]
     assert device.holds == "_handle (ctypes pointer)"
-    assert 'exitsafe.neutralize_at_exit(obj, attr="_handle")' in device.suggest
+    assert 'exitsafe.lowlevel.neutralize_at_exit(obj, attr="_handle")' in device.suggest
     assert "obj._instance" in device.suggest  # the dependency it likely needs
     instance = by_type["__main__.Instance"]
     assert instance.suggest.startswith('exitsafe.adopt(obj, close="close")')

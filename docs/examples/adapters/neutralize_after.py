@@ -4,8 +4,8 @@ shutdown: the catalog is leaked on purpose, and the OS reclaims it."""
 
 import atexit
 
-from exitsafe import neutralize_at_exit
 from exitsafe.lab import shim
+from exitsafe.lowlevel import neutralize_at_exit
 
 lib = shim.load_runtime()
 atexit.register(lib.rt_shutdown)   # the driver tears itself down at exit

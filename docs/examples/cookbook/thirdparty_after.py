@@ -35,7 +35,7 @@ class App:
     def __init__(self):
         self.model = Model()
         self.model.on_progress = self.report  # a cycle: app -> model -> app
-        exitsafe.neutralize_at_exit(self.model, "_instance")
+        exitsafe.lowlevel.neutralize_at_exit(self.model, "_instance")
 
     def report(self, fraction):
         pass

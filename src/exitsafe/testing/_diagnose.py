@@ -467,7 +467,7 @@ _HINTS = {
     "crash-after-teardown": (
         "native code ran after exitsafe's teardown, from a finalizer exitsafe does not"
         " know: declare that object (`exitsafe.track`, `exitsafe.adopt`), make its own"
-        " finalizer a no-op with `exitsafe.neutralize_at_exit`, keep its library loaded"
+        " finalizer a no-op with `exitsafe.lowlevel.neutralize_at_exit`, keep its library loaded"
         " with `exitsafe.pin`, or leak it at exit (exit policy \"leak\");"
         " `exitsafe run --audit` lists every such finalizer"
     ),
@@ -495,7 +495,7 @@ _HINTS = {
     ),
     "unraisable-at-exit": (
         "a __del__ ran while the interpreter was shutting down: track the native handle"
-        " with `exitsafe.track(...)` (or `exitsafe.adopt` / `exitsafe.neutralize_at_exit`"
+        " with `exitsafe.track(...)` (or `exitsafe.adopt` / `exitsafe.lowlevel.neutralize_at_exit`"
         " for an object you do not own) so it is released in order before modules are"
         " torn down"
     ),

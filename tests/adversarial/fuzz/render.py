@@ -64,7 +64,7 @@ def render(s: Scenario) -> str:
     if s.registry == "own":
         w(f'REG = exitsafe.Registry("fz", exit_policy="{s.default_policy}")\n')
     else:
-        w(f'REG = exitsafe.default_registry()\nREG.exit_policy = "{s.default_policy}"\n')
+        w(f'REG = exitsafe.lowlevel.default_registry()\nREG.exit_policy = "{s.default_policy}"\n')
     if s.step_timeout is not None:
         w(f"REG.step_timeout = {s.step_timeout!r}\n")
     if s.exit in ("sigterm-exit", "sigterm-immediate"):
