@@ -18,7 +18,7 @@ the adapters' address, pin and callback tables) is guarded by ONE process-wide l
    (a release, the garbage collection of a handle, the end of a borrow, cancelling a
    hook, a teardown) is queued with `defer` and run as soon as the interrupted
    section ends, while a request that must answer now raises
-   [`ReentrancyError`][exitsafe.ReentrancyError].  Signals are not queued here: exitsafe's
+   [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError].  Signals are not queued here: exitsafe's
    handlers send the signal to the main thread again (see ``exitsafe.signals``), so
    that it is acted on by the main thread, never by whichever thread drains the queue.
 4. **Queued work runs on the first occasion.**  The thread whose section was
@@ -308,7 +308,7 @@ def after_fork_in_child() -> None:
 
 
 def refused(operation: str) -> Exception:
-    """The [`ReentrancyError`][exitsafe.ReentrancyError] for ``operation`` called re-entrantly."""
+    """The [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError] for ``operation`` called re-entrantly."""
     from ._errors import ReentrancyError
 
     return ReentrancyError(
@@ -323,7 +323,7 @@ def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
     """Run ``fn(*args)`` as one section: holding `LOCK`, then run the queued work.
 
     The one helper for a locked section (the hot paths write the same steps out, in the
-    same shape).  Raises [`ReentrancyError`][exitsafe.ReentrancyError], naming
+    same shape).  Raises [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError], naming
     ``operation``, when the calling thread is already inside a section (a finalizer or a
     signal handler that interrupted one), instead of waiting for itself.
 
