@@ -362,6 +362,11 @@ def boot() -> None:
     anything else, that hook is the last one to run: it also writes the ``exit-phase``
     line."""
     _state.booted = True
+    if enabled() or _flag("EXITSAFE_TRACE"):
+        try:
+            _when_imported("threading", _list_at_shutdown)
+        except Exception:
+            pass
     if enabled():
         install()
     elif not _state.fallback:
@@ -418,12 +423,81 @@ def after_exit_teardown() -> None:
 # ------------------------------------------------------------------ threads at exit
 
 
-def list_threads() -> None:
-    """Write one ``thread`` trace line per thread still alive besides this one (once),
-    with its whole stack and the locks its frames hold."""
-    if _state.threads_listed:
+class _AfterImport:
+    """A ``sys.meta_path`` entry that runs ``callback(module)`` once ``name`` is imported
+    (and then leaves ``sys.meta_path``): nothing is imported early for it."""
+
+    def __init__(self, name: str, callback: Callable[[Any], None]) -> None:
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenLoader(spec.loader, self.callback)  # type: ignore[assignment]
+        return spec
+
+
+class _ThenLoader:
+    """A loader that runs the real one, then a callback; anything else is the real one's."""
+
+    def __init__(self, loader: Any, callback: Callable[[Any], None]) -> None:
+        self._loader = loader
+        self._callback = callback
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        try:
+            module.__loader__ = self._loader
+            module.__spec__.loader = self._loader
+        except AttributeError:
+            pass
+        self._loader.exec_module(module)
+        try:
+            self._callback(module)
+        except Exception:
+            pass
+
+
+def _when_imported(name: str, callback: Callable[[Any], None]) -> None:
+    module = sys.modules.get(name)
+    if module is not None:
+        callback(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+def _list_at_shutdown(threading: Any) -> None:
+    """List the threads when the exit begins too (``threading._shutdown``, before the
+    interpreter joins the non-daemon threads): a hang in an exit handler comes before the
+    list at the end of the exit hooks."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        register(lambda: list_threads("shutdown"))
+
+
+def list_threads(when: str = "exit") -> None:
+    """Write one ``thread`` trace line per thread still alive besides this one (once per
+    ``when``: ``"shutdown"`` as the exit begins, ``"exit"`` after the exit hooks), with its
+    whole stack and the locks its frames hold."""
+    if _state.threads_listed or (when == "shutdown" and _state.phase_written):
         return
-    _state.threads_listed = True
+    if when == "exit":
+        _state.threads_listed = True
     threading = sys.modules.get("threading")
     if threading is None:
         return
@@ -444,6 +518,7 @@ def list_threads() -> None:
                 target=_target_text(thread),
                 stack=None if frame is None else _stack_text(frame),
                 holds=None if frame is None else _held_locks(frame, ident),
+                when=when,
             )
     except Exception:
         pass

@@ -366,7 +366,9 @@ def test_lost_output_is_caught_by_a_check(tmp_path: Path) -> None:
     assert not check.passed and check.returncode == 1
     diagnosis = result.diagnosis
     assert diagnosis is not None and diagnosis.kind == "lost-output"
-    assert result.summary().startswith("NOT CLEAN [lost-output]: the program exited 0 but the check")
+    assert result.summary().startswith(
+        "NOT CLEAN [lost-output]: the program exited 0 but the check"
+    )
     with pytest.raises(ExitNotClean) as raised:
         assert_clean_exit(result)
     assert raised.value.result is result

@@ -359,8 +359,8 @@ def test_result_from_a_crash_during_teardown() -> None:
     assert not registry.finished
     report = result.report()
     assert report.splitlines()[0] == (
-        "NOT CLEAN [crash-in-teardown]: crash inside exitsafe's teardown, in step 3/6; SIGSEGV (signal 11);"
-        " Fatal Python error: Segmentation fault"
+        "NOT CLEAN [crash-in-teardown]: crash inside exitsafe's teardown, in step 3/6;"
+        " SIGSEGV (signal 11); Fatal Python error: Segmentation fault"
     )
     assert result.diagnosis is not None and result.diagnosis.kind == "crash-in-teardown"
     assert "teardown did NOT finish: 2 of 6 steps completed" in report

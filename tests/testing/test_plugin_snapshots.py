@@ -122,4 +122,4 @@ def test_plugin_output_snapshot(
         "FAILED test_snap.py::test_crash_at_exit"
         " - exitsafe.testing.ExitNotClean: NOT CLEAN [crash-at-exit]: crash at exit (SIGSEGV)"
     )
-    assert "NOT CLEAN: the program exited 0 but the check" in lines[1]
+    assert "NOT CLEAN [lost-output]: the program exited 0 but the check" in lines[1]

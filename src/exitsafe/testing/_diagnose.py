@@ -295,9 +295,12 @@ class LateThread:
 
 
 def late_threads(result: ExitResult) -> list[LateThread]:
-    """The threads the trace listed as alive at the end of the exit teardown."""
+    """The threads the trace listed as alive at the end of the exit teardown (or, when
+    the exit never got there, as the exit began: ``when="shutdown"``)."""
+    lines = [s for s in result.trace if s.event == "thread"]
+    at_exit = [s for s in lines if s.get("when") in (None, "exit")]
     out = []
-    for step in result.trace:
+    for step in at_exit or lines:
         if step.event == "thread":
             out.append(
                 LateThread(
@@ -540,7 +543,7 @@ class _Hang:
             main = next((t for t in self.threads
                          if (t.thread_id or "").lower() == main_ident.lower()), None)
         if main is None and fatal is not None:
-            main = fatal.current_thread
+            main = _main_thread(fatal.threads, fatal.current_thread)
         self.main = main
         self.frames: Sequence[Frame] = () if main is None else main.frames
         outer = self.frames[-1] if self.frames else None
@@ -562,6 +565,26 @@ class _Hang:
             return [head, "    <no Python frame> (native code: a C finalizer or a C exit"
                     " handler)"]
         return [head, *_stack_lines(self.frames)]
+
+
+def _started_by_threading(thread: ThreadStack) -> bool:
+    outer = thread.frames[-1] if thread.frames else None
+    return outer is not None and _file_name(outer) == "threading.py" and outer.function in (
+        "_bootstrap", "_bootstrap_inner")
+
+
+def _main_thread(
+    threads: Sequence[ThreadStack], current: Optional[ThreadStack]
+) -> Optional[ThreadStack]:
+    """The main thread of a dump: not one that threading started (a signal sent to the
+    process may be taken by any thread, which is then the "current" one)."""
+    candidates = [t for t in threads if not _started_by_threading(t)]
+    if current is not None and current in candidates:
+        return current
+    with_frames = [t for t in candidates if t.frames]
+    if with_frames:
+        return with_frames[0]
+    return candidates[0] if candidates else current
 
 
 def _finalizer_frame(frames: Sequence[Frame]) -> Optional[Frame]:
