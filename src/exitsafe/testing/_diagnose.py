@@ -105,14 +105,14 @@ HINTS: dict[str, tuple[str, str]] = {
         " know: declare that object (`handle = exitsafe.adopt(obj, close=\"close\")`), or"
         " make its own finalizer a no-op at exit (`exitsafe.neutralize_at_exit(obj,"
         " attr=\"_handle\")`), and keep its library loaded (`lib_pin ="
-        " exitsafe.cffi.pin(ffi, lib)`); `exitsafe run --audit` lists every such finalizer",
+        " exitsafe.cffi.pin(ffi, lib)`); exitsafe run --audit lists every such finalizer",
         "adapters.md#third-party-objects-adopt",
     ),
     "crash-at-exit": (
         "native code crashed at exit and the program does not use exitsafe (or crashed"
         " before its teardown): declare the handles and their dependencies, so they are"
         " released in a safe order before finalization (`device = exitsafe.track(raw, fn,"
-        " depends_on=[handle])`); `exitsafe run --audit` lists the late finalizers",
+        " depends_on=[handle])`); exitsafe run --audit lists the late finalizers",
         "concepts.md#dependencies",
     ),
     "native-fatal": (
@@ -473,10 +473,16 @@ def _hang_before_teardown(result: ExitResult) -> Optional[Diagnosis]:
             f.function == "_worker" for f in thread.frames
         ) else "a non-daemon thread"
         where = f" running {_frame_text(target)}" if target is not None else ""
+        listed = next((t for t in late_threads(result)
+                       if t.ident == (thread.thread_id or "").lower()), None)
+        if listed is not None and target is None and listed.target:
+            where = f" running {listed.target}"
         now = ""
         if target is None or thread.frames[0] != target:
             now = f", now in {_frame_text(thread.frames[0])}"
-        details.append(f"{kind} {thread.name or thread.thread_id}{where}{now}")
+        name = thread.name or (f"{listed.name!r} ({thread.thread_id})" if listed is not None
+                               else thread.thread_id)
+        details.append(f"{kind} {name}{where}{now}")
     what = "concurrent.futures joining its workers" if in_executor else (
         "threading._shutdown joining the non-daemon threads"
     )

@@ -20,6 +20,7 @@ from .parsers import (
     parse_thread_exceptions,
     parse_uncaught,
     parse_unraisable,
+    untangle,
 )
 from .trace import RegistryTeardown, TeardownStep, parse_trace, summarize
 
@@ -325,6 +326,8 @@ class ExitResult:
             print(result.summary())
             ```
         """
+        raw = stderr
+        stderr = untangle(stderr)  # trace lines written into another thread's line
         fatal = parse_fatal_errors(stderr)
         trace = parse_trace(stderr)
         return cls(
@@ -339,7 +342,7 @@ class ExitResult:
             teardown=tuple(s for s in trace if s.event not in DIAGNOSTIC_EVENTS),
             trace=tuple(trace),
             stdout=stdout,
-            stderr=stderr,
+            stderr=raw,
             duration=duration,
             timeout=timeout,
             children=tuple(children),
@@ -603,7 +606,8 @@ class ExitResult:
         for report in (*self.unraisable, *self.thread_exceptions,
                        *([self.uncaught] if self.uncaught is not None else [])):
             decoded.update(report.text.splitlines())
-        for name, text, skip in (("stdout", self.stdout, set()), ("stderr", self.stderr, decoded)):
+        stderr = untangle(self.stderr)
+        for name, text, skip in (("stdout", self.stdout, set()), ("stderr", stderr, decoded)):
             own = [
                 line for line in text.splitlines()
                 if line.strip() and not line.startswith("exitsafe: ") and line not in skip
@@ -624,7 +628,7 @@ class ExitResult:
     def _stderr_before_fatal(self) -> list[str]:
         """The program's own last stderr lines right before the fatal error block (a
         native library's ``FATAL: ...`` message, a C++ ``terminate called ...``)."""
-        lines = self.stderr.splitlines()
+        lines = untangle(self.stderr).splitlines()
         end = next(
             (
                 i

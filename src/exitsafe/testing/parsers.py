@@ -414,6 +414,49 @@ def parse_unraisable(text: str) -> list[ExceptionReport]:
     return out
 
 
+_TRACE_EVENTS = (
+    "thread", "teardown-begin", "plan", "step-begin", "step", "teardown-end", "late-release",
+    "audit-begin", "audit-release", "audit-repeat",
+)
+_TRACE_INSIDE = re.compile(
+    r"exitsafe: (?:" + "|".join(re.escape(e) for e in _TRACE_EVENTS) + r") [a-z_]+="
+)
+
+
+def untangle(text: str) -> str:
+    """`text` with every exitsafe trace line that was written into the middle of another
+    line (a thread listing written while another thread was printing its traceback) put
+    on a line of its own, and the line it cut joined again.
+
+    Args:
+        text: a process's stderr, decoded.
+
+    Returns:
+        The same text, with ``"Exception in thread exitsafe: thread ...\nname:"`` made
+        ``"exitsafe: thread ...\nException in thread name:"``.
+    """
+    if "exitsafe: " not in text:
+        return text
+    lines = text.split("\n")
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        match = _TRACE_INSIDE.search(line, 1)
+        if match is None:
+            out.append(line)
+            index += 1
+            continue
+        prefix, trace = line[: match.start()], line[match.start() :]
+        out.append(trace)
+        if index + 1 < len(lines):
+            lines[index + 1] = prefix + lines[index + 1]
+        else:
+            out.append(prefix)
+        index += 1
+    return "\n".join(out)
+
+
 def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
     """Every ``Exception in thread NAME:`` block in `text` (what `threading.excepthook`
     prints for a thread's uncaught exception), in order.
@@ -506,4 +549,5 @@ __all__ = [
     "parse_thread_exceptions",
     "parse_uncaught",
     "parse_unraisable",
+    "untangle",
 ]
