@@ -108,11 +108,19 @@ class _State:
         self.known: frozenset[str] = KNOWN_BINDINGS
         self.since = "none"
         self.frames = DEFAULT_FRAMES
-        #: id(object) -> its creation site: (code, line, code, line ...), innermost first
-        self.sites: dict[int, tuple[Any, ...]] = {}
-        #: id(ffi.gc result) -> its creation site (pruned of dead objects as it grows)
-        self.gc_sites: dict[int, tuple[Any, ...]] = {}
-        self.prune_at = 1 << 16
+        #: id(object) -> the number of its creation site (instances, finalizers)
+        self.sites: dict[int, int] = {}
+        #: (id(code), instruction, ...) of a creation site -> its number
+        self.places: dict[tuple[int, ...], int] = {}
+        #: number -> (code, instruction, code, instruction ...), innermost first
+        self.place_sites: list[tuple[Any, ...]] = []
+        #: id(ffi.gc result) -> the number of its creation site (pruned as it grows)
+        self.gc_sites: dict[int, int] = {}
+        #: (id(code), instruction, ...) of a place ffi.gc is called from -> its number
+        self.gc_places: dict[tuple[int, ...], int] = {}
+        #: number -> (code, instruction, code, instruction)
+        self.gc_place_sites: list[tuple[Any, ...]] = []
+        self.prune_at = 1 << 20
         self.hooked: list[str] = []
 
 
@@ -164,38 +172,35 @@ def _emit(event: str, **fields: object) -> None:
 # ------------------------------------------------------------------- creation sites
 
 
-def _capture(frame: Optional[FrameType], count: int) -> tuple[Any, ...]:
-    """``count`` frames from ``frame`` outwards, as (code, line, code, line ...)."""
-    out: list[Any] = []
-    while frame is not None and count:
-        out.append(frame.f_code)
-        out.append(frame.f_lineno)
-        frame = frame.f_back
-        count -= 1
-    return tuple(out)
-
-
 def _hook_ffi_gc(ffi_class: Any) -> None:
-    """Record where each ``ffi.gc`` result of cffi's ``FFI`` (ABI mode) is made."""
+    """Record where each ``ffi.gc`` result of cffi's ``FFI`` (ABI mode) is made.
+
+    The hot path allocates nothing the garbage collector tracks (it would make every
+    collection of an allocation-heavy program slower): each distinct place (the caller and
+    its caller, as code and instruction) gets a number once, and the table maps the result's
+    id to that number.  The table is pruned of dead pointers only when it has doubled."""
     original = ffi_class.__dict__.get("gc")
     if original is None or getattr(original, "_exitsafe_audit", False):
         return
     sites = _state.gc_sites
+    places = _state.gc_places
     state = _state
     getframe = sys._getframe
-    frames = _state.frames
+    two = _state.frames >= 2
 
     def gc(self: Any, cdata: Any, destructor: Any, size: int = 0) -> Any:
         result = original(self, cdata, destructor, size)
-        frame: Optional[FrameType] = getframe(1)
-        site: list[Any] = []
-        count = frames
-        while frame is not None and count:
-            site.append(frame.f_code)
-            site.append(frame.f_lineno)
-            frame = frame.f_back
-            count -= 1
-        sites[id(result)] = tuple(site)
+        frame = getframe(1)
+        outer = frame.f_back if two else None
+        code = frame.f_code
+        if outer is None:
+            key: tuple[int, ...] = (id(code), frame.f_lasti)
+        else:
+            key = (id(code), frame.f_lasti, id(outer.f_code), outer.f_lasti)
+        number = places.get(key)
+        if number is None:
+            number = _new_place(key, frame, outer)
+        sites[id(result)] = number
         if len(sites) >= state.prune_at:
             _prune_gc_sites()
         return result
@@ -207,16 +212,70 @@ def _hook_ffi_gc(ffi_class: Any) -> None:
     _state.hooked.append("ffi.gc")
 
 
+def _new_place(key: tuple[int, ...], frame: Any, outer: Any) -> int:
+    """Number a new place of ``ffi.gc`` calls; its code objects are kept (their ids are
+    in the key)."""
+    number = len(_state.gc_place_sites)
+    site = [frame.f_code, frame.f_lasti]
+    if outer is not None:
+        site += [outer.f_code, outer.f_lasti]
+    _state.gc_place_sites.append(tuple(site))
+    _state.gc_places[key] = number
+    return number
+
+
 def _prune_gc_sites() -> None:
-    """Forget the sites of ``ffi.gc`` results no longer alive (the table would grow without
-    bound in a program that makes and drops millions of them)."""
+    """Forget the ids of ``ffi.gc`` results no longer alive (the table would grow without
+    bound in a program that makes and drops millions of them): one scan of the objects the
+    garbage collector tracks, each time the table has doubled."""
     import gc
 
     sites = _state.gc_sites
     live = {id(o) for o in gc.get_objects() if type(o).__name__ == "__CDataGCP"}
     for key in [k for k in sites if k not in live]:
         del sites[key]
-    _state.prune_at = max(1 << 16, 2 * len(sites))
+    _state.prune_at = max(1 << 20, 2 * len(sites))
+
+
+def _gc_site(cdata: object) -> Optional[tuple[Any, ...]]:
+    """The recorded site of an ``ffi.gc`` result, as (code, line, code, line)."""
+    number = _state.gc_sites.get(id(cdata))
+    if number is None:
+        return None
+    return _lines(_state.gc_place_sites[number])
+
+
+def _object_site(obj: object) -> Optional[tuple[Any, ...]]:
+    """The recorded site of an instance or a finalizer, as (code, line, code, line ...)."""
+    number = _state.sites.get(id(obj))
+    return None if number is None else _lines(_state.place_sites[number])
+
+
+def _lines(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    site: list[Any] = []
+    for index in range(0, len(entry) - 1, 2):
+        site += [entry[index], _line_of(entry[index], entry[index + 1])]
+    return tuple(site)
+
+
+def _line_of(code: Any, lasti: int) -> Optional[int]:
+    """The line of instruction ``lasti`` of ``code``."""
+    try:
+        if hasattr(code, "co_lines"):
+            for start, end, line in code.co_lines():
+                if start <= lasti < end:
+                    return int(line) if line is not None else None
+            return None
+        import dis
+
+        found = None
+        for offset, line in dis.findlinestarts(code):
+            if offset > lasti:
+                break
+            found = line
+        return found
+    except Exception:
+        return None
 
 
 def _hook_finalize(finalize: Any) -> None:
@@ -230,7 +289,7 @@ def _hook_finalize(finalize: Any) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
-            sites[id(self)] = _capture(sys._getframe(1), frames)
+            sites[id(self)] = _place(sys._getframe(1), frames)
         except Exception:
             pass
 
@@ -240,11 +299,34 @@ def _hook_finalize(finalize: Any) -> None:
     _state.hooked.append("weakref.finalize")
 
 
+def _place(frame: Optional[FrameType], count: int) -> int:
+    """The number of the place ``frame`` and its ``count - 1`` callers are at (numbered
+    once each: the table maps an object's id to a small number, not to frames)."""
+    key: list[int] = []
+    current = frame
+    while current is not None and len(key) < 2 * count:
+        key.append(id(current.f_code))
+        key.append(current.f_lasti)
+        current = current.f_back
+    number = _state.places.get(tuple(key))
+    if number is None:
+        number = len(_state.place_sites)
+        site: list[Any] = []
+        current = frame
+        while current is not None and len(site) < 2 * count:
+            site.append(current.f_code)
+            site.append(current.f_lasti)
+            current = current.f_back
+        _state.place_sites.append(tuple(site))
+        _state.places[tuple(key)] = number
+    return number
+
+
 def _record_instance(obj: object) -> None:
     frame: Optional[FrameType] = sys._getframe(2)
     while frame is not None and frame.f_code.co_name in _CONSTRUCTORS:
         frame = frame.f_back
-    _state.sites[id(obj)] = _capture(frame, _state.frames)
+    _state.sites[id(obj)] = _place(frame, _state.frames)
 
 
 def _hook_del_class(cls: type) -> None:
@@ -783,18 +865,18 @@ def _c_function_name(fn: object) -> Optional[str]:
         return None
 
 
-def _library_names() -> dict[int, str]:
+def _library_names(libraries: Optional[list[Any]] = None) -> dict[int, str]:
     """id(function pointer) -> the name a cffi library object (``ffi.dlopen``, ABI mode)
-    gives it (``"free"``), for every such library in the process: the functions it looked
-    up so far are in its ``__dict__``."""
+    gives it (``"free"``), for ``libraries`` (default: every such library in the process):
+    the functions it looked up so far are in its ``__dict__``."""
     names: dict[int, str] = {}
     try:
-        import gc
+        if libraries is None:
+            import gc
 
-        for obj in gc.get_objects():
-            cls = type(obj)
-            if cls.__name__ != "FFILibrary" or "cffi" not in cls.__module__:
-                continue
+            libraries = [o for o in gc.get_objects() if type(o).__name__ == "FFILibrary"
+                         and "cffi" in type(o).__module__]
+        for obj in libraries:
             for name, value in vars(obj).items():
                 names.setdefault(id(value), str(name))
     except Exception:
@@ -887,6 +969,12 @@ class _Recorder:
 
         self.weakref = weakref.ref
         self.finalize = weakref.finalize
+        try:
+            import _cffi_backend
+
+            self.typeof: Callable[[object], Any] = _cffi_backend.typeof
+        except ImportError:
+            self.typeof = type
         self.sink = _Sink(self.names, self._unknown_site())
 
     def _unknown_site(self) -> str:
@@ -917,10 +1005,8 @@ class _Recorder:
             since=self.state.since,
         )
 
-    def _site(self, obj: object, table: dict[int, tuple[Any, ...]]) -> tuple[
-        Optional[str], Optional[str]
-    ]:
-        recorded = table.get(id(obj))
+    def _site(self, obj: object, table: dict[int, Any]) -> tuple[Optional[str], Optional[str]]:
+        recorded = _gc_site(obj) if table is self.state.gc_sites else _object_site(obj)
         if recorded:
             return _format_site(recorded)
         if self.traced:
@@ -946,12 +1032,16 @@ class _Recorder:
         heap = 1 << 9  # Py_TPFLAGS_HEAPTYPE
         classes: dict[type, int] = {}  # 0: ignore, 1: ffi.gc cdata, 2: check, 3: known
         known = self.known
+        cdatas: list[Any] = []
+        libraries: list[Any] = []
         for obj in self.gc.get_objects():
             cls = type(obj)
             what = classes.get(cls)
             if what is None:
                 if cls.__name__ == "__CDataGCP" and cls.__module__ == "_cffi_backend":
                     what = 1
+                elif cls.__name__ == "FFILibrary" and "cffi" in str(cls.__module__):
+                    what = 4
                 elif not (cls.__flags__ & heap) or getattr(cls, "__del__", None) is None:
                     what = 0
                 elif str(getattr(cls, "__module__", "")).split(".")[0] in known:
@@ -962,8 +1052,10 @@ class _Recorder:
             if what == 0:
                 continue
             if what == 1:
-                self._watch_gc_cdata(obj)
-                count += 1
+                cdatas.append(obj)
+                continue
+            if what == 4:
+                libraries.append(obj)
                 continue
             holds = _pointer_attrs(obj)
             if what == 2 and not holds:
@@ -972,6 +1064,10 @@ class _Recorder:
                 self._wrap_del(cls)
             self.objects[id(obj)] = self._del_group(obj, holds)
             count += 1
+        self.lib_names = _library_names(libraries)
+        self._watch_gc_cdatas(cdatas)
+        count += len(cdatas)
+        del cdatas
         registry = getattr(self.finalize, "_registry", None)
         if registry:
             for fin, info in list(registry.items()):
@@ -983,14 +1079,26 @@ class _Recorder:
 
     def _del_group(self, obj: object, holds: list[tuple[str, str]]) -> _Group:
         cls = type(obj)
-        site, origin = self._site(obj, self.state.sites)
-        if site is None:
-            # the allocation of a cffi pointer it holds, made in its constructor
+        place = self.state.sites.get(id(obj))
+        if place is None:  # the site of a cffi pointer it holds, made in its constructor
             for name, kind in holds:
                 if kind == "cffi pointer":
-                    site, origin = self._site(vars(obj).get(name), self.state.gc_sites)
-                    if site is not None:
+                    number = self.state.gc_sites.get(id(vars(obj).get(name)))
+                    if number is not None:
+                        place = -1 - number
                         break
+        key = ("__del__", cls, place, tuple(name for name, _ in holds))
+        group = self.groups.get(key)
+        if group is not None:
+            return group
+        if place is not None and place >= 0:
+            site, origin = _format_site(_lines(self.state.place_sites[place]))
+        elif place is not None:
+            site, origin = _format_site(_lines(self.state.gc_place_sites[-1 - place]))
+        elif self.traced:
+            site, origin = _traced_site(self.traceback_of, obj)
+        else:
+            site, origin = None, None
         module = _module_of(obj)
 
         def make() -> dict[str, Any]:
@@ -1009,7 +1117,7 @@ class _Recorder:
                 "alternative": alternative,
             }
 
-        return self._group(("__del__", cls, site, origin), make)
+        return self._group(key, make)
 
     def _finalize_group(self, fin: Any, info: Any) -> _Group:
         func = info.func
@@ -1037,7 +1145,7 @@ class _Recorder:
                 "alternative": None,
             }
 
-        return self._group(("finalize", label, id(func), site, origin), make)
+        return self._group(("finalize", label, id(func), self.state.sites.get(id(fin))), make)
 
     def _wrap_del(self, cls: type) -> None:
         owner = next((c for c in cls.__mro__ if "__del__" in vars(c)), None)
@@ -1092,43 +1200,54 @@ class _Recorder:
 
         finalize.__call__ = __call__  # type: ignore[method-assign,assignment]
 
-    def _watch_gc_cdata(self, cdata: Any) -> None:
-        referents = self.gc.get_referents(cdata)
-        destructor = referents[0] if referents else None
-        site, origin = self._site(cdata, self.state.gc_sites)
-        ctype = _ctype_name(cdata)
-        key = ("ffi.gc", ctype, id(destructor), site, origin)
-        group = self.groups.get(key)
-        if group is None:
-            named = self.destructors.get(id(destructor))
-            if named is None:
-                via = None if destructor is None else _callable_name(destructor)
-                code = None if destructor is None else _code_name(
-                    destructor, self._library_names)
-                if code is None:
-                    code = f"lib.{via.split(' (')[0]}" if via and " (" in via else "release"
-                named = self.destructors[id(destructor)] = (via, code)
-            via, release = named
-            group = self._group(key, lambda: {
-                "what": "ffi.gc",
-                "type": f"cdata '{ctype}'",
-                "site": site,
-                "stack": origin,
-                "holds": None,
-                "via": via,
-                # ptr: the pointer before ffi.gc; the pin makes the library outlive it
-                "suggest": (
-                    f"exitsafe.cffi.pin(ffi, lib); handle = exitsafe.cffi.track(ffi, ptr,"
-                    f" {release})"
-                ),
-                "alternative": None,
-            })
+    def _watch_gc_cdatas(self, cdatas: list[Any]) -> None:
+        """Put a weak reference with a callback on each ``ffi.gc`` pointer, grouped by
+        type and creation site (one destructor per group: looked up for its first pointer).
+        Written as loops of built-ins: there may be millions of pointers."""
+        import itertools
+
+        table = self.state.gc_sites
+        groups = self.groups
         sink = self.sink
+        keys = list(zip(map(id, map(self.typeof, cdatas)), map(table.get, map(id, cdatas))))
+        first = dict(zip(reversed(keys), reversed(range(len(keys)))))
+        for key, index in first.items():
+            if key not in groups:
+                referents = self.gc.get_referents(cdatas[index])
+                self._gc_group(key, cdatas[index], referents[0] if referents else None)
         try:
-            ref = self.weakref(cdata, sink.gc_released)
+            watches = list(map(self.weakref, cdatas, itertools.repeat(sink.gc_released)))
         except TypeError:
             return
-        sink.refs[id(ref)] = (ref, group)
+        watch_ids = list(map(id, watches))
+        sink.refs.update(zip(watch_ids, watches))
+        sink.groups_of.update(zip(watch_ids, map(groups.__getitem__, keys)))
+
+    def _gc_group(self, key: tuple[Any, ...], cdata: Any, destructor: Any) -> _Group:
+        named = self.destructors.get(id(destructor))
+        if named is None:
+            via = None if destructor is None else _callable_name(destructor)
+            code = None if destructor is None else _code_name(destructor, self._library_names)
+            if code is None:
+                code = f"lib.{via.split(' (')[0]}" if via and " (" in via else "release"
+            named = self.destructors[id(destructor)] = (via, code)
+        via, release = named
+        site, origin = self._site(cdata, self.state.gc_sites)
+        cname = _ctype_name(cdata)
+        return self._group(key, lambda: {
+            "what": "ffi.gc",
+            "type": f"cdata '{cname}'",
+            "site": site,
+            "stack": origin,
+            "holds": None,
+            "via": via,
+            # ptr: the pointer before ffi.gc; the pin makes the library outlive it
+            "suggest": (
+                f"exitsafe.cffi.pin(ffi, lib); handle = exitsafe.cffi.track(ffi, ptr,"
+                f" {release})"
+            ),
+            "alternative": None,
+        })
 
     # -- what runs -----------------------------------------------------------------
 
@@ -1176,8 +1295,9 @@ class _Sink:
         self.state = _state
         self.names = names
         self.get_ident = _thread.get_ident
-        #: id(weak reference) -> (the reference, its group): one per ffi.gc pointer
-        self.refs: dict[int, tuple[Any, _Group]] = {}
+        #: id(weak reference) -> the reference, and its group: one per ffi.gc pointer
+        self.refs: dict[int, Any] = {}
+        self.groups_of: dict[int, _Group] = {}
         self.slot = _open_slot()
 
     def begin(self, group: _Group) -> None:
@@ -1187,6 +1307,11 @@ class _Sink:
         slot = self.slot
         if slot is not None:
             slot[0:STATE_SIZE] = group.begin
+        if count & (count - 1) == 0:  # 1, 2, 4 ...
+            self.report(group, count)
+
+    def report(self, group: _Group, count: int) -> None:
+        """The first release of ``group`` (all its fields), then how many so far."""
         if count == 1:
             self.state.seq += 1
             fields = group.fields
@@ -1204,7 +1329,7 @@ class _Sink:
                 suggest=fields["suggest"],
                 alternative=fields["alternative"],
             )
-        elif count & (count - 1) == 0:  # 2, 4, 8 ...: how many, without a line each
+        else:  # 2, 4, 8 ...: how many, without a line each
             _emit("audit-repeat", group=group.gid, count=count)
 
     def done(self, group: _Group) -> None:
@@ -1217,9 +1342,17 @@ class _Sink:
         """The weak reference on an ``ffi.gc`` pointer died: its destructor runs next
         (cffi clears the weak references first); its end cannot be seen."""
         try:
-            entry = self.refs.pop(id(ref), None)
-            if entry is not None:
-                self.begin(entry[1])
+            key = id(ref)
+            group = self.groups_of.pop(key, None)
+            if group is not None:  # begin(), inlined: there may be millions of them
+                group.count += 1
+                count = group.count
+                slot = self.slot
+                if slot is not None:
+                    slot[0:STATE_SIZE] = group.begin
+                if count & (count - 1) == 0:
+                    self.report(group, count)
+            del self.refs[key]
         except BaseException:
             pass
 
