@@ -1,12 +1,14 @@
 """The ``exitsafe`` command (also ``python -m exitsafe``).
 
 ``exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit] [--json] [--show-output]
--- CMD ...``
-    Run a program and tell how it exited: a summary line first (``CLEAN`` or
-    ``NOT CLEAN`` with the cause and the decoded signal or status), then where it
-    crashed (faulthandler's frames), the child processes that crashed or hung, the
-    exceptions ignored at exit, the checks, exitsafe's teardown steps and ledger summary
-    when the program uses exitsafe, and the audit's findings.  The program runs with
+[--docs-url URL] -- CMD ...``
+    Run a program and tell how it exited: a summary line first (``CLEAN``, or
+    ``NOT CLEAN [kind]`` with the cause and the decoded signal or status), then where it
+    crashed or hung (faulthandler's frames), the child processes that crashed or hung, the
+    exceptions of threads and those ignored at exit, the checks, exitsafe's teardown steps
+    and ledger summary when the program uses exitsafe, the audit's findings, the hint with
+    the address of its recipe on the docs site, and the last lines of the program's own
+    output.  The program runs with
     ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` added to its environment and
     exitsafe's start-up hook on ``PYTHONPATH``, in its own process group, killed whole on
     timeout.  Exit status: 0 clean (every run), 1 not clean, 2 usage error (including a
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         usage=(
             "exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit] [--json]"
-            " [--show-output] -- CMD ..."
+            " [--show-output] [--docs-url URL] -- CMD ..."
         ),
     )
     run.add_argument(
@@ -90,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--audit", action="store_true",
         help="audit exit order: report every native release that runs after exitsafe's"
-        " teardown (__del__, ffi.gc, weakref.finalize), with where its object was created",
+        " teardown (__del__, ffi.gc, weakref.finalize), with where its object was created,"
+        " and the one running when the program hung or crashed",
     )
     run.add_argument(
         "--json", action="store_true",
@@ -98,7 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--show-output", action="store_true",
-        help="print the program's own stdout and stderr before the diagnosis",
+        help="print the program's whole stdout and stderr before the diagnosis (without it,"
+        " a failed run's report ends with their last lines)",
+    )
+    run.add_argument(
+        "--docs-url", metavar="URL", default=None,
+        help="the documentation site the hints link to (default: EXITSAFE_DOCS_URL, else"
+        " the project's site); a mirror or a local build (file:///.../site/)",
     )
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the command to run")
     commands.add_parser(
@@ -110,12 +119,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace, cmd: list[str], out: TextIO, err: TextIO) -> int:
-    from .testing import ExitResult, ExitResults, run_command
-
     if not cmd:
         print("exitsafe run: no command given (usage: exitsafe run [options] -- CMD ...)",
               file=err)
         return EXIT_USAGE
+    if args.docs_url:
+        import os
+
+        previous = os.environ.get("EXITSAFE_DOCS_URL")
+        os.environ["EXITSAFE_DOCS_URL"] = args.docs_url  # read by the report's links
+        try:
+            return _run_and_report(args, cmd, out, err)
+        finally:
+            if previous is None:
+                os.environ.pop("EXITSAFE_DOCS_URL", None)
+            else:
+                os.environ["EXITSAFE_DOCS_URL"] = previous
+    return _run_and_report(args, cmd, out, err)
+
+
+def _run_and_report(args: argparse.Namespace, cmd: list[str], out: TextIO, err: TextIO) -> int:
+    from .testing import ExitResult, ExitResults, run_command
+
     try:
         result = run_command(
             cmd, timeout=args.timeout, repeat=args.repeat, checks=args.check, audit=args.audit
@@ -136,7 +161,10 @@ def _run(args: argparse.Namespace, cmd: list[str], out: TextIO, err: TextIO) -> 
             out.write(f"--- stdout{label} ---\n{one.stdout}")
             out.write(f"--- stderr{label} ---\n{one.stderr}")
             out.write("--- end of output ---\n")
-    out.write(result.report() + "\n")
+    if isinstance(result, ExitResults):
+        out.write(result.report() + "\n")
+    else:
+        out.write(result.report(output=not args.show_output) + "\n")
     return EXIT_CLEAN if result.clean else EXIT_NOT_CLEAN
 
 
@@ -155,7 +183,7 @@ def _demo(argv: list[str], err: TextIO) -> int:
     return int(demo_main(argv) or 0)
 
 
-_RUN_OPTIONS_WITH_VALUE = ("--repeat", "--timeout", "--check")
+_RUN_OPTIONS_WITH_VALUE = ("--repeat", "--timeout", "--check", "--docs-url")
 
 
 def _split_run(argv: list[str]) -> tuple[list[str], Optional[list[str]]]:

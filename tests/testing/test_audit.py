@@ -87,20 +87,24 @@ def test_audit_reports_each_kind_of_late_finalizer() -> None:
     by_type = {f.type: f for f in result.audit}
     device = by_type["__main__.Device"]
     assert device.holds == "_handle (ctypes pointer)"
-    assert 'exitsafe.lowlevel.neutralize_at_exit(obj, attr="_handle")' in device.suggest
-    assert "obj._instance" in device.suggest  # the dependency it likely needs
+    # no close method: its __del__ is made a no-op at exit (no order to keep then)
+    assert device.suggest == 'exitsafe.lowlevel.neutralize_at_exit(obj, attr="_handle")'
+    assert device.site == _line("device = Device(instance)")
     instance = by_type["__main__.Instance"]
-    assert instance.suggest.startswith('exitsafe.adopt(obj, close="close")')
-    if sys.version_info[:2] != (3, 11):  # 3.11's tracemalloc cannot find such objects
-        assert instance.site == _line("instance = Instance()")
+    assert instance.suggest == 'exitsafe.adopt(obj, close="close")'
+    assert instance.alternative == 'exitsafe.lowlevel.neutralize_at_exit(obj, attr="_ptr")'
+    assert instance.site == _line("instance = Instance()")
     assert by_type["cdata 'void *'"].site == _line("scratch = ffi.gc(")
     assert by_type["finalizer of Frame"].site == _line("frame_finalizer = ")
-    assert "exitsafe.cffi.track(ffi, ptr" in by_type["cdata 'void *'"].suggest
-    assert "free_frame" in by_type["finalizer of Frame"].suggest
+    assert by_type["cdata 'void *'"].suggest == (
+        "exitsafe.cffi.pin(ffi, lib); handle = exitsafe.cffi.track(ffi, ptr, lib.free)"
+    )
+    assert by_type["finalizer of Frame"].suggest == "exitsafe.track(raw, free_frame)"
     report = result.report()
     assert "audit: 4 native release(s) ran after the exit teardown" in report
     assert result.summary() == (
-        "NOT CLEAN: 4 latent exit hazard(s) found by the audit"
+        "NOT CLEAN [audit]: 4 native release(s) ran after exitsafe's teardown, during"
+        " finalization: latent exit hazards; 4 latent exit hazard(s) found by the audit"
     )
 
 
@@ -138,7 +142,7 @@ def test_cli_audit_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     status = main(["run", "--audit", "--json", "--", sys.executable, str(tmp_path / "app.py")])
     data = json.loads(capsys.readouterr().out)
     assert status == 1
-    assert data["schema"] == 2 and data["audited"] is True
+    assert data["schema"] == 3 and data["audited"] is True
     assert len(data["audit"]) == 4
     assert data["diagnosis"]["kind"] == "audit"
     assert data["audit"][0]["suggest"]

@@ -6,6 +6,8 @@ reads off the parsed data.
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from exitsafe.testing import ExitResult
@@ -359,8 +361,8 @@ def test_result_from_a_crash_during_teardown() -> None:
     assert not registry.finished
     report = result.report()
     assert report.splitlines()[0] == (
-        "NOT CLEAN: crash inside exitsafe's teardown, in step 3/6; SIGSEGV (signal 11);"
-        " Fatal Python error: Segmentation fault"
+        "NOT CLEAN [crash-in-teardown]: crash inside exitsafe's teardown, in step 3/6;"
+        " SIGSEGV (signal 11); Fatal Python error: Segmentation fault"
     )
     assert result.diagnosis is not None and result.diagnosis.kind == "crash-in-teardown"
     assert "teardown did NOT finish: 2 of 6 steps completed" in report
@@ -387,3 +389,53 @@ def test_result_to_dict_is_json_ready() -> None:
         "live": 5, "hooks": 1,
     }  # fmt: skip
     assert data["clean"] is False
+
+
+def test_thread_exceptions_and_native_lines_are_parsed() -> None:
+    from exitsafe.testing.parsers import parse_native_fatal, parse_thread_exceptions
+
+    stderr = textwrap.dedent(
+        """\
+        Exception in thread report-query:
+        Traceback (most recent call last):
+          File "app.py", line 3, in report
+        RuntimeError: Connection already closed!
+        QThread: Destroyed while thread is still running
+        Assertion failed: !more (src/socket_base.cpp:1432)
+        python: prog.c:12: main: Assertion `x' failed.
+        double free or corruption (out)
+        thread '<unnamed>' panicked at src/lib.rs:10:5:
+        this line is ordinary output: FATAL: not at the start
+        """
+    )
+    (report,) = parse_thread_exceptions(stderr)
+    assert (report.object, report.exc_type, report.message) == (
+        "report-query", "RuntimeError", "Connection already closed!"
+    )
+    sources = [line.source for line in parse_native_fatal(stderr)]
+    assert sources == ["Qt", "assertion", "assertion", "glibc", "Rust"]
+    result = ExitResult.from_output(["app"], 0, "", stderr)
+    assert not result.clean  # exit status 0, and still not clean
+    assert result.uncaught is None  # a thread's traceback is not the program's
+
+
+def test_a_trace_line_written_into_another_line_is_untangled() -> None:
+    from exitsafe.testing.parsers import untangle
+
+    tangled = (
+        'Exception in thread exitsafe: thread ident=0x1 name="w" daemon=false\n'
+        "report-query:\n"
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 3, in report\n'
+        "RuntimeError: closed\n"
+    )
+    assert untangle(tangled).splitlines()[:2] == [
+        'exitsafe: thread ident=0x1 name="w" daemon=false',
+        "Exception in thread report-query:",
+    ]
+    result = ExitResult.from_output(["app"], 0, "", tangled)
+    assert [r.object for r in result.thread_exceptions] == ["report-query"]
+    assert [s.get("name") for s in result.trace if s.event == "thread"] == ["w"]
+    assert untangle("plain text, exitsafe: not a trace line\n") == (
+        "plain text, exitsafe: not a trace line\n"
+    )

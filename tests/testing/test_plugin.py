@@ -71,7 +71,8 @@ def test_failure_shows_the_decoded_result_not_raw_stderr(pytester: pytest.Pytest
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
-    assert "NOT CLEAN: SIGSEGV (signal 11); Fatal Python error: Segmentation fault" in text
+    assert "NOT CLEAN [crash-at-exit]: crash at exit (SIGSEGV)" in text
+    assert "SIGSEGV (signal 11); Fatal Python error: Segmentation fault" in text
     assert "line 4 in __del__" in text
     assert "exitsafe: decoded exit results" not in text  # the assertion already says it all
     assert "Current thread 0x" not in text  # the raw faulthandler dump is not echoed
@@ -90,7 +91,7 @@ def test_plain_assert_on_clean_gets_a_decoded_section(pytester: pytest.Pytester)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
-    assert "<ExitResult NOT CLEAN: 1 unraisable exception at exit>" in text
+    assert "<ExitResult NOT CLEAN [unraisable-at-exit]: a __del__ raised while the" in text
     assert "exitsafe: decoded exit results" in text
     assert "ZeroDivisionError: division by zero in <function A.__del__>" in text
 

@@ -106,6 +106,7 @@ def test_plugin_output_snapshot(
     # ... except on CI machines: pytest shows it whole when CI or BUILD_NUMBER is set
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    monkeypatch.delenv("EXITSAFE_DOCS_URL", raising=False)  # the hints' links: the default
     pytester.makepyfile(test_snap=TESTS)
     result = pytester.runpytest("-p", "no:cacheprovider", "-rf", "--tb=short", "-W", "ignore")
     result.assert_outcomes(failed=3)
@@ -119,6 +120,6 @@ def test_plugin_output_snapshot(
     lines = shown.split("--- short test summary ---\n")[1].splitlines()
     assert lines[0].startswith(
         "FAILED test_snap.py::test_crash_at_exit"
-        " - exitsafe.testing.ExitNotClean: NOT CLEAN: SIGSEGV"
+        " - exitsafe.testing.ExitNotClean: NOT CLEAN [crash-at-exit]: crash at exit (SIGSEGV)"
     )
-    assert "NOT CLEAN: the program exited 0 but the check" in lines[1]
+    assert "NOT CLEAN [lost-output]: the program exited 0 but the check" in lines[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional, Sequence, Union, overload
 
 from ._children import ChildProcess
@@ -14,9 +14,13 @@ from ._diagnose import Diagnosis, diagnose
 from .parsers import (
     ExceptionReport,
     FatalError,
+    NativeFatal,
     parse_fatal_errors,
+    parse_native_fatal,
+    parse_thread_exceptions,
     parse_uncaught,
     parse_unraisable,
+    untangle,
 )
 from .trace import RegistryTeardown, TeardownStep, parse_trace, summarize
 
@@ -26,12 +30,20 @@ LAST_STEPS = 5
 #: How many steps of a finished teardown reports list.
 SHOWN_STEPS = 10
 _STDERR_TAIL = 15
+#: How much of the program's own output a report of a failed run shows: the last lines of
+#: stdout and of stderr, each line cut at a width (the whole output is in `stdout` and
+#: `stderr`, and `exitsafe run --show-output` prints it).
+OUTPUT_TAIL_LINES = 20
+OUTPUT_LINE_WIDTH = 400
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 #: The version of the JSON that `ExitResult.to_dict` gives (see docs/testing.md).
-JSON_SCHEMA_VERSION = 2
-#: Trace events that are not part of a teardown: the threads alive at exit and the audit.
-DIAGNOSTIC_EVENTS = frozenset({"thread", "audit-begin", "audit-release"})
+JSON_SCHEMA_VERSION = 3
+#: Trace events that are not part of a teardown: the threads alive at exit, the end of
+#: the exit hooks and the audit.
+DIAGNOSTIC_EVENTS = frozenset(
+    {"thread", "exit-phase", "audit-begin", "audit-release", "audit-repeat"}
+)
 #: Lines of the program's own stderr shown before a fatal error.
 STDERR_BEFORE_FATAL = 5
 
@@ -125,7 +137,14 @@ class AuditFinding:
         holds: the native pointers it held (``"_ptr (cffi pointer)"``).
         via: the finalizer that ran (its file:line, or the destructor's name).
         thread: the thread it ran on.
-        suggest: the exitsafe declaration that would release it in order instead.
+        suggest: the exitsafe declaration that would release it in order instead: code,
+            where ``obj`` names the object (``ptr`` the pointer, ``raw`` the finalizer's
+            argument, ``ffi`` and ``lib`` the cffi objects); statements separated by ``; ``.
+        alternative: another declaration, for an object the program does not own
+            (``exitsafe.lowlevel.neutralize_at_exit(obj, attr=...)``), or ``None``.
+        group: the audit's number for releases of the same kind, type and creation site.
+        count: how many such releases ran (at least; the audit reports the first and counts
+            the others, writing the count at 2, 4, 8 ...).
     """
 
     what: str
@@ -136,6 +155,9 @@ class AuditFinding:
     via: Optional[str] = None
     thread: Optional[str] = None
     suggest: str = ""
+    alternative: Optional[str] = None
+    group: Optional[int] = None
+    count: int = 1
 
     @classmethod
     def from_step(cls, step: TeardownStep) -> AuditFinding:
@@ -158,11 +180,14 @@ class AuditFinding:
             via=get("via"),
             thread=get("thread"),
             suggest=get("suggest") or "",
+            alternative=get("alternative"),
+            group=step._int("group"),
         )
 
     def describe(self) -> str:
         """One line: ``__del__ of mylib.Device created at app.py:12``."""
-        return f"{self.what} of {self.type} created at {self.site}"
+        more = f" ({self.count} of them)" if self.count > 1 else ""
+        return f"{self.what} of {self.type} created at {self.site}{more}"
 
     def to_dict(self) -> dict[str, Any]:
         """The finding as a JSON-ready dict, as
@@ -180,6 +205,9 @@ class AuditFinding:
             "via": self.via,
             "thread": self.thread,
             "suggest": self.suggest,
+            "alternative": self.alternative,
+            "group": self.group,
+            "count": self.count,
         }
 
 
@@ -205,6 +233,10 @@ class ExitResult:
         unraisable: every "Exception ignored ..." block (and ``Error in atexit._run_exitfuncs``), in
             order.
         uncaught: the uncaught exception that ended the program, if one was printed.
+        thread_exceptions: every ``Exception in thread NAME:`` block (a thread's uncaught
+            exception), in order.
+        native_fatal: the lines a native library printed when it aborted or one of its
+            checks failed ([`NativeFatal`][exitsafe.testing.parsers.NativeFatal]).
         teardown: exitsafe's teardown trace lines (``EXITSAFE_TRACE=1``), parsed; empty when the
             program does not use exitsafe.
         children: the run's other processes ([`ChildProcess`][exitsafe.testing.ChildProcess]), as
@@ -217,6 +249,11 @@ class ExitResult:
         stderr: everything it wrote on stderr, decoded the same way.
         duration: wall-clock seconds from start to exit (or to the kill).
         timeout: the timeout the run had, in seconds (``None``: none).
+        audit_state: what the audit's state file held when the process ended (``"3 R"``:
+            a release of the audit's group 3 had begun and not returned; ``""``: nothing
+            recorded); see [`audit_running`][exitsafe.testing.ExitResult.audit_running].
+        exit_phase: ``"finalizing 0x<thread ident>"`` when the start-up hook saw every exit
+            hook run (the interpreter was finalizing modules afterwards), else ``""``.
     """
 
     args: tuple[str, ...]
@@ -236,6 +273,10 @@ class ExitResult:
     checks: tuple[CheckResult, ...] = ()
     audited: bool = False
     trace: tuple[TeardownStep, ...] = field(default=(), compare=False)
+    thread_exceptions: tuple[ExceptionReport, ...] = ()
+    native_fatal: tuple[NativeFatal, ...] = ()
+    audit_state: str = ""
+    exit_phase: str = ""
 
     @classmethod
     def from_output(
@@ -251,6 +292,8 @@ class ExitResult:
         children: Sequence[ChildProcess] = (),
         checks: Sequence[CheckResult] = (),
         audited: bool = False,
+        audit_state: str = "",
+        exit_phase: str = "",
     ) -> ExitResult:
         """Decode a finished process: its exit status and everything on its stderr.
 
@@ -270,6 +313,8 @@ class ExitResult:
             children: its other processes, if known.
             checks: the results of the checks run after it.
             audited: whether it ran with exitsafe's audit.
+            audit_state: the content of the audit's state file (the release in progress).
+            exit_phase: the content of the start-up hook's ``exit-<pid>.txt``.
 
         Returns:
             The decoded result.
@@ -281,6 +326,8 @@ class ExitResult:
             print(result.summary())
             ```
         """
+        raw = stderr
+        stderr = untangle(stderr)  # trace lines written into another thread's line
         fatal = parse_fatal_errors(stderr)
         trace = parse_trace(stderr)
         return cls(
@@ -295,23 +342,30 @@ class ExitResult:
             teardown=tuple(s for s in trace if s.event not in DIAGNOSTIC_EVENTS),
             trace=tuple(trace),
             stdout=stdout,
-            stderr=stderr,
+            stderr=raw,
             duration=duration,
             timeout=timeout,
             children=tuple(children),
             checks=tuple(checks),
             audited=audited,
+            thread_exceptions=tuple(parse_thread_exceptions(stderr)),
+            native_fatal=tuple(parse_native_fatal(stderr)),
+            audit_state=audit_state.strip(),
+            exit_phase=exit_phase.strip(),
         )
 
     @property
     def clean(self) -> bool:
-        """Exit status 0, no fatal error, no unraisable exception, no timeout, no child
+        """Exit status 0, no fatal error, no unraisable exception, no uncaught exception of
+        a thread, no line of a native library's abort or failed check, no timeout, no child
         process that crashed or hung, every check passed, and no finding of the audit
         (when the run was audited)."""
         return (
             self.returncode == 0
             and self.fatal_error is None
             and not self.unraisable
+            and not self.thread_exceptions
+            and not self.native_fatal
             and not self.timed_out
             and not any(c.failed for c in self.children)
             and all(c.passed for c in self.checks)
@@ -322,7 +376,32 @@ class ExitResult:
     def audit(self) -> list[AuditFinding]:
         """The native releases the audit saw after exitsafe's teardown (empty unless the
         run was audited: ``audit=True``, ``exitsafe run --audit``, ``EXITSAFE_AUDIT=1``)."""
-        return [AuditFinding.from_step(s) for s in self.trace if s.event == "audit-release"]
+        counts: dict[int, int] = {}
+        for step in self.trace:
+            if step.event == "audit-repeat":
+                group, count = step._int("group"), step._int("count")
+                if group is not None and count is not None:
+                    counts[group] = max(counts.get(group, 1), count)
+        findings = []
+        for step in self.trace:
+            if step.event == "audit-release":
+                finding = AuditFinding.from_step(step)
+                if finding.group is not None and finding.group in counts:
+                    finding = replace(finding, count=counts[finding.group])
+                findings.append(finding)
+        return findings
+
+    @property
+    def audit_running(self) -> Optional[AuditFinding]:
+        """The native release that had begun and not returned when the process ended
+        (hung or crashed in it), from the audit's state file; ``None`` when none was, or
+        the run was not audited by ``exitsafe run``.  For an ``ffi.gc`` destructor, whose
+        end cannot be seen, the last one that began."""
+        parts = self.audit_state.split()
+        if len(parts) != 2 or parts[1] != "R" or not parts[0].isdigit():
+            return None
+        group = int(parts[0])
+        return next((f for f in self.audit if f.group == group), None)
 
     @property
     def registries_finished(self) -> bool:
@@ -359,7 +438,9 @@ class ExitResult:
             return None
         parts: list[str] = []
         if self.timed_out:
-            parts.append("timeout")
+            diagnosis = self.diagnosis
+            parts.append("timeout" if diagnosis is None or diagnosis.kind == "timeout"
+                         else f"timeout ({diagnosis.kind})")
         elif self.signal is not None:
             parts.append(self.signal)
         elif self.ntstatus is not None:
@@ -377,6 +458,13 @@ class ExitResult:
             if label not in seen:
                 seen.add(label)
                 parts.append(label)
+        for report in self.thread_exceptions:
+            label = f"thread exception {report.exc_type or 'exception'}"
+            if label not in seen:
+                seen.add(label)
+                parts.append(label)
+        for line in self.native_fatal[:1]:
+            parts.append(f"native {line.source}: {_ADDRESS.sub('0x?', line.line)[:120]}")
         for check in self.checks:
             if not check.passed:
                 parts.append(f"check failed: {check.command_text}")
@@ -385,16 +473,21 @@ class ExitResult:
         return "; ".join(parts)
 
     def summary(self) -> str:
-        """One line: ``CLEAN: exit status 0 in 0.05 s`` or ``NOT CLEAN:`` followed by the
-        cause when it is recognised ([`diagnosis`][exitsafe.testing.ExitResult.diagnosis]), then the
-        decoded status: ``NOT CLEAN: crash at exit (SIGSEGV); SIGSEGV (signal 11); Fatal Python
-        error: Segmentation fault``."""
+        """One line: ``CLEAN: exit status 0 in 0.05 s`` or ``NOT CLEAN``, the kind of the
+        cause in brackets when it is recognised
+        ([`diagnosis`][exitsafe.testing.ExitResult.diagnosis]), its headline, then the
+        decoded status: ``NOT CLEAN [crash-at-exit]: crash at exit (SIGSEGV), with no
+        exitsafe teardown traced; SIGSEGV (signal 11); Fatal Python error: Segmentation
+        fault``."""
         if self.clean:
             return f"CLEAN: exit status 0 in {self.duration:.2f} s"
         parts: list[str] = []
         diagnosis = self.diagnosis
-        if diagnosis is not None and diagnosis.specific:
-            parts.append(diagnosis.headline)
+        head = "NOT CLEAN"
+        if diagnosis is not None:
+            head = f"NOT CLEAN [{diagnosis.kind}]"
+            if diagnosis.specific:
+                parts.append(diagnosis.headline)
         if self.timed_out:
             parts.append(
                 f"timed out after {self.timeout:g} s, process group killed"
@@ -408,21 +501,40 @@ class ExitResult:
             parts.append(f"{prefix}: {self.fatal_error.message}")
         if self.uncaught is not None and self.returncode != 0 and not self.timed_out:
             parts.append(f"uncaught {self.uncaught.exc_type}")
+        if self.thread_exceptions:
+            count = len(self.thread_exceptions)
+            parts.append(f"{count} uncaught exception{'s' if count > 1 else ''} in threads")
         if self.unraisable:
             count = len(self.unraisable)
             parts.append(f"{count} unraisable exception{'s' if count > 1 else ''} at exit")
+        if self.native_fatal and (
+            diagnosis is None or diagnosis.kind not in ("native-fatal", "thread-in-native")
+        ):
+            parts.append(f"native message ({self.native_fatal[0].source}):"
+                         f" {self.native_fatal[0].line[:160]}")
         failed = [c for c in self.checks if not c.passed]
         if failed:
             parts.append(f"{len(failed)} check{'s' if len(failed) > 1 else ''} failed")
         if self.audit:
-            parts.append(f"{len(self.audit)} latent exit hazard(s) found by the audit")
-        return "NOT CLEAN: " + "; ".join(parts)
+            count = sum(f.count for f in self.audit)
+            parts.append(f"{count} latent exit hazard(s) found by the audit")
+        return f"{head}: " + "; ".join(parts)
 
-    def report(self) -> str:
-        """A multi-line diagnosis a person can act on: the summary, then where it crashed
-        (the crashing thread's top frames), the unraisable exceptions, the uncaught
-        exception, exitsafe's teardown (the last steps before a crash), and the end of
-        stderr when nothing on it could be decoded."""
+    def report(self, output: bool = True) -> str:
+        """A multi-line diagnosis a person can act on: the summary, then the cause's
+        details, where it crashed or hung (every thread's stack), the exceptions of
+        threads, the unraisable exceptions, the uncaught exception, the child processes,
+        the checks, exitsafe's teardown, the audit, the hint with the address of its
+        recipe on the docs site, and, for a run that is not clean, the last lines of the
+        program's own stdout and stderr (as pytest shows a failed test's captured output).
+
+        Args:
+            output: show those last lines of stdout and stderr (`exitsafe run
+                --show-output` prints the whole output instead).
+
+        Returns:
+            The report; its first line is [`summary`][exitsafe.testing.ExitResult.summary].
+        """
         lines = [self.summary(), f"  command: {_quote_argv(self.args)}"]
         lines.append(f"  exit: {self._exit_line()}")
         diagnosis = self.diagnosis
@@ -430,6 +542,9 @@ class ExitResult:
             if not diagnosis.specific:  # a specific cause already leads the summary line
                 lines.append(f"cause: {diagnosis.headline}")
             lines.extend(_indent(list(diagnosis.details), "  "))
+        if self.native_fatal:
+            lines.append("native library messages:")
+            lines.extend(f"  {n.line}" for n in self.native_fatal[:5])
         if self.fatal_error is not None:
             before = self._stderr_before_fatal()
             if before:
@@ -442,6 +557,11 @@ class ExitResult:
         if self.uncaught is not None and (self.returncode != 0 or self.timed_out):
             lines.append(f"Uncaught exception: {self.uncaught.describe()}")
             lines.extend(_indent(_last_traceback_lines(self.uncaught.traceback), "  "))
+        if self.thread_exceptions:
+            lines.append(f"Uncaught exceptions in threads ({len(self.thread_exceptions)}):")
+            for number, report in enumerate(self.thread_exceptions, 1):
+                lines.append(f"  {number}. thread {report.object!r}: {report.describe()}")
+                lines.extend(_indent(_last_traceback_lines(report.traceback), "     "))
         if self.unraisable:
             lines.append(f"Unraisable exceptions at exit ({len(self.unraisable)}):")
             for number, report in enumerate(self.unraisable, 1):
@@ -461,32 +581,54 @@ class ExitResult:
             status = "passed" if check.passed else f"FAILED ({check.describe_status()})"
             lines.append(f"check {check.command_text!r}: {status}")
             if not check.passed:
-                output = [line for line in check.output.splitlines() if line.strip()]
-                lines.extend(_indent(output[-_STDERR_TAIL:], "  "))
+                output_lines = [line for line in check.output.splitlines() if line.strip()]
+                lines.extend(_indent(output_lines[-_STDERR_TAIL:], "  "))
         lines.extend(self._teardown_lines())
         lines.extend(self._audit_lines())
         hint = diagnosis.hint if diagnosis is not None else self._hint()
         if hint:
             lines.append(f"hint: {hint}")
-            if diagnosis is not None and diagnosis.doc:
-                lines.append(f"  see: docs/{diagnosis.doc}")
-        if (
-            not self.clean
-            and self.fatal_error is None
-            and not self.unraisable
-            and self.uncaught is None
-        ):
-            tail = [line for line in self.stderr.splitlines() if line.strip()]
-            tail = [line for line in tail if not line.startswith("exitsafe: ")][-_STDERR_TAIL:]
-            if tail:
-                lines.append(f"stderr (last {len(tail)} lines, exitsafe trace left out):")
-                lines.extend(_indent(tail, "  "))
+            if diagnosis is not None and diagnosis.url:
+                lines.append(f"  see: {diagnosis.url}")
+        if output and not self.clean:
+            lines.extend(self._output_tails())
         return "\n".join(lines)
+
+    def _output_tails(self) -> list[str]:
+        """The last lines of the program's own stdout and stderr: the trace lines and the
+        blocks decoded above left out, each line cut at `OUTPUT_LINE_WIDTH`."""
+        lines: list[str] = []
+        decoded: set[str] = set()
+        for block in (
+            [self.fatal_error] if self.fatal_error is not None else []
+        ):
+            decoded.update(block.text.splitlines())
+        for report in (*self.unraisable, *self.thread_exceptions,
+                       *([self.uncaught] if self.uncaught is not None else [])):
+            decoded.update(report.text.splitlines())
+        stderr = untangle(self.stderr)
+        for name, text, skip in (("stdout", self.stdout, set()), ("stderr", stderr, decoded)):
+            own = [
+                line for line in text.splitlines()
+                if line.strip() and not line.startswith("exitsafe: ") and line not in skip
+            ]
+            if not own:
+                continue
+            tail = own[-OUTPUT_TAIL_LINES:]
+            shown = f"last {len(tail)} of {len(own)} lines" if len(own) > len(tail) else (
+                f"{len(own)} line{'s' if len(own) > 1 else ''}")
+            left = ", exitsafe trace and decoded blocks left out" if name == "stderr" else ""
+            lines.append(f"captured {name} ({shown}{left}):")
+            for line in tail:
+                if len(line) > OUTPUT_LINE_WIDTH:
+                    line = line[: OUTPUT_LINE_WIDTH - 3] + "..."
+                lines.append(f"  {line}")
+        return lines
 
     def _stderr_before_fatal(self) -> list[str]:
         """The program's own last stderr lines right before the fatal error block (a
         native library's ``FATAL: ...`` message, a C++ ``terminate called ...``)."""
-        lines = self.stderr.splitlines()
+        lines = untangle(self.stderr).splitlines()
         end = next(
             (
                 i
@@ -503,19 +645,32 @@ class ExitResult:
         if not self.audited and not findings:
             return []
         begun = [s for s in self.trace if s.event == "audit-begin"]
+        ended = not self.timed_out and not (self.signal or self.ntstatus)
         if not findings:
+            if not begun and self.timed_out:
+                return ["audit: the audit window never opened: the process hung before its"
+                        " exit hooks had all run (the window opens after them)"]
             if not begun:
                 return ["audit: no audit window was opened (the program is not Python, or"
                         " exited without running its exit hooks)"]
+            if not ended:
+                return ["audit: no native release began after exitsafe's teardown before the"
+                        " process ended"]
             return ["audit: no native release ran after exitsafe's teardown"]
         after = begun[0].get("after") if begun else None
         when = "the exit teardown" if after == "teardown" else "the exit hooks"
+        total = sum(f.count for f in findings)
         lines = [
-            f"audit: {len(findings)} native release(s) ran after {when}, while the"
+            f"audit: {total} native release(s) ran after {when}, while the"
             " interpreter finalized (latent exit hazards; this order may crash elsewhere):"
         ]
+        running = self.audit_running
         for number, finding in enumerate(findings, 1):
-            lines.append(f"  {number}. {finding.describe()}")
+            mark = ""
+            if running is not None and finding.group == running.group and not ended:
+                mark = " [RUNNING when the process ended]" if finding.what != "ffi.gc" else (
+                    " [the last release that began before the process ended]")
+            lines.append(f"  {number}. {finding.describe()}{mark}")
             if finding.stack:
                 lines.append(f"     created: {finding.stack}")
             if finding.holds:
@@ -523,6 +678,8 @@ class ExitResult:
             if finding.via:
                 lines.append(f"     finalizer: {finding.via}")
             lines.append(f"     suggest: {finding.suggest}")
+            if finding.alternative:
+                lines.append(f"     or, for an object you do not own: {finding.alternative}")
         return lines
 
     @property
@@ -533,11 +690,18 @@ class ExitResult:
 
     def _exit_line(self) -> str:
         when = f"after {self.duration:.2f} s"
-        if self.timed_out:
+        if self.timed_out and self.returncode == 0:
             timeout = "" if self.timeout is None else f" after {self.timeout:g} s"
             return (
-                f"timed out{timeout}; the process group was killed; the main process ended"
-                f" with {self.exit_description}"
+                f"exit status 0 {when}, but the run timed out{timeout}: processes it"
+                " started kept its output open; the process group was killed"
+            )
+        if self.timed_out:
+            timeout = "" if self.timeout is None else f" after {self.timeout:g} s"
+            how = "SIGABRT for its stacks, then SIGKILL" if self._dumped_on_timeout else "SIGKILL"
+            return (
+                f"timed out{timeout}: exitsafe run stopped it ({how} to the process group);"
+                " that signal is exitsafe's, not the program's"
             )
         if self.signal is not None:
             return f"killed by {self.exit_description} {when}"
@@ -585,18 +749,6 @@ class ExitResult:
                 "the main process exited 0, but processes it started kept its stdout or"
                 " stderr open past the timeout; they were killed with its process group."
             )
-        if self.timed_out:
-            return (
-                "the program did not exit in time; the stacks above (faulthandler, on SIGABRT"
-                " before the kill) show where it hung."
-            )
-        if self.unraisable and any("__del__" in r.where for r in self.unraisable):
-            return (
-                "a __del__ ran while the interpreter was shutting down. Track the native"
-                " handle with exitsafe.track(...) (or exitsafe.adopt / neutralize_at_exit for"
-                " an object you do not own) so it is released in order before modules are"
-                " torn down."
-            )
         if (self.signal or self.ntstatus or finalizing) and not self.teardown:
             return (
                 "native code crashed and exitsafe's trace is empty: the program does not use"
@@ -628,14 +780,20 @@ class ExitResult:
             "fatal_error": None if fatal is None else fatal.to_dict(),
             "stderr_before_fatal": self._stderr_before_fatal() if fatal is not None else [],
             "unraisable": [_exception_dict(r) for r in self.unraisable],
+            "thread_exceptions": [_exception_dict(r) for r in self.thread_exceptions],
+            "native_fatal": [
+                {"line": n.line, "source": n.source, "number": n.number} for n in self.native_fatal
+            ],
             "uncaught": None if self.uncaught is None else _exception_dict(self.uncaught),
             "teardown": [s.to_dict() for s in self.teardown],
             "threads_at_exit": [s.to_dict() for s in self.trace if s.event == "thread"],
             "registries": [_registry_dict(r) for r in self.registries],
             "children": [c.to_dict() for c in self.children],
             "checks": [c.to_dict() for c in self.checks],
+            "exit_phase": self.exit_phase,
             "audited": self.audited,
             "audit": [f.to_dict() for f in self.audit],
+            "audit_running": None if self.audit_running is None else self.audit_running.to_dict(),
             "stdout": self.stdout,
             "stderr": self.stderr,
         }
@@ -712,10 +870,18 @@ def _fatal_lines(fatal: FatalError, title: Optional[str] = None) -> list[str]:
         lines.append(f"    ({notes})")
     others = [t for t in fatal.threads if t is not current]
     if others:
-        lines.append(f"  other threads ({len(others)}):")
+        lines.append(f"  other threads ({len(others)}), most recent call first:")
         for thread in others:
-            top = str(thread.frames[0]) if thread.frames else "; ".join(thread.notes) or "-"
-            lines.append(f"    {thread.thread_id}: {top}")
+            name = f" [{thread.name}]" if thread.name else ""
+            if not thread.frames:
+                notes = "; ".join(thread.notes) or "no Python frame"
+                lines.append(f"    {thread.thread_id}{name}: ({notes})")
+                continue
+            lines.append(f"    {thread.thread_id}{name}:")
+            for frame in thread.frames[:TOP_FRAMES]:
+                lines.append(f"      {frame}")
+            if len(thread.frames) > TOP_FRAMES:
+                lines.append(f"      ... {len(thread.frames) - TOP_FRAMES} more frame(s)")
     return lines
 
 

@@ -33,9 +33,6 @@ _CREATE_NEW_PROCESS_GROUP = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x20
 #: ``PYTHONPATH`` of every run with ``inject=True``.
 BOOT_DIR = str(Path(__file__).resolve().parent / "_boot")
 
-#: ``tracemalloc`` frames kept per allocation in an audited run (``PYTHONTRACEMALLOC``).
-AUDIT_TRACEMALLOC_FRAMES = 8
-
 Check = Union[str, Sequence[str]]
 
 
@@ -181,7 +178,6 @@ def _inject(env: dict[str, str], run_dir: str, audit: bool) -> None:
     env.pop("EXITSAFE_RUN_ROOT", None)
     if audit:
         env["EXITSAFE_AUDIT"] = "1"
-        env.setdefault("PYTHONTRACEMALLOC", str(AUDIT_TRACEMALLOC_FRAMES))
 
 
 def _run_check(
@@ -296,6 +292,20 @@ def _run_process(
     children = _children.collect(
         None if run_dir is None else Path(run_dir), proc.pid, left_at_timeout
     )
+    exit_phase = ""
+    if run_dir is not None:
+        try:
+            exit_phase = (Path(run_dir) / f"exit-{proc.pid}.txt").read_text("ascii").strip()
+        except (OSError, ValueError):
+            exit_phase = ""
+    audit_state = ""
+    if run_dir is not None and audit:
+        try:
+            raw = (Path(run_dir) / f"audit-{proc.pid}.state").read_bytes()
+            audit_state = raw.decode("ascii", "replace")[:-1].strip() + " " + raw[-1:].decode(
+                "ascii", "replace")
+        except (OSError, IndexError):
+            audit_state = ""
     return ExitResult.from_output(
         argv,
         returncode,
@@ -306,6 +316,8 @@ def _run_process(
         timeout=timeout,
         children=children,
         audited=audit,
+        audit_state=audit_state,
+        exit_phase=exit_phase,
     )
 
 
@@ -372,11 +384,12 @@ def run_command(
         checks: commands run after each run, in the same `cwd`, each a shell string or an
             argument list; one that exits non-zero makes the run not clean, with its output
             in the report (data the program should have written at exit is caught this way).
-        audit: run with exitsafe's audit (`EXITSAFE_AUDIT=1`, `tracemalloc` from start-up):
-            every native release that runs after exitsafe's exit teardown is a finding, with
-            where its object was created
-            ([`ExitResult.audit`][exitsafe.testing.ExitResult.audit]); a finding makes the run
-            not clean.
+        audit: run with exitsafe's audit (`EXITSAFE_AUDIT=1`; creation sites recorded from
+            start-up for the objects that have a native finalizer): every native release
+            that runs after exitsafe's exit teardown is a finding, with where its object was
+            created ([`ExitResult.audit`][exitsafe.testing.ExitResult.audit]); a finding makes
+            the run not clean, and the release running when the process hung or crashed is
+            named ([`ExitResult.audit_running`][exitsafe.testing.ExitResult.audit_running]).
         inject: put exitsafe's start-up hook on `PYTHONPATH` (the default), so every Python
             process of the run records its pid and command line, child processes write
             faulthandler's dumps to a file of their own (a crashed or hung child is reported

@@ -22,7 +22,14 @@ and the exit-status decoders ([`decode_signal`][exitsafe.testing.parsers.decode_
   calling deallocator <fn>:`` on 3.14+), and ``Error in atexit._run_exitfuncs:`` from
   3.9-3.12, each with its traceback and exception line;
 * an uncaught exception's traceback (``Traceback (most recent call last):`` at the
-  top level).
+  top level);
+* a thread's uncaught exception (``Exception in thread NAME:`` and its traceback, printed
+  by `threading.excepthook`);
+* the lines native libraries print right before they abort or when one of their checks
+  fails: an assertion (glibc's ``...: Assertion `x' failed.``, libzmq's ``Assertion failed:
+  ... (src/file.cpp:12)``), Qt's ``QThread: Destroyed while thread is still running``, a
+  C++ ``terminate called ...``, glibc's heap checks, a Rust panic, a JVM fatal error, the
+  lab runtime's ``FATAL: ...`` (see `NATIVE_FATAL`).
 
 The parsers never raise on their input; text they do not recognise is skipped.
 """
@@ -46,6 +53,31 @@ _ATEXIT_OLD = "Error in atexit._run_exitfuncs:"
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: (?P<msg>.*))?\s*$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_THREAD_EXCEPTION = re.compile(r"^Exception in thread (?P<name>.*):\s*$")
+
+#: Lines a native library prints when it aborts the process or one of its own checks fails:
+#: (label, pattern matched at the start of a line).  A match makes a run not clean, whatever
+#: its exit status.  The label says what kind of message it is; the diagnosis chooses its hint
+#: from it (and from the message itself for the ones it knows, such as Qt's QThread).
+NATIVE_FATAL: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("Qt", re.compile(r"^QThread: Destroyed while thread (?:'.*' )?is still running")),
+    ("Qt", re.compile(r"^ASSERT(?: failure in [^:]*)?: .* in file .*, line \d+")),
+    ("assertion", re.compile(r"^Assertion failed: .*\(.*:\d+\)\s*$")),
+    ("assertion", re.compile(r"^.*:\d+: .*: Assertion [`'].*' failed\.\s*$")),
+    ("C++ runtime", re.compile(r"^terminate called ")),
+    ("C++ runtime", re.compile(r"^pure virtual method called")),
+    ("C++ runtime", re.compile(r"^FATAL: exception not rethrown")),
+    ("glibc", re.compile(
+        r"^(?:double free or corruption|free\(\): |malloc\(\): |realloc\(\): "
+        r"|munmap_chunk\(\): |corrupted (?:size|double-linked)|Fatal glibc error: )"
+    )),
+    ("glibc", re.compile(r"^\*\*\* .* \*\*\*: terminated")),
+    ("glog", re.compile(r"^F\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")),
+    ("Rust", re.compile(r"^thread '.*' panicked at ")),
+    ("Rust", re.compile(r"^fatal runtime error: ")),
+    ("JVM", re.compile(r"^# A fatal error has been detected by the Java Runtime Environment")),
+    ("native", re.compile(r"^FATAL: ")),
+)
 
 
 @dataclass(frozen=True)
@@ -193,6 +225,22 @@ class ExceptionReport:
 
 
 Unraisable = ExceptionReport
+
+
+@dataclass(frozen=True)
+class NativeFatal:
+    """A line a native library printed when it aborted or one of its checks failed.
+
+    Attributes:
+        line: the line as printed (trailing spaces removed).
+        source: what kind of message it is: ``"Qt"``, ``"assertion"``, ``"C++ runtime"``,
+            ``"glibc"``, ``"glog"``, ``"Rust"``, ``"JVM"`` or ``"native"`` (a ``FATAL:`` line).
+        number: its line number in stderr (1-based).
+    """
+
+    line: str
+    source: str
+    number: int = 0
 """Another name of [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport], for an
 "Exception ignored ..." block (an exception Python could not raise to a caller)."""
 
@@ -366,11 +414,100 @@ def parse_unraisable(text: str) -> list[ExceptionReport]:
     return out
 
 
+_TRACE_EVENTS = (
+    "thread", "teardown-begin", "plan", "step-begin", "step", "teardown-end", "late-release",
+    "audit-begin", "audit-release", "audit-repeat",
+)
+_TRACE_INSIDE = re.compile(
+    r"exitsafe: (?:" + "|".join(re.escape(e) for e in _TRACE_EVENTS) + r") [a-z_]+="
+)
+
+
+def untangle(text: str) -> str:
+    """`text` with every exitsafe trace line that was written into the middle of another
+    line (a thread listing written while another thread was printing its traceback) put
+    on a line of its own, and the line it cut joined again.
+
+    Args:
+        text: a process's stderr, decoded.
+
+    Returns:
+        The same text, with ``"Exception in thread exitsafe: thread ...\nname:"`` made
+        ``"exitsafe: thread ...\nException in thread name:"``.
+    """
+    if "exitsafe: " not in text:
+        return text
+    lines = text.split("\n")
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        match = _TRACE_INSIDE.search(line, 1)
+        if match is None:
+            out.append(line)
+            index += 1
+            continue
+        prefix, trace = line[: match.start()], line[match.start() :]
+        out.append(trace)
+        if index + 1 < len(lines):
+            lines[index + 1] = prefix + lines[index + 1]
+        else:
+            out.append(prefix)
+        index += 1
+    return "\n".join(out)
+
+
+def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
+    """Every ``Exception in thread NAME:`` block in `text` (what `threading.excepthook`
+    prints for a thread's uncaught exception), in order.
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        One [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport] per block, whose
+        `context` is ``"thread NAME"`` and `object` the thread's name.
+    """
+    lines = text.splitlines()
+    out = []
+    index = 0
+    while index < len(lines):
+        match = _THREAD_EXCEPTION.match(lines[index])
+        if match is not None:
+            name = match["name"]
+            report, index = _parse_exception(lines, index, index + 1, f"thread {name}", name)
+            out.append(report)
+        else:
+            index += 1
+    return out
+
+
+def parse_native_fatal(text: str) -> list[NativeFatal]:
+    """Every line of `text` that a native library prints when it aborts or one of its
+    checks fails (the patterns of `NATIVE_FATAL`), in order.
+
+    Args:
+        text: a process's stderr (or any text holding it), decoded.
+
+    Returns:
+        One [`NativeFatal`][exitsafe.testing.parsers.NativeFatal] per such line.
+    """
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line or line.startswith("exitsafe: "):
+            continue
+        for source, pattern in NATIVE_FATAL:
+            if pattern.match(line):
+                out.append(NativeFatal(line.rstrip(), source, number))
+                break
+    return out
+
+
 def parse_uncaught(text: str) -> Optional[ExceptionReport]:
     """The last top-level uncaught exception traceback in `text`, if any.
 
-    A traceback introduced by an "Exception ignored" or `Error in atexit` line does not
-    count.
+    A traceback introduced by an "Exception ignored", an `Error in atexit` or an
+    `Exception in thread` line does not count.
 
     Args:
         text: a process's stderr (or any text holding it), decoded.
@@ -384,7 +521,11 @@ def parse_uncaught(text: str) -> Optional[ExceptionReport]:
         if line != _TRACEBACK:
             continue
         previous = lines[index - 1] if index else ""
-        if _UNRAISABLE.match(previous) or previous.strip() == _ATEXIT_OLD:
+        if (
+            _UNRAISABLE.match(previous)
+            or previous.strip() == _ATEXIT_OLD
+            or _THREAD_EXCEPTION.match(previous)
+        ):
             continue
         found, _ = _parse_exception(lines, index, index, "uncaught", None)
     return found
@@ -393,15 +534,20 @@ def parse_uncaught(text: str) -> Optional[ExceptionReport]:
 from ._decode import decode_ntstatus, decode_signal, describe_exit  # noqa: E402
 
 __all__ = [
+    "NATIVE_FATAL",
     "ExceptionReport",
     "FatalError",
     "Frame",
+    "NativeFatal",
     "ThreadStack",
     "Unraisable",
     "decode_ntstatus",
     "decode_signal",
     "describe_exit",
     "parse_fatal_errors",
+    "parse_native_fatal",
+    "parse_thread_exceptions",
     "parse_uncaught",
     "parse_unraisable",
+    "untangle",
 ]

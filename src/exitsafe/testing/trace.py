@@ -32,7 +32,7 @@ FAILED_OUTCOMES = frozenset({"release_failed", "hook_failed", "hook_timeout", "l
 #: Keys whose values are numbers (``to_dict`` gives them as numbers, not strings).
 INT_KEYS = frozenset(
     {"index", "of", "live", "hooks", "steps", "released", "leaked", "failed", "seq",
-     "candidates", "tracemalloc", "pid"}
+     "candidates", "tracemalloc", "pid", "group", "count"}
 )
 FLOAT_KEYS = frozenset({"ms"})
 BOOL_KEYS = frozenset({"daemon"})
