@@ -50,7 +50,7 @@ nothing.  Its modules, each with one job:
 
 * ``_state``: the settings and the one state, shared with the start-up hook's copy;
 * ``_emit``: writing trace lines;
-* ``_sites``: the creation-site hooks, installed at start;
+* ``_sites``: the creation-site hooks, installed at start when the audit is on;
 * ``_threads``: the threads alive at exit;
 * imported only when the window opens, at exit: ``_recorder`` (what is pending, what runs),
   ``_describe`` (what a release is, and the suggested declaration), ``_sink`` (the
@@ -63,7 +63,6 @@ from __future__ import annotations
 import os
 import sys
 
-from ._sites import install_site_hooks
 from ._state import DEFAULT_FRAMES, KNOWN_BINDINGS, SHARED, enabled, flag, state
 from ._threads import list_at_shutdown, list_threads, when_imported
 
@@ -85,6 +84,8 @@ def install() -> None:
         state.frames = DEFAULT_FRAMES
     state.since = "startup" if state.booted or not sys.modules.get("exitsafe") else "import"
     try:
+        from ._sites import install_site_hooks  # (only when the audit is on)
+
         install_site_hooks()
     except Exception:
         pass
