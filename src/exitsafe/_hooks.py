@@ -112,7 +112,7 @@ def add_teardown_hook(
         return node
     if state.hooks.count:
         _process.keep_until_teardown(state)
-    if _sync._deferred:
+    if _sync.deferred:
         _sync.run_deferred()
     return node
 
@@ -167,7 +167,7 @@ def cancel(node: Record) -> None:
 
     _sync.locked_quietly(end_cancelled)
     trash.clear()
-    if _sync._deferred:
+    if _sync.deferred:
         _sync.run_deferred()
 
 

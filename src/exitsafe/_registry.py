@@ -45,7 +45,7 @@ __all__ = ["Registry", "default_registry", "registries"]
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
 _refused = _sync.refused
-_deferred = _sync._deferred
+_deferred = _sync.deferred
 _run_deferred = _sync.run_deferred
 _affine = _threads.pending
 _new_record = _record.new
@@ -651,7 +651,7 @@ if speedups is not None:
         registered_after_close=RegistryState.registered_after_close,
         undo_track=undo_track,
         wait=_sync.wait,
-        deferred=_sync._deferred,
+        deferred=_sync.deferred,
         run_deferred=_sync.run_deferred,
         affine=_threads.pending,
         run_mine=run_mine_quietly,
