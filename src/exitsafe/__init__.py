@@ -69,6 +69,7 @@ __all__ = [
     "on_early_exit",
     "on_teardown",
     "pin",
+    "quiesce",
     "teardown",
     "track",
     "worker",
@@ -373,6 +374,46 @@ def worker(
         ```
     """
     return _default_registry().worker(thread, stop=stop, uses=uses, timeout=timeout, name=name)
+
+
+def quiesce(*threads: Any, timeout: float = 5.0) -> None:
+    """At exit, stop other threads for good, each at its next safe point, before anything
+    is released: one line, no code in those threads.
+
+    When the main thread finishes, once the interpreter has joined its non-daemon threads
+    and before any `atexit` callback runs (a library's own exit cleanup included), every
+    thread still running Python code (daemon threads, threads a library started, a
+    `QThread`) is parked at its next call or return from a C function made from the
+    program's own code: never inside a native call, never inside a library's Python code
+    (where the library may hold its own lock), and it never runs Python code again. Its
+    borrows end as it parks. Threads idle in the standard library (a `queue.get()`, an
+    `Event.wait()`, a `time.sleep()`) stay where they are: they park if they ever wake.
+
+    A thread that is still inside a library's code after `timeout` seconds may be using
+    anything: the exit teardown then releases nothing (every handle ends `leaked_in_use`,
+    the detail naming the thread and where it was), since it cannot release under it.
+    The teardown's own hooks still run. A thread blocked for good in a native call is
+    best given a way to wake it (stop it in an `on_early_exit` hook).
+
+    Calls add up: `quiesce(t1)` then `quiesce(t2)` quiesces both; `quiesce()` with no
+    thread quiesces every thread but the exiting one. The last `timeout` given applies.
+    An explicit `teardown()` quiesces nothing (the program goes on).
+
+    Args:
+        *threads: the `threading.Thread` objects (or thread idents) to quiesce; none: all.
+        timeout: seconds to wait for the threads to park or be idle.
+
+    Example:
+        ```python
+        import exitsafe
+
+        exitsafe.quiesce()  # daemon threads stop between two native calls at exit
+        ```
+    """
+    from . import _exit, _quiesce
+
+    _quiesce.request(threads, timeout)
+    _exit.install_quiesce()
 
 
 def exit(code: Optional[int] = 0) -> NoReturn:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from time import perf_counter, sleep
 
-from . import _config, _record, _sync, _threads
+from . import _config, _process, _record, _sync, _threads
 from ._core import speedups
 from ._graph import teardown_order
 from ._ledger import Outcome, trace_line
@@ -76,6 +76,7 @@ class Settings:
         "override",
         "reason",
         "registry_name",
+        "running",
         "started",
         "step_timeout",
         "trace",
@@ -87,6 +88,9 @@ class Settings:
         self.reason = reason
         self.trace = _config.trace_enabled()
         self.override = _config.at_exit_override()
+        #: Threads that may use any handle still run (see exitsafe._quiesce): why
+        #: nothing is released, or ``None``.
+        self.running = _process.threads_running()
         self.default_policy: Any = registry.exit_policy
         step = registry.step_timeout
         self.step_timeout = step if step is not None else _config.seconds("EXITSAFE_STEP_TIMEOUT")
@@ -110,7 +114,10 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
     runner = StepRunner()
     runner.allowed = settings.allowed
     fast = (
-        settings.override is None and settings.deadline is None and settings.step_timeout is None
+        settings.override is None
+        and settings.deadline is None
+        and settings.step_timeout is None
+        and settings.running is None
     )
     total = len(order)
     # The compiled core runs stretches of common steps in C (see speedups.release_steps):
@@ -167,6 +174,8 @@ def _step(
         return Outcome.RELEASE_FAILED, detail
     if elsewhere and node in elsewhere:
         return _wait_in_flight(node, settings)
+    if settings.running is not None and node._role != HOOK:
+        return Outcome.LEAKED_IN_USE, settings.running  # (never released under a thread)
     policy = node._policy if node._policy is not None else settings.default_policy
     if (
         fast

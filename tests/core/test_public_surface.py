@@ -41,6 +41,7 @@ PUBLIC = {
         "on_early_exit",
         "on_teardown",
         "pin",
+        "quiesce",
         "teardown",
         "track",
         "worker",

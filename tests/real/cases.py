@@ -146,7 +146,7 @@ CASES = [
         fails=fork_child_unclean,
         runs=3,
         timeout=10.0,
-        summary="forked child's sys.exit(0) hangs or aborts releasing inherited wgpu objects (lavapipe)",
+        summary="forked child's sys.exit(0) hangs or aborts releasing inherited wgpu objects",
         protected="wgpu_fork_child_protected.py",
         # Mesa prints an error line for a missing runtime dir; give it one
         env=(("XDG_RUNTIME_DIR", "/tmp"),),
