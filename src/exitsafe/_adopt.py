@@ -459,16 +459,21 @@ def hook_after_leak(
 class _Adoption:
     """The release function of an adopted object: close it, forget it."""
 
-    __slots__ = ("after", "close", "hook", "key")
+    __slots__ = ("after", "close", "handle_ref", "hook", "key")
 
     def __init__(self, close: Union[str, Callable[[Any], object], None], key: int) -> None:
         self.close = close
         self.key = key
         self.after: Optional[_AfterLeak] = None
         self.hook: Optional[Handle] = None
+        #: The adoption's handle, weakly (it references this function).
+        self.handle_ref: Optional[Callable[[], Optional[Handle]]] = None
 
     def __call__(self, obj: object) -> None:
-        _adopted.forget(self.key, None)
+        # Its entry goes: the table must not keep a closed object alive (nor one adopted
+        # again meanwhile be forgotten: the entry is dropped only if it is this handle's).
+        ref = self.handle_ref
+        _adopted.forget(self.key, ref() if ref is not None else None)
         close = self.close
         try:
             if isinstance(close, str):
@@ -478,10 +483,12 @@ class _Adoption:
         except BaseException:
             # The handle ends release_failed (a leak): neutralize now, so the object's own
             # finalizer does not retry the failed close later.
-            after = self.after
-            if after is not None and after.obj is not None:
-                after.action(after.obj)
+            self._neutralize()
             raise
+        else:
+            # Closed: neutralize too, so a finalizer that is not idempotent (one that reads
+            # back or releases again whatever its state) finds nothing to act on.
+            self._neutralize()
         finally:
             after, self.after = self.after, None
             if after is not None:
@@ -489,6 +496,12 @@ class _Adoption:
             hook, self.hook = self.hook, None
             if hook is not None:
                 hook.release()  # cancel the leak hook; a no-op during teardown
+
+
+    def _neutralize(self) -> None:
+        after = self.after
+        if after is not None and after.obj is not None:
+            after.action(after.obj)
 
 
 def adopt(
@@ -529,11 +542,13 @@ def adopt(
             [`Registry.track`][exitsafe.Registry.track]; `None`: the registry's default.
         name: the display name; default `"<kind>#<n>"`.
         registry: the registry to own it in; `None`: the default registry.
-        neutralize: an attribute name (or names, checked now) to set to `null` when the
-            handle ends leaked (`exit_policy="leak"`, `EXITSAFE_AT_EXIT=leak`, a timeout, a
-            failed close, a leaked dependent), after the handle's step, so that the kept-alive
-            object's own finalizer does nothing during interpreter finalization.  `None`:
-            nothing is neutralized.
+        neutralize: an attribute name (or names, checked now) to set to `null` once
+            exitsafe is done with the object: right after its close (on the thread that
+            closed it), or when the handle ends leaked (`exit_policy="leak"`,
+            `EXITSAFE_AT_EXIT=leak`, a timeout, a failed close, a leaked dependent), after
+            the handle's step; so that the object's own finalizer does nothing afterwards,
+            during interpreter finalization included (one that is not idempotent, that
+            reads back or releases again, included).  `None`: nothing is neutralized.
         null: the value `neutralize` sets.
         timeout: seconds the close may take at teardown before it is abandoned and the
             handle leaked; `None`: the registry's step timeout.
@@ -601,6 +616,7 @@ def adopt(
     except BaseException:
         _adopted.cancel(key)
         raise
+    adoption.handle_ref = _weakref(handle)
     _adopted.bind(key, handle)
     if handle.state != "live":
         # Registered after teardown began: leaked at once and never closed; neutralize
