@@ -459,13 +459,15 @@ def hook_after_leak(
 class _Adoption:
     """The release function of an adopted object: close it, forget it."""
 
-    __slots__ = ("after", "close", "handle_ref", "hook", "key")
+    __slots__ = ("after", "close", "early", "handle_ref", "hook", "key")
 
     def __init__(self, close: Union[str, Callable[[Any], object], None], key: int) -> None:
         self.close = close
         self.key = key
         self.after: Optional[_AfterLeak] = None
         self.hook: Optional[Handle] = None
+        #: The early hook closing it in the early phase (``adopt(early=True)``).
+        self.early: Optional[Handle] = None
         #: The adoption's handle, weakly (it references this function).
         self.handle_ref: Optional[Callable[[], Optional[Handle]]] = None
 
@@ -496,12 +498,29 @@ class _Adoption:
             hook, self.hook = self.hook, None
             if hook is not None:
                 hook.release()  # cancel the leak hook; a no-op during teardown
+            early, self.early = self.early, None
+            if early is not None:
+                early.release()  # cancel the early close; a no-op once it ran
 
 
     def _neutralize(self) -> None:
         after = self.after
         if after is not None and after.obj is not None:
             after.action(after.obj)
+
+
+class _EarlyClose:
+    """The early hook of ``adopt(early=True)``: release the adoption's handle."""
+
+    __slots__ = ("handle_ref",)
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle_ref = _weakref(handle)
+
+    def __call__(self) -> None:
+        handle = self.handle_ref()
+        if handle is not None and handle.state == "live":
+            handle.release()
 
 
 def adopt(
@@ -517,6 +536,7 @@ def adopt(
     null: Any = None,
     timeout: Optional[float] = None,
     affinity: Optional[str] = None,
+    early: bool = False,
 ) -> Handle:
     """Hand `obj`, an object of another library, to exitsafe: it is closed exactly once, in
     dependency order, when its handle is released or at teardown, or leaked by policy.
@@ -556,6 +576,12 @@ def adopt(
             some GPU and GUI objects): a close due elsewhere is queued for that thread's
             next exitsafe call or [`run_pending()`][exitsafe.lowlevel.run_pending]; see
             [`Registry.track`][exitsafe.Registry.track].  `None`: any thread.
+        early: close it in the *early phase* of the exit (with the
+            [`on_early_exit`][exitsafe.on_early_exit] hooks: before the interpreter joins
+            its threads and before every `atexit` callback, those a library registered at
+            import included), not in the teardown: for an executor or a connection that a
+            library's own exit handler would otherwise wait on.  The close runs then if no
+            dependent of it is alive, else once the last one is released.
 
     Returns:
         The handle standing for `obj`, holding one owner.
@@ -573,6 +599,8 @@ def adopt(
     """
     if obj is None:
         raise TypeError("adopt() needs an object, got None")
+    if not isinstance(early, bool):
+        raise TypeError(f"early must be True or False, got {type(early).__name__}")
     if isinstance(obj, Handle):
         raise TypeError("adopt() takes a third-party object, not an exitsafe Handle")
     if isinstance(close, str):
@@ -624,6 +652,8 @@ def adopt(
         for attr_name in names:
             setattr(obj, attr_name, null)
         return handle
+    if early:
+        adoption.early = reg.on_early_exit(_EarlyClose(handle), name=f"close {handle.name}")
     if names:
         null_value = null
 
