@@ -36,6 +36,7 @@ from . import (
     _early,
     _hooks,
     _process,
+    _quiesce,
     _sync,
     _threads,
 )
@@ -122,6 +123,8 @@ def at_exit() -> None:
         while _sync.reentered():
             _sync.release()
         log().error("exitsafe: the lock was still held by the exiting thread; released")
+    if _quiesce.requested():  # (done at the end of threading._shutdown if hooked there)
+        quiesce_threads()
     try:
         if _process.states() or _interrupts.signals_to_take_over():
             with _interrupts.held(at_exit=True):
@@ -252,6 +255,20 @@ def install_early_phase() -> None:
     _early.install(run_early_phase)
 
 
+def quiesce_threads() -> None:
+    """Quiesce the threads `exitsafe.quiesce` asked for (once; never raises), none of
+    the teardown's own step workers."""
+    steps = sys.modules.get("exitsafe._steps")
+    _quiesce.run(steps.worker_idents() if steps is not None else ())
+
+
+def install_quiesce() -> None:
+    """Quiesce the threads left once the interpreter has joined its threads, before any
+    ``atexit`` callback runs (idempotent)."""
+    _early.install(run_early_phase)
+    _early.after_joins(quiesce_threads)
+
+
 # ---------------------------------------------------------------------- fork
 
 
@@ -280,6 +297,7 @@ def _after_fork_in_child() -> None:
     _threads.after_fork_in_child()
     _collection.after_fork_in_child()
     _early.after_fork_in_child()
+    _quiesce.after_fork_in_child()
     _children.after_fork_in_child()
 
 
