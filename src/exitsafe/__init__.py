@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from . import lowlevel
     from ._adopt import adopt
     from ._registry import ExitPolicy
+    from ._section import native
     from ._wrapper import NativeObject
 
     T = TypeVar("T")
@@ -66,6 +67,7 @@ __all__ = [
     "exit",
     "guard",
     "ledger",
+    "native",
     "on_early_exit",
     "on_teardown",
     "pin",
@@ -102,6 +104,7 @@ _MOVED = frozenset(
 #: exitsafe does not load the adapters' code.
 _LAZY = {
     "adopt": "_adopt",
+    "native": "_section",
     "NativeObject": "_wrapper",
 }
 
