@@ -415,3 +415,29 @@ running.wait()
     result = run(program, env={"EXITSAFE_QUIESCE": "1"}, cwd=tmp_path, timeout=60)
     assert result.clean, result.report()
     assert "library exit with 0 thread(s) inside" in result.stdout
+
+
+def test_a_thread_never_parks_inside_a_finalizer():
+    # A __del__ may run inside a garbage collection (allocation-triggered, on any
+    # thread): parked there for good, that collection would never end.
+    import sys as _sys
+
+    from exitsafe import _quiesce
+
+    def plain():
+        return _quiesce._own_stack(_sys._getframe())
+
+    class Finalized:
+        def __del__(self):
+            seen.append(_quiesce._own_stack(_sys._getframe()))
+
+    seen: list[bool] = []
+
+    def in_a_thread():  # (a thread's stack: only its starter's frames below ours)
+        seen.append(plain())
+        Finalized()
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == [True, False]
