@@ -23,7 +23,7 @@ a few builtin modules.
 
 from __future__ import annotations
 
-from . import _core, _errors, _guard, _handle, _ledger, _registry, _releases
+from . import _config, _core, _errors, _guard, _handle, _ledger, _registry, _releases
 from ._errors import (
     AlreadyTrackedError,
     ExitsafeError,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from . import lowlevel
     from ._adopt import adopt
     from ._registry import ExitPolicy
+    from ._section import native
     from ._wrapper import NativeObject
 
     T = TypeVar("T")
@@ -66,6 +67,7 @@ __all__ = [
     "exit",
     "guard",
     "ledger",
+    "native",
     "on_early_exit",
     "on_teardown",
     "pin",
@@ -102,6 +104,7 @@ _MOVED = frozenset(
 #: exitsafe does not load the adapters' code.
 _LAZY = {
     "adopt": "_adopt",
+    "native": "_section",
     "NativeObject": "_wrapper",
 }
 
@@ -555,3 +558,14 @@ _show_in(
     _registry.registries,
     _releases.run_pending,
 )
+
+
+def _quiesce_if_asked() -> None:
+    """``EXITSAFE_QUIESCE`` (see exitsafe._config): quiesce every thread with no line of
+    code (``exitsafe run`` and any program importing exitsafe)."""
+    bound = _config.quiesce_bound()
+    if bound is not None:
+        quiesce(timeout=bound)
+
+
+_quiesce_if_asked()
