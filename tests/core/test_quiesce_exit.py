@@ -132,6 +132,7 @@ RELEASE_THAT_WAITS = """
             if releasing:
                 record("used after release")
                 used.set()
+                return  # (once is enough to show it)
             running.set()
 
     threading.Thread(target=use_forever, daemon=True).start()

@@ -22,12 +22,12 @@ DOCS_URL = "https://exitsafe.github.io/exitsafe/"
 #: ``writer``, ``executor``, ``ffi``, ``lib``, ``fn``); tests/testing/test_hints.py runs each.
 HINTS: dict[str, tuple[str, str]] = {
     "thread-in-native": (
-        "a thread must not be inside a native call when the interpreter finalizes: declare"
-        " the thread with `exitsafe.worker(thread, stop=stop_event, uses=[handle])`, so it is"
-        " stopped and joined before the handles it uses are released, and make each native"
-        " call inside `with handle.borrow():` in the thread (the teardown waits for a call in"
-        " flight, and a later one parks the thread instead of entering native code)",
-        "threads.md#workers",
+        "a thread must not be inside a native call when the interpreter finalizes: add"
+        " `exitsafe.quiesce()` (at exit the thread is parked between two native calls, before"
+        " anything is released and before the libraries' exit handlers; EXITSAFE_QUIESCE=1"
+        " does it with no code change), or declare the thread with `exitsafe.worker(thread,"
+        " stop=stop_event, uses=[handle])` when its loop can be stopped",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "hang-before-teardown": (
         "the interpreter joins non-daemon threads and executors before any atexit callback,"
@@ -41,9 +41,10 @@ HINTS: dict[str, tuple[str, str]] = {
         "an exit handler waited for something that never ends (a thread, a socket with"
         " pending messages, a JVM or runtime shutdown): end what it waits for before any"
         " atexit callback runs, in an early-phase hook: `exitsafe.on_early_exit(fn)` (fn"
-        " closes the sockets or stops the threads the handler waits for), and declare the"
-        " threads that use the library: `exitsafe.worker(thread, stop=stop_event,"
-        " uses=[handle])`",
+        " closes the sockets or stops the threads the handler waits for), or adopt what it"
+        " waits on to close it then: `exitsafe.adopt(executor, close=\"shutdown\","
+        " early=True)`; and declare the threads that use the library:"
+        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
         "threads.md#the-early-phase",
     ),
     "hang-in-finalizer": (
@@ -58,8 +59,10 @@ HINTS: dict[str, tuple[str, str]] = {
         "a thread that was stopped or left blocked at exit still holds a lock that the"
         " exit needs: stop that thread and let it leave the lock before the teardown, by"
         " declaring it: `exitsafe.worker(thread, stop=stop_event, uses=[handle])` (it is"
-        " asked to stop in the early phase and joined before its handles are released),"
-        " with its native calls inside `with handle.borrow():`",
+        " asked to stop in the early phase and joined before its handles are released), or"
+        " with `exitsafe.quiesce()`, which parks a thread only outside libraries' code (it"
+        " then holds none of their locks); a thread blocked in a native call needs a way out:"
+        " `exitsafe.worker(thread, wake=fn, uses=[handle])`",
         "threads.md#workers",
     ),
     "hang-in-main": (
@@ -106,27 +109,27 @@ HINTS: dict[str, tuple[str, str]] = {
         "a native library stopped the process on one of its own checks (the line above"
         " names it): release the objects it names in order before finalization (`handle ="
         " exitsafe.adopt(obj, close=\"close\")`), and stop the threads that use them first:"
-        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        " `exitsafe.quiesce()`, or `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
         "adapters.md#third-party-objects-adopt",
     ),
     "native-fatal-qthread": (
-        "Qt aborts when a QThread object is destroyed while its thread runs: quit and wait"
-        " for it before the interpreter finalizes, in an early-phase hook:"
-        " `exitsafe.on_early_exit(lambda: (thread.quit(), thread.wait()))`",
-        "threads.md#the-early-phase",
+        "Qt aborts when a QThread object is destroyed while its thread runs: declare it as"
+        " a worker, so it is asked to quit and waited for before the objects it uses are"
+        " released: `exitsafe.worker(thread, stop=thread.quit, uses=[handle])`",
+        "threads.md#any-kind-of-thread",
     ),
     "native-fatal-thread-in-native": (
-        "a thread was ended while inside native code: declare the thread with"
-        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])` and make each native"
-        " call inside `with handle.borrow():` in the thread",
-        "threads.md#workers",
+        "a thread was ended while inside native code: add `exitsafe.quiesce()` (the thread"
+        " is parked between two native calls at exit, before anything is released), or"
+        " declare the thread with `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "thread-exception": (
         "a thread ended with an uncaught exception (at exit: the runtime it called was"
-        " finalized under it); declare the thread so it is stopped and joined before the"
-        " objects it uses are released: `exitsafe.worker(thread, stop=stop_event,"
-        " uses=[handle])`, with each call into them inside `with handle.borrow():`",
-        "threads.md#workers",
+        " finalized under it); stop the thread before the objects it uses are released:"
+        " `exitsafe.quiesce()` parks it between two calls at exit, or declare it:"
+        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "atexit-error": (
         "an atexit callback raised: it ran after (or before) what it needed; declare it as"
@@ -162,11 +165,11 @@ HINTS: dict[str, tuple[str, str]] = {
     "lost-output-thread": (
         "data the program meant to write was not complete when it exited, and a daemon"
         " thread was still running then: if that thread writes, closing the writer is not"
-        " enough (it would close under a write in flight): declare the thread with the"
-        " writer it uses, `exitsafe.worker(thread, stop=stop_event, uses=[handle])` where"
-        " `handle = exitsafe.adopt(writer, close=\"close\")`, and make each write inside"
-        " `with handle.borrow():`",
-        "threads.md#workers",
+        " enough (it would close under a write in flight): declare the writer, `handle ="
+        " exitsafe.adopt(writer, close=\"close\")`, and stop the thread before it is closed,"
+        " with `exitsafe.quiesce()` (the thread parks between two writes) or"
+        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "audit": (
         "each of these finalizers ran in an order nobody chose; declare the object with"
