@@ -279,8 +279,8 @@ class Interrupter:
             return
         code = frame.f_code
         line = frame.f_lineno
+        lasti = frame.f_lasti if offset is None else offset
         if event == "opcode":
-            lasti = frame.f_lasti if offset is None else offset
             what = "opcode " + self._opname(code, lasti)
             if line is None:  # (an exception handler's instruction has no line: 3.12+)
                 line = f"?@{lasti}"
@@ -290,9 +290,14 @@ class Interrupter:
             "event": what,
             # (at the return of the outermost frame of exitsafe's code: the API returns)
             "boundary": _at_return(event, what) and not _ours_caller(frame),
-            # (as a finalizer starts: see exitsafe._live.take_lost)
+            # (as a finalizer starts, before any of its instructions ran: see
+            # exitsafe._live.take_lost; on CPython 3.9 and 3.10 a tracer's first ``line``
+            # event comes there too, before the try's SETUP_FINALLY at offset 0)
             "finalizer_entry": code.co_name == "__del__"
-            and (event in ("call", "entry") or (event == "opcode" and lasti == 0)),
+            and (
+                event in ("call", "entry")
+                or (event in ("opcode", "line") and lasti == 0)
+            ),
             "file": os.path.relpath(code.co_filename, _PKG),
             "line": line,
             "function": getattr(code, "co_qualname", code.co_name),
