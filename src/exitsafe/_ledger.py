@@ -290,6 +290,7 @@ TRACE_EVENTS: dict[str, tuple[str, ...]] = {
     "step": ("registry", "index", "of", "action", "kind", "name", "outcome", "ms", "error"),
     "teardown-end": ("registry", "released", "leaked", "failed", "ms"),
     "late-release": ("registry", "kind", "name"),
+    "quiesce": ("threads", "parked", "running", "ms"),
 }
 
 #: Fields printed as JSON strings; the others are bare tokens.

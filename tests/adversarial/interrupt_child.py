@@ -745,7 +745,7 @@ def run_once(name: str, inter: Optional[Interrupter], at: int) -> dict[str, Any]
         while _sync.reentered():
             _sync.release()
     if _sync.pending():
-        failures.append(("queued-left", f"{len(_sync._deferred)} item(s)"))
+        failures.append(("queued-left", f"{len(_sync.deferred)} item(s)"))
 
     entries = p.reg.ledger()
     counts = p.reg.ledger_counts()

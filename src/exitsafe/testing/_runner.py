@@ -257,7 +257,7 @@ def _run_process(
         **kwargs,  # type: ignore[call-overload]
     )
     timed_out = False
-    left_at_timeout: list[_children._Seen] = []
+    left_at_timeout: list[_children.SeenProcess] = []
     try:
         readers = (_Reader(proc.stdout), _Reader(proc.stderr))
         try:
