@@ -1,4 +1,4 @@
-"""The scenario catalogue S1-S11, run for real.
+"""The scenario catalogue S1-S13, run for real.
 
 For every scenario: the unprotected program must fail the way the catalogue says (a
 real SIGSEGV, a SIGABRT with the runtime's FATAL line, a hang killed on timeout, or a
@@ -64,7 +64,7 @@ def run_protected(
 
 
 def test_catalogue_lists_every_scenario_with_both_programs() -> None:
-    assert IDS == [f"S{n}" for n in range(1, 12)]
+    assert IDS == [f"S{n}" for n in range(1, 14)]
     for scenario in SCENARIOS:
         for protected in (False, True):
             path = scenario.script(protected)
