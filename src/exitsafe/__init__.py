@@ -23,7 +23,7 @@ a few builtin modules.
 
 from __future__ import annotations
 
-from . import _core, _errors, _guard, _handle, _ledger, _registry, _releases
+from . import _config, _core, _errors, _guard, _handle, _ledger, _registry, _releases
 from ._errors import (
     AlreadyTrackedError,
     ExitsafeError,
@@ -558,3 +558,14 @@ _show_in(
     _registry.registries,
     _releases.run_pending,
 )
+
+
+def _quiesce_if_asked() -> None:
+    """``EXITSAFE_QUIESCE`` (see exitsafe._config): quiesce every thread with no line of
+    code (``exitsafe run`` and any program importing exitsafe)."""
+    bound = _config.quiesce_bound()
+    if bound is not None:
+        quiesce(timeout=bound)
+
+
+_quiesce_if_asked()
