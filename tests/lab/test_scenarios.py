@@ -159,6 +159,13 @@ def test_protected_exits_cleanly_under_the_leak_override(
     assert main is not None and main.leaks == dict(scenario.leaks_when_leaking)
 
 
+def test_the_caller_s_quiesce_variable_does_not_reach_the_programs(
+    lab: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXITSAFE_QUIESCE", "1")  # would protect S12's unprotected program
+    check(runner.run_scenario(catalog.get("S12"), protected=False))
+
+
 def test_scenarios_can_run_as_modules(lab: Path) -> None:
     from exitsafe.testing import run
 
