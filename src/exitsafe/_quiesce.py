@@ -66,6 +66,11 @@ _STARTERS = {
 
 _PARK_EVENTS = {"call", "c_call", "c_return"}
 
+#: The standalone programs of ``exitsafe demo`` (``exitsafe.lab.scenarios``), relative to
+#: exitsafe's directory: the program's own code when they run, not exitsafe's (nor, once
+#: installed, a package's).
+_LAB_PROGRAMS = "lab/scenarios/"
+
 #: ``None``: not asked for; else the idents to quiesce (empty: every other thread) and
 #: the bound in seconds.
 _request: list[Optional[tuple[frozenset[int], float]]] = [None]
@@ -209,9 +214,11 @@ def _kind_of_file(filename: str, function: str = "") -> int:
     if filename.startswith("<"):  # <string>, <stdin>: the program's
         return OWN
     normalized = filename.replace("\\", "/")
+    stdlib, exitsafe_dir = _paths[0]
+    if normalized.startswith(exitsafe_dir + _LAB_PROGRAMS):
+        return OWN  # (the lab's scenario programs are programs, wherever exitsafe is)
     if "/site-packages/" in normalized or "/dist-packages/" in normalized:
         return PACKAGE
-    stdlib, exitsafe_dir = _paths[0]
     if normalized.startswith(exitsafe_dir):
         return STDLIB  # (exitsafe's own code: never a place to park)
     if any(normalized.startswith(p) for p in stdlib):

@@ -370,6 +370,24 @@ def test_bad_arguments_are_refused_before_anything_is_installed(args, kwargs, er
     assert not _quiesce.requested()
 
 
+def test_the_lab_s_scenario_programs_are_program_code_wherever_exitsafe_is(monkeypatch):
+    """``exitsafe demo``'s programs (``exitsafe/lab/scenarios/``) are programs: a thread
+    running their code parks there, as in any program, although the files are inside
+    exitsafe (never a place to park otherwise) and, once installed, inside site-packages."""
+    from exitsafe import _quiesce
+
+    here = os.path.dirname(os.path.abspath(_quiesce.__file__))
+    scenario = os.path.join(here, "lab", "scenarios", "s12_protected.py")
+    assert _quiesce._kind_of_file(scenario) == _quiesce.OWN
+    assert _quiesce._kind_of_file(os.path.join(here, "lab", "runner.py")) == _quiesce.STDLIB
+    assert _quiesce._kind_of_file(os.path.join(here, "_registry.py")) == _quiesce.STDLIB
+    installed = "/venv/lib/python3.12/site-packages/exitsafe/"
+    monkeypatch.setattr(_quiesce, "_paths", [((), installed)])
+    assert _quiesce._kind_of_file(installed + "lab/scenarios/s12_protected.py") == _quiesce.OWN
+    assert _quiesce._kind_of_file(installed + "lab/runner.py") == _quiesce.PACKAGE
+    assert _quiesce._kind_of_file(installed + "_registry.py") == _quiesce.PACKAGE
+
+
 def test_exitsafe_quiesce_variable_quiesces_with_no_line_of_code(tmp_path):
     body = NATIVE_SLEEP + DAEMON_USER.replace("QUIESCE", "")
     env = {"EXITSAFE_QUIESCE": "1", "EXITSAFE_TRACE": "1"}
