@@ -201,7 +201,7 @@ def track(
 
     Returns:
         The new handle, holding one owner: `release()` it, use it as a context manager, or
-        let it be garbage collected to drop that owner.
+            let it be garbage collected to drop that owner.
 
     Raises:
         RegistryClosedError: strict registries only, when teardown has begun (otherwise the
@@ -264,7 +264,7 @@ def pin(
 
     Returns:
         The pin, a handle of kind `"library"`: pass it in `depends_on` of every handle whose
-        release runs the library's code.  At teardown libraries go last.
+            release runs the library's code.  At teardown libraries go last.
     """
     return _default_registry().pin(library, close=close, name=name, timeout=timeout)
 
@@ -477,7 +477,7 @@ def guard(
 
     Returns:
         The wrapper, a [`Guarded`][exitsafe.lowlevel.Guarded]; it forwards every call (arguments,
-        result and exceptions) to `fn` until teardown begins.
+            result and exceptions) to `fn` until teardown begins.
 
     Raises:
         TypeError: `fn` is not callable or `registry` is not a
@@ -516,8 +516,8 @@ def ledger() -> list[lowlevel.LedgerEntry]:
 
     Returns:
         The recorded outcomes, oldest first: one [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per
-        handle released, leaked or detached and per hook run (at most the registry's
-        `ledger_limit` of the newest).
+            handle released, leaked or detached and per hook run (at most the registry's
+            `ledger_limit` of the newest).
     """
     return _default_registry().ledger()
 

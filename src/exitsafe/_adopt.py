@@ -297,7 +297,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
     Returns:
         The previous values (name -> value), which you now own: exitsafe does not release
-        them.
+            them.
 
     Raises:
         NeutralizeError: an attribute is missing, a read-only property, or the object

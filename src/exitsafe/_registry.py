@@ -328,7 +328,7 @@ class Registry(_Facade):
 
         Returns:
             A handle of kind `"library"`: pass it in `depends_on` of every handle whose release
-            runs the library's code.
+                runs the library's code.
         """
         if library is None:
             raise TypeError("pin() needs a loaded library object, got None")
@@ -547,7 +547,7 @@ class Registry(_Facade):
 
         Returns:
             One [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per ended handle or hook (at most
-            `ledger_limit` of the newest).
+                `ledger_limit` of the newest).
         """
         return self._state.entries()
 

@@ -18,7 +18,7 @@ Each returns an [`exitsafe.Handle`][exitsafe.Handle], not a cdata: ``handle.raw`
 cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError] once the
 handle was released, so a use after free becomes a Python exception instead
 of a crash; [`handle_of`][exitsafe.cffi.handle_of] maps a cdata (any cdata with the same address)
-back to its handle.  See ``docs/adapters.md`` for why and for before/after
+back to its handle.  The [adapters page](../adapters.md) says why, with before/after
 examples.
 
 This module does not import cffi: it works on the ``ffi`` and ``lib``
@@ -324,8 +324,8 @@ def track(
 
     Returns:
         A [`Handle`][exitsafe.Handle] holding one owner, not a cdata: `handle.raw` is the
-        cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError]
-        once the handle was released.
+            cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError]
+            once the handle was released.
 
     Raises:
         ValueError: `ptr` is NULL.
@@ -418,7 +418,7 @@ def pin(
 
     Returns:
         The pin, a handle of kind `"library"`.  Pinning the same `lib` again in the same
-        registry returns the existing pin with one more owner.
+            registry returns the existing pin with one more owner.
 
     Raises:
         ValueError: `lib` is already pinned in this registry with a different `close`.
@@ -489,7 +489,7 @@ def callback(
 
     Returns:
         A handle of kind `"callback"`: pass `handle.raw` (the callback cdata) to C; call
-        `handle.release()` to retire it once the C side no longer calls it.
+            `handle.release()` to retire it once the C side no longer calls it.
 
     Example:
         ```python
@@ -573,7 +573,7 @@ def borrowing(lib: object) -> BorrowingLibrary:
 
     Returns:
         An object whose attributes are `lib`'s functions wrapped like `call`; other
-        attributes are `lib`'s own.
+            attributes are `lib`'s own.
 
     Raises:
         TypeError: `lib` cannot be a library: `None`, a number, a library's name (a str or

@@ -15,7 +15,8 @@
   returns a default once teardown began, and keeps it alive for as long as
   native code may call it (for ever, if it is still registered at exit).
 
-Every function returns an [`exitsafe.Handle`][exitsafe.Handle]; see ``docs/adapters.md``.
+Every function returns an [`exitsafe.Handle`][exitsafe.Handle]; the
+[adapters page](../adapters.md) has before/after examples.
 Thread rules: every function may be called from any thread; a release or
 close runs on the thread dropping the last owner or on the teardown thread.
 """
@@ -306,7 +307,7 @@ def track(
 
     Returns:
         A [`Handle`][exitsafe.Handle] holding one owner; `handle.raw` raises
-        [`HandleClosedError`][exitsafe.HandleClosedError] after release.
+            [`HandleClosedError`][exitsafe.HandleClosedError] after release.
 
     Raises:
         ValueError: `ptr` is NULL.
@@ -400,7 +401,7 @@ def pin(
 
     Returns:
         The pin, a handle of kind `"library"`.  Pinning the same library again in the same
-        registry returns the existing pin with one more owner.
+            registry returns the existing pin with one more owner.
 
     Raises:
         ValueError: the library is already pinned in this registry with a different
@@ -473,7 +474,7 @@ def callback(
 
     Returns:
         A handle of kind `"callback"`: pass `handle.raw` to C, `handle.release()` to
-        retire it.
+            retire it.
 
     Example:
         ```python
@@ -538,7 +539,7 @@ def borrowing(lib: object) -> BorrowingLibrary:
 
     Returns:
         An object whose attributes are `lib`'s functions wrapped like `call`; other
-        attributes are `lib`'s own.
+            attributes are `lib`'s own.
 
     Raises:
         TypeError: `lib` cannot be a library: `None`, a number (a raw library handle has no
