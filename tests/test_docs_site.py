@@ -610,3 +610,23 @@ def test_the_rendering_checkers_find_what_they_should() -> None:
     assert not private_names('<p class="doc doc-class-bases">Bases: <code><a title="  '
                              'exitsafe.ExitsafeError (exitsafe._errors.ExitsafeError)">'
                              "ExitsafeError</a></code></p>")
+
+
+#: The most words the quick start may ask a reader to read (what is folded away aside).
+QUICK_START_WORDS = 1500
+
+
+def test_the_quick_start_is_short_and_folds_the_trace(site: Path) -> None:
+    """The quick start reaches its clean exit in under QUICK_START_WORDS words, counted as the
+    page's text outside its folded blocks (``??? note``: pymdownx.details), code included; the
+    teardown trace is there, folded."""
+    page = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
+    article = re.search(r"<article[^>]*>(.*?)</article>", page, re.DOTALL)
+    assert article is not None
+    unfolded = re.sub(r"<details.*?</details>", " ", article.group(1), flags=re.DOTALL)
+    words = len(_text(unfolded).split())
+    assert words < QUICK_START_WORDS, f"the quick start asks for {words} words of reading"
+    assert "exitsafe: step " not in _text(unfolded), "trace lines outside a folded block"
+    assert "exitsafe: step " in _text(article.group(1)), "the quick start lost its trace"
+    clean = _text(unfolded).find("teardown=unload logger=0")
+    assert clean != -1, "the quick start does not reach a clean exit outside a folded block"
