@@ -41,6 +41,7 @@ from ._errors import AlreadyTrackedError, NeutralizeError
 from ._handle import Handle
 from ._lookup import find, register_lookup, resolve
 from ._registry import Registry, default_registry
+from ._usage import explained
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -491,6 +492,11 @@ class _Adoption:
                 hook.release()  # cancel the leak hook; a no-op during teardown
 
 
+@explained(
+    "exitsafe.adopt",
+    "exitsafe.adopt(obj, close='close')",
+    needs={"obj": "the object of another library to close at exit"},
+)
 def adopt(
     obj: object,
     *,

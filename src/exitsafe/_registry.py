@@ -32,6 +32,7 @@ from ._releases import (
     undo_track,
 )
 from ._state import RegistryState
+from ._usage import explained, kind_not_str, not_a_function, release_not_callable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -254,9 +255,11 @@ class Registry(_Facade):
         around `track` must not release `raw` itself.
         """
         if not callable(release):
-            raise TypeError(f"release must be callable, got {type(release).__name__}")
+            raise TypeError(
+                "track(): " + release_not_callable(raw, release, "track(raw, release)")
+            )
         if type(kind) is not str:
-            raise TypeError(f"kind must be a str, got {type(kind).__name__}")
+            raise TypeError("track(): " + kind_not_str(kind))
         if name is not None:
             check_name(name)
         if exit_policy is not None:
@@ -331,13 +334,19 @@ class Registry(_Facade):
                 runs the library's code.
         """
         if library is None:
-            raise TypeError("pin() needs a loaded library object, got None")
+            raise TypeError(
+                "pin() needs a loaded library object (what ffi.dlopen() or ctypes.CDLL() "
+                "returned), got None"
+            )
         if close is None:
             release: Callable[[Any], object] = _process.keep_forever
         elif callable(close):
             release = close
         else:
-            raise TypeError(f"close must be callable or None, got {type(close).__name__}")
+            raise TypeError(
+                f"close must be callable or None (the function that unloads the library, "
+                f"such as ffi.dlclose), got {type(close).__name__}"
+            )
         return self.track(library, release, kind="library", name=name, timeout=timeout)
 
     def on_teardown(
@@ -378,7 +387,7 @@ class Registry(_Facade):
             The hook's handle: `release()` on it cancels the hook; dropping it does not.
         """
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise TypeError(not_a_function("fn", fn))
         check_name(name)
         if timeout is not None:
             timeout = check_timeout(timeout, "timeout")
@@ -423,7 +432,7 @@ class Registry(_Facade):
             The hook's handle; `release()` on it cancels the hook.
         """
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise TypeError(not_a_function("fn", fn))
         check_name(name)
         if timeout is not None:
             timeout = check_timeout(timeout, "timeout")
@@ -537,7 +546,10 @@ class Registry(_Facade):
                 `"atexit"`.
         """
         if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+            raise TypeError(
+                f"reason must be a str (a label for the trace, such as 'shutdown'), "
+                f"got {type(reason).__name__}"
+            )
         _teardown(self._state, reason)
 
     # ------------------------------------------------------------------ inspection
@@ -629,6 +641,20 @@ def registries() -> list[Registry]:
     return [state.facade for state in _process.states()]
 
 
+#: What a ``track`` call is missing, said in its error.
+_TRACK_NEEDS = {
+    "raw": "the native object",
+    "release": "the function that frees it, called as release(raw)",
+}
+
+
+def _track_call(args: tuple[Any, ...]) -> str:
+    """The public name of a compiled ``track`` call with these arguments, for its errors:
+    ``exitsafe.track`` on the default registry; for another registry none (Python's own
+    message, as the pure-Python core's ``Registry.track`` gives)."""
+    return "exitsafe.track" if args and _default and args[0] is _default[0] else ""
+
+
 if speedups is not None:
     # The compiled core: its common case of track(), release(), retain() and the garbage
     # collection of a handle in C; every other case handed to the functions above, so
@@ -641,7 +667,11 @@ if speedups is not None:
         handle_type=Handle,
         registry_type=RegistryState,
         facade_type=Registry,
-        track=Registry._track_py,  # type: ignore[attr-defined]
+        # (a wrong call reaches the Python function: named as the call the program made)
+        track=explained(
+            _track_call, "exitsafe.track(raw, release, depends_on=[...])",
+            method=True, needs=_TRACK_NEEDS, rename=False,
+        )(Registry._track_py),  # type: ignore[attr-defined]
         drop_owner=drop_owner,
         retain=retain,
         collected=collected,
