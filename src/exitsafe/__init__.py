@@ -23,7 +23,7 @@ a few builtin modules.
 
 from __future__ import annotations
 
-from . import _core, _errors, _guard, _handle, _ledger, _registry, _releases
+from . import _config, _core, _errors, _guard, _handle, _ledger, _registry, _releases
 from ._errors import (
     AlreadyTrackedError,
     ExitsafeError,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from . import lowlevel
     from ._adopt import adopt
     from ._registry import ExitPolicy
+    from ._section import native
     from ._wrapper import NativeObject
 
     T = TypeVar("T")
@@ -67,6 +68,7 @@ __all__ = [
     "exit",
     "guard",
     "ledger",
+    "native",
     "on_early_exit",
     "on_teardown",
     "pin",
@@ -103,6 +105,7 @@ _MOVED = frozenset(
 #: exitsafe does not load the adapters' code.
 _LAZY = {
     "adopt": "_adopt",
+    "native": "_section",
     "NativeObject": "_wrapper",
 }
 
@@ -369,28 +372,33 @@ def on_early_exit(
 def worker(
     thread: Any,
     *,
-    stop: Any,
+    stop: Any = None,
     uses: Iterable[Handle] = (),
     timeout: Optional[float] = None,
     name: Optional[str] = None,
+    wake: Optional[Callable[[], object]] = None,
 ) -> Handle:
     """Declare a thread that uses handles, and how to stop it, in the default registry.
 
     The module-level form of [`Registry.worker`][exitsafe.Registry.worker].  At exit the
-    thread is asked to stop (already in the early phase, so a non-daemon thread does not
-    keep the exit waiting) and joined, bounded by `timeout`, before any handle in `uses` is
-    released.  If it does not end in time, those handles are leaked (`leaked_dependent`,
-    never released under the running thread) and the thread is parked at its next
-    [`Handle.borrow`][exitsafe.Handle.borrow].
+    thread is asked to stop and woken (already in the early phase, so a non-daemon thread
+    does not keep the exit waiting), then waited for, bounded by `timeout`, before any
+    handle in `uses` is released.  If it does not end in time, those handles are leaked
+    (`leaked_dependent`, never released under the running thread) and the thread is parked
+    at its next [`Handle.borrow`][exitsafe.Handle.borrow].
 
     Args:
-        thread: the `threading.Thread`.
+        thread: a `threading.Thread`; or any object with `join(timeout)` and `is_alive()`;
+            or with `wait(milliseconds)` and `isRunning()` (Qt's `QThread`).
         stop: a `threading.Event` (set to ask the thread to stop) or a callable (called
-            once, with no arguments, to ask it).
+            once, with no arguments, to ask it, e.g. `qthread.quit`); `None`: only `wake`.
         uses: the handles the thread uses; none of them is released before the thread ended.
         timeout: seconds to wait for the thread to end once asked; `None`: 5 seconds
             (`exitsafe._teardown.IN_FLIGHT_WAIT`).
         name: the display name in the ledger and the trace.
+        wake: a callable run once right after the stop request, on the thread making it:
+            what gets a thread blocked in a native call out of it (close its socket or
+            context, post to its queue).
 
     Returns:
         The worker's hook handle; `release()` on it forgets the worker.
@@ -403,7 +411,9 @@ def worker(
         exitsafe.worker(t, stop=stop, uses=[session])
         ```
     """
-    return _default_registry().worker(thread, stop=stop, uses=uses, timeout=timeout, name=name)
+    return _default_registry().worker(
+        thread, stop=stop, uses=uses, timeout=timeout, name=name, wake=wake
+    )
 
 
 @_explained("exitsafe.quiesce", "exitsafe.quiesce() or exitsafe.quiesce(thread, ..., timeout=5.0)")
@@ -587,3 +597,14 @@ _show_in(
     _registry.registries,
     _releases.run_pending,
 )
+
+
+def _quiesce_if_asked() -> None:
+    """``EXITSAFE_QUIESCE`` (see exitsafe._config): quiesce every thread with no line of
+    code (``exitsafe run`` and any program importing exitsafe)."""
+    bound = _config.quiesce_bound()
+    if bound is not None:
+        quiesce(timeout=bound)
+
+
+_quiesce_if_asked()

@@ -11,8 +11,15 @@ it blocks for good, every signal masked, and never runs Python code again.  A sa
 is a function call (Python or C) or the return from a C function made from a frame
 whose whole stack is the program's own code: no frame of an installed package (a
 library may hold its own lock there, h5py's ``phil`` for one) and no frame of the
-standard library but the ones that only start a thread's target.  So a thread parks
-*between* two calls into a native library, never inside one and never inside a library.
+standard library but the ones that only start a thread's target), and no finalizer
+(``__del__``, which may run inside a garbage collection).  So a thread parks *between* two
+calls into a native library, never inside one and never inside a library.
+
+A thread parks holding whatever it holds in the program's own code: a lock it took with
+``with lock:`` stays taken for good, so a hook or a release function that takes the same
+lock would wait for ever (give it a ``timeout``).  A thread that an ``atexit`` callback
+joins must not be quiesced: name the threads to quiesce, or stop that one in an
+``on_early_exit`` hook.
 
 `run` then waits, at most the bound given, until every thread to quiesce is parked,
 gone, or *idle*: its innermost frame in the standard library (a ``queue.get``, an
@@ -173,9 +180,13 @@ def _end_borrows() -> None:
 
 
 def _own_stack(frame: Optional[FrameType]) -> bool:
+    """Whether a thread at ``frame`` may park: every frame is the program's own (or only
+    starts the thread), and none is a finalizer (a ``__del__`` may run inside a garbage
+    collection, which a parked thread would never finish)."""
     while frame is not None:
-        kind = _kind(frame.f_code)
-        if kind == PACKAGE or kind == STDLIB:
+        code = frame.f_code
+        kind = _kind(code)
+        if kind == PACKAGE or kind == STDLIB or code.co_name == "__del__":
             return False
         frame = frame.f_back
     return True

@@ -12,6 +12,8 @@ imports this module at start-up, before the program.  It:
   to its pid (the first process keeps writing it on stderr);
 * loads exitsafe's audit module from its file (``EXITSAFE_AUDIT``; and the list of threads
   alive at exit), which imports only the standard library;
+* imports exitsafe when ``EXITSAFE_QUIESCE`` asks for the threads to be quiesced at exit
+  (a program that never imports exitsafe gets it too);
 * then imports the ``sitecustomize`` this one shadows, if there is one, and removes its
   own directory from ``sys.path``.
 
@@ -36,6 +38,12 @@ def _boot() -> None:
         _load_audit(here)
     except Exception:
         pass
+    asked = os.environ.get("EXITSAFE_QUIESCE", "").strip().lower()
+    if asked not in ("", "0", "false", "no", "off"):
+        try:
+            import exitsafe  # noqa: F401  (its import reads EXITSAFE_QUIESCE)
+        except Exception:
+            pass
     _chain(here)
 
 
