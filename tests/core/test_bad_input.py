@@ -315,6 +315,7 @@ WRONG_CALLS = [
         "takes 1 positional argument (reason)", "write exitsafe.teardown()",
     ),
     case("exitsafe.ledger(n['reg'])", "takes 0 positional arguments", "write exitsafe.ledger()"),
+    case("exitsafe.native(None)", "needs a library name", "exitsafe.native('cv2')"),
     case("exitsafe.exit('x')", "code must be an int or None", "sys.exit"),
     case("exitsafe.exit(1, 2)", "takes 1 positional argument (code)", "write exitsafe.exit(code)"),
     # ---- exitsafe.cffi
