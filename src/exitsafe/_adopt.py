@@ -524,6 +524,25 @@ class _EarlyClose:
             handle.release()
 
 
+def _check_arguments(obj: object, close: object, early: object) -> None:
+    """`adopt`'s checks of ``obj``, ``close`` and ``early``, in this order."""
+    if obj is None:
+        raise TypeError("adopt() needs an object, got None")
+    if not isinstance(early, bool):
+        raise TypeError(f"early must be True or False, got {type(early).__name__}")
+    if isinstance(obj, Handle):
+        raise TypeError("adopt() takes a third-party object, not an exitsafe Handle")
+    if isinstance(close, str):
+        method = getattr(obj, close, None)
+        if method is None or not callable(method):
+            raise TypeError(
+                f"adopt(): {type(obj).__qualname__} has no callable {close!r} method; "
+                f"pass close=<method name> or close=<callable taking the object>"
+            )
+    elif close is not None and not callable(close):
+        raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
+
+
 @explained(
     "exitsafe.adopt",
     "exitsafe.adopt(obj, close='close')",
@@ -603,21 +622,7 @@ def adopt(
         conn = exitsafe.adopt(thirdparty.connect(), close="close", depends_on=[ctx])
         ```
     """
-    if obj is None:
-        raise TypeError("adopt() needs an object, got None")
-    if not isinstance(early, bool):
-        raise TypeError(f"early must be True or False, got {type(early).__name__}")
-    if isinstance(obj, Handle):
-        raise TypeError("adopt() takes a third-party object, not an exitsafe Handle")
-    if isinstance(close, str):
-        method = getattr(obj, close, None)
-        if method is None or not callable(method):
-            raise TypeError(
-                f"adopt(): {type(obj).__qualname__} has no callable {close!r} method; "
-                f"pass close=<method name> or close=<callable taking the object>"
-            )
-    elif close is not None and not callable(close):
-        raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
+    _check_arguments(obj, close, early)
     names = _attr_names(neutralize, "neutralize") if neutralize is not None else ()
     for attr_name in names:
         _check_settable(obj, attr_name)

@@ -32,7 +32,7 @@ from ._releases import (
     undo_track,
 )
 from ._state import RegistryState
-from ._usage import explained, kind_not_str, not_a_function, release_not_callable
+from ._usage import explained_track, kind_not_str, not_a_function, release_not_callable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -255,9 +255,7 @@ class Registry(_Facade):
         around `track` must not release `raw` itself.
         """
         if not callable(release):
-            raise TypeError(
-                "track(): " + release_not_callable(raw, release, "track(raw, release)")
-            )
+            raise TypeError(release_not_callable(raw, release, "track(raw, release)", "track(): "))
         if type(kind) is not str:
             raise TypeError("track(): " + kind_not_str(kind))
         if name is not None:
@@ -659,20 +657,6 @@ def registries() -> list[Registry]:
     return [state.facade for state in _process.states()]
 
 
-#: What a ``track`` call is missing, said in its error.
-_TRACK_NEEDS = {
-    "raw": "the native object",
-    "release": "the function that frees it, called as release(raw)",
-}
-
-
-def _track_call(args: tuple[Any, ...]) -> str:
-    """The public name of a compiled ``track`` call with these arguments, for its errors:
-    ``exitsafe.track`` on the default registry; for another registry none (Python's own
-    message, as the pure-Python core's ``Registry.track`` gives)."""
-    return "exitsafe.track" if args and _default and args[0] is _default[0] else ""
-
-
 if speedups is not None:
     # The compiled core: its common case of track(), release(), retain() and the garbage
     # collection of a handle in C; every other case handed to the functions above, so
@@ -686,10 +670,7 @@ if speedups is not None:
         registry_type=RegistryState,
         facade_type=Registry,
         # (a wrong call reaches the Python function: named as the call the program made)
-        track=explained(
-            _track_call, "exitsafe.track(raw, release, depends_on=[...])",
-            method=True, needs=_TRACK_NEEDS, rename=False,
-        )(Registry._track_py),  # type: ignore[attr-defined]
+        track=explained_track(Registry._track_py, _default),  # type: ignore[attr-defined]
         drop_owner=drop_owner,
         retain=retain,
         collected=collected,

@@ -268,9 +268,9 @@ def _binding_error(
 # ------------------------------------------------------------------ checks inside the calls
 
 
-def release_not_callable(raw: object, release: object, usage: str) -> str:
+def release_not_callable(raw: object, release: object, usage: str, head: str = "") -> str:
     """The message of a ``track`` whose release function is not callable."""
-    text = (f"release must be callable: the function that frees the object, called as "
+    text = head + (f"release must be callable: the function that frees the object, called as "
             f"release(raw) (a library's function such as lib.thing_free); got {describe(release)}")
     function = callable(raw) and not (
         type(raw).__module__ == "_cffi_backend" and "(*)" not in repr(raw)  # a data pointer
@@ -310,11 +310,6 @@ def first_argument(check: Callable[[object], bool], text: str) -> Diagnose:
     return diagnose
 
 
-def looks_like_ffi(value: object) -> bool:
-    """A cffi ``FFI`` object (duck-typed: exitsafe does not import cffi)."""
-    return _looks_like_ffi(value)
-
-
 def not_a_foreign_function(call: str, fn: object, args: tuple[Any, ...]) -> str:
     """The message of ``call(fn, *args)`` when ``fn`` cannot be called."""
     text = f"{call}(): fn must be the foreign function to call, got {describe(fn)}"
@@ -324,3 +319,49 @@ def not_a_foreign_function(call: str, fn: object, args: tuple[Any, ...]) -> str:
         f": pass the function and its arguments apart. Write {call}(lib.thing_run, handle, 10), "
         f"not {call}(lib.thing_run(handle.raw, 10))"
     )
+
+
+def explained_track(track: F, default: list[Any]) -> F:
+    """The compiled core's Python path of ``track`` (``Registry.track``), for the calls it
+    hands over: a wrong call of ``exitsafe.track`` (the default registry, ``default[0]``)
+    is explained as the pure-Python core's ``exitsafe.track`` explains it; for another
+    registry nothing is (Python's own message, as the pure-Python ``Registry.track`` gives),
+    and the messages of its checks say ``track()`` from either call."""
+
+    def call(args: tuple[Any, ...]) -> str:
+        return "exitsafe.track" if args and default and args[0] is default[0] else ""
+
+    usage = "exitsafe.track(raw, release, depends_on=[...])"
+    return explained(call, usage, method=True, needs=TRACK_NEEDS, rename=False)(track)
+
+
+#: What a ``track`` call is missing, said in its error.
+TRACK_NEEDS = {
+    "raw": "the native object",
+    "release": "the function that frees it, called as release(raw)",
+}
+
+
+def ffi_first(what: str) -> Diagnose:
+    """The `Diagnose` of an ``exitsafe.cffi`` function taking the ``FFI`` first."""
+    return first_argument(
+        _looks_like_ffi,
+        "the first argument must be the cffi FFI object (the ffi = cffi.FFI() whose cdef() "
+        f"declared the library), before {what}",
+    )
+
+
+def cffi_function_type(ffi: Any, ctype: object) -> Any:
+    """``ffi.typeof(ctype)`` for ``exitsafe.cffi.callback``; for a function type, cffi's
+    error names the pointer type to write (``'int(void *)'``: ``'int(*)(void *)'``)."""
+    try:
+        return ffi.typeof(ctype)
+    except Exception as exc:
+        text = str(exc)
+        if isinstance(ctype, str) and "not a pointer-to-function type" in text:
+            head, paren, rest = ctype.partition("(")
+            raise type(exc)(
+                f"{text}: exitsafe.cffi.callback() takes the pointer-to-function type; "
+                f"write {head.rstrip() + '(*)(' + rest if paren else ctype!r}"
+            ) from None
+        raise

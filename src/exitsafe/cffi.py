@@ -40,10 +40,10 @@ from ._guard import Guarded
 from ._handle import Handle
 from ._lookup import resolve
 from ._usage import (
+    cffi_function_type,
     describe,
     explained,
-    first_argument,
-    looks_like_ffi,
+    ffi_first,
     not_a_foreign_function,
     not_a_function,
 )
@@ -60,11 +60,6 @@ if TYPE_CHECKING:
 
 __all__ = ["borrowing", "call", "callback", "handle_of", "pin", "pinned", "track"]
 
-#: What a wrong call of a function taking the ``FFI`` first says when it is missing.
-_FFI_FIRST = (
-    "the first argument must be the cffi FFI object (the ffi = cffi.FFI() whose cdef() "
-    "declared the library), before {}"
-)
 
 #: cdata classes whose memory cffi owns and frees itself.
 _OWNED = {
@@ -309,7 +304,7 @@ def _library_label(lib: object) -> str:
 @explained(
     "exitsafe.cffi.track",
     "exitsafe.cffi.track(ffi, ptr, release)",
-    diagnose=first_argument(looks_like_ffi, _FFI_FIRST.format("the pointer and its release")),
+    diagnose=ffi_first("the pointer and its release"),
     needs={"release": "the function that frees the pointer, such as lib.thing_free"},
 )
 def track(
@@ -431,7 +426,7 @@ def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Hand
 @explained(
     "exitsafe.cffi.pin",
     "exitsafe.cffi.pin(ffi, lib)",
-    diagnose=first_argument(looks_like_ffi, _FFI_FIRST.format("the library")),
+    diagnose=ffi_first("the library"),
     needs={"lib": "the library, what ffi.dlopen() returned"},
 )
 def pin(
@@ -500,7 +495,7 @@ _SAME = object()
 @explained(
     "exitsafe.cffi.callback",
     "exitsafe.cffi.callback(ffi, 'void(*)(int)', fn)",
-    diagnose=first_argument(looks_like_ffi, _FFI_FIRST.format("the C type and the function")),
+    diagnose=ffi_first("the C type and the function"),
     needs={"ctype": "the C function pointer type, such as 'void(*)(int)'",
            "fn": "the Python function C calls"},
 )
@@ -567,7 +562,7 @@ def callback(
         raise TypeError(not_a_function("fn", fn))
     if onerror is not None and not callable(onerror):
         raise TypeError(f"onerror must be callable or None, got {type(onerror).__name__}")
-    ctype_obj = ctype if isinstance(ctype, ffi.CType) else _function_type(ffi, ctype)
+    ctype_obj = ctype if isinstance(ctype, ffi.CType) else cffi_function_type(ffi, ctype)
     if ctype_obj.kind != "function":
         raise TypeError(
             f"callback() needs a function pointer type such as 'int(*)(int)', "
@@ -583,22 +578,6 @@ def callback(
         ctype_obj, guarded, error=default if error is _SAME else error, onerror=onerror
     )
     return _ADAPTER.register_callback(reg, cdata, fn, name, parents, exit_policy)
-
-
-def _function_type(ffi: Any, ctype: object) -> Any:
-    """``ffi.typeof(ctype)``; for a function type, cffi's error names the pointer type to
-    write (``'int(void *)'``: ``'int(*)(void *)'``)."""
-    try:
-        return ffi.typeof(ctype)
-    except Exception as exc:
-        text = str(exc)
-        if isinstance(ctype, str) and "not a pointer-to-function type" in text:
-            head, paren, rest = ctype.partition("(")
-            raise type(exc)(
-                f"{text}: exitsafe.cffi.callback() takes the pointer-to-function type; "
-                f"write {head.rstrip() + '(*)(' + rest if paren else ctype!r}"
-            ) from None
-        raise
 
 
 class _KeepOwner:

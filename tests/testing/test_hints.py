@@ -1,4 +1,4 @@
-"""The hints: one table (``exitsafe.testing._diagnose.HINTS``), each with a link to its
+"""The hints: one table (``exitsafe.testing._hints.HINTS``), each with a link to its
 recipe on the docs site whose anchor exists, and every piece of code it shows runnable as
 written.  The audit's suggestions are runnable too."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from exitsafe.testing import run
-from exitsafe.testing._diagnose import DOCS_URL, HINTS, Diagnosis, docs_url
+from exitsafe.testing import Diagnosis, run
+from exitsafe.testing._hints import DOCS_URL, HINTS, docs_url
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CODE = re.compile(r"`([^`]+)`")
