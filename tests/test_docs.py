@@ -765,3 +765,62 @@ def test_test_references_name_existing_tests() -> None:
         elif not _defines(path, names):
             broken.append(f"{where}: {file} defines no {'::'.join(names)}")
     assert not broken, "references to tests that do not exist:\n" + "\n".join(broken)
+
+
+def test_the_environment_page_lists_exactly_the_variables_read() -> None:
+    """docs/environment.md has a row for every ``EXITSAFE_*`` variable the package reads (those
+    exitsafe sets for its own processes included, in their own table), and no other."""
+    found = set(_variables_in_the_source())
+    path = DOCS / "environment.md"
+    listed = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("|"):
+            first = re.split(r"(?<!\\)\|", line.strip()[1:-1])[0]
+            listed.update(_VARIABLE.findall(first))
+    missing = sorted(found - listed)
+    unknown = sorted(listed - found)
+    assert not missing and not unknown, (
+        f"docs/environment.md: variables read in src/exitsafe without a row: {missing}; "
+        f"rows for variables exitsafe does not read: {unknown}"
+    )
+
+
+def test_the_glossary_defines_every_outcome() -> None:
+    """docs/glossary.md: the outcomes' table lists every value of ``exitsafe.Outcome.ALL``, each
+    with the page that explains it."""
+    import exitsafe
+
+    rows = _table_after(DOCS / "glossary.md", "## Outcomes")
+    named = {name for cells in rows[1:] for name in re.findall(r"`([a-z_]+)`", cells[0])}
+    assert named == set(exitsafe.Outcome.ALL), (
+        f"docs/glossary.md, Outcomes: missing {sorted(set(exitsafe.Outcome.ALL) - named)}; "
+        f"not outcomes {sorted(named - set(exitsafe.Outcome.ALL))}"
+    )
+    unlinked = [cells[0] for cells in rows[1:] if "](" not in cells[-1]]
+    assert not unlinked, f"docs/glossary.md: outcomes without a page: {unlinked}"
+
+
+def test_the_navigation_follows_the_four_kinds() -> None:
+    """mkdocs.yml's nav: the home page, then the tutorial, the how-to guides, the reference and
+    the explanation, each page in one of them."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with mkdocs (the docs extra)")
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!ENV", lambda loader, node: None)
+    nav = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)["nav"]
+    sections = [next(iter(entry)) for entry in nav]
+    assert sections == ["Home", "Tutorial", "How-to guides", "Reference", "Explanation"]
+    assert nav[1]["Tutorial"] == [{"Quick start": "quickstart.md"}]
+
+    def pages(entries: object) -> List[str]:
+        if isinstance(entries, str):
+            return [entries]
+        if isinstance(entries, list):
+            return [p for entry in entries for p in pages(entry)]
+        assert isinstance(entries, dict)
+        return [p for value in entries.values() for p in pages(value)]
+
+    reference = pages(nav[3]["Reference"])
+    assert {"environment.md", "glossary.md", "api/index.md"} <= set(reference)

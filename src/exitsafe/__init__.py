@@ -36,6 +36,7 @@ from ._handle import Handle
 from ._ledger import Outcome
 from ._registry import Registry
 from ._registry import default_registry as _default_registry
+from ._usage import explained as _explained
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,6 +158,15 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY, "lowlevel"})
 
 
+@_explained(
+    "exitsafe.track",
+    "exitsafe.track(raw, release, depends_on=[...])",
+    rename=False,  # (Registry.track's messages say "track()", from either call)
+    needs={
+        "raw": "the native object",
+        "release": "the function that frees it, called as release(raw)",
+    },
+)
 def track(
     raw: object,
     release: Callable[[Any], object],
@@ -204,7 +214,7 @@ def track(
 
     Returns:
         The new handle, holding one owner: `release()` it, use it as a context manager, or
-        let it be garbage collected to drop that owner.
+            let it be garbage collected to drop that owner.
 
     Raises:
         RegistryClosedError: strict registries only, when teardown has begun (otherwise the
@@ -241,6 +251,11 @@ if _core.speedups is not None:
     track = _core.speedups.track
 
 
+@_explained(
+    "exitsafe.pin",
+    "exitsafe.pin(library, close=...)",
+    needs={"library": "the loaded library: what ffi.dlopen() or ctypes.CDLL() returned"},
+)
 def pin(
     library: object,
     *,
@@ -267,11 +282,16 @@ def pin(
 
     Returns:
         The pin, a handle of kind `"library"`: pass it in `depends_on` of every handle whose
-        release runs the library's code.  At teardown libraries go last.
+            release runs the library's code.  At teardown libraries go last.
     """
     return _default_registry().pin(library, close=close, name=name, timeout=timeout)
 
 
+@_explained(
+    "exitsafe.on_teardown",
+    "exitsafe.on_teardown(fn, before=[...])",
+    needs={"fn": "the function to run at teardown, called with no argument"},
+)
 def on_teardown(
     fn: Callable[[], object],
     *,
@@ -315,6 +335,11 @@ def on_teardown(
     )
 
 
+@_explained(
+    "exitsafe.on_early_exit",
+    "exitsafe.on_early_exit(fn)",
+    needs={"fn": "the function to run, called with no argument"},
+)
 def on_early_exit(
     fn: Callable[[], object], *, name: Optional[str] = None, timeout: Optional[float] = None
 ) -> Handle:
@@ -339,6 +364,11 @@ def on_early_exit(
     return _default_registry().on_early_exit(fn, name=name, timeout=timeout)
 
 
+@_explained(
+    "exitsafe.worker",
+    "exitsafe.worker(thread, stop=event, uses=[...])",
+    needs={"thread": "the thread", "stop": "a threading.Event or a callable asking it to stop"},
+)
 def worker(
     thread: Any,
     *,
@@ -386,6 +416,7 @@ def worker(
     )
 
 
+@_explained("exitsafe.quiesce", "exitsafe.quiesce() or exitsafe.quiesce(thread, ..., timeout=5.0)")
 def quiesce(*threads: Any, timeout: float = 5.0) -> None:
     """At exit, stop other threads for good, each at its next safe point, before anything
     is released: one line, no code in those threads.
@@ -426,6 +457,7 @@ def quiesce(*threads: Any, timeout: float = 5.0) -> None:
     _exit.install_quiesce()
 
 
+@_explained("exitsafe.exit", "exitsafe.exit(code)")
 def exit(code: Optional[int] = 0) -> NoReturn:
     """Leave this process quietly: tear down what it owns, flush `sys.stdout` and
     `sys.stderr`, and end with `os._exit(code)`.
@@ -467,6 +499,11 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     leave(code)
 
 
+@_explained(
+    "exitsafe.guard",
+    "exitsafe.guard(fn, default=...)",
+    needs={"fn": "the callable native code calls"},
+)
 def guard(
     fn: Callable[..., T], *, default: Any = None, registry: Optional[Registry] = None
 ) -> lowlevel.Guarded:
@@ -487,7 +524,7 @@ def guard(
 
     Returns:
         The wrapper, a [`Guarded`][exitsafe.lowlevel.Guarded]; it forwards every call (arguments,
-        result and exceptions) to `fn` until teardown begins.
+            result and exceptions) to `fn` until teardown begins.
 
     Raises:
         TypeError: `fn` is not callable or `registry` is not a
@@ -505,6 +542,7 @@ def guard(
     return _Guarded(fn, default, registry if registry is not None else _default_registry())
 
 
+@_explained("exitsafe.teardown", "exitsafe.teardown() or exitsafe.teardown(reason)")
 def teardown(reason: str = "explicit") -> None:
     """Run the default registry's ordered teardown now; see
     [`Registry.teardown`][exitsafe.Registry.teardown].
@@ -521,13 +559,14 @@ def teardown(reason: str = "explicit") -> None:
     _default_registry().teardown(reason=reason)
 
 
+@_explained("exitsafe.ledger", "exitsafe.ledger()")
 def ledger() -> list[lowlevel.LedgerEntry]:
     """The default registry's ledger; see [`Registry.ledger`][exitsafe.Registry.ledger].
 
     Returns:
         The recorded outcomes, oldest first: one [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per
-        handle released, leaked or detached and per hook run (at most the registry's
-        `ledger_limit` of the newest).
+            handle released, leaked or detached and per hook run (at most the registry's
+            `ledger_limit` of the newest).
     """
     return _default_registry().ledger()
 

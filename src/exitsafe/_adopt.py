@@ -41,6 +41,7 @@ from ._errors import AlreadyTrackedError, NeutralizeError
 from ._handle import Handle
 from ._lookup import find, register_lookup, resolve
 from ._registry import Registry, default_registry
+from ._usage import explained
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -297,7 +298,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
     Returns:
         The previous values (name -> value), which you now own: exitsafe does not release
-        them.
+            them.
 
     Raises:
         NeutralizeError: an attribute is missing, a read-only property, or the object
@@ -542,6 +543,11 @@ def _check_arguments(obj: object, close: object, early: object) -> None:
         raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
 
 
+@explained(
+    "exitsafe.adopt",
+    "exitsafe.adopt(obj, close='close')",
+    needs={"obj": "the object of another library to close at exit"},
+)
 def adopt(
     obj: object,
     *,

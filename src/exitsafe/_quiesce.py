@@ -104,6 +104,7 @@ def request(threads: Iterable[Any], timeout: float) -> None:
                 "quiesce() takes threading.Thread objects (started) or thread idents, got "
                 f"{type(thread).__name__}" + (" (not started)" if ident is None
                                               and hasattr(thread, "start") else "")
+                + "; write quiesce() for every thread, or quiesce(thread, ...)"
             )
         idents.add(ident)
     before = _request[0]

@@ -32,6 +32,7 @@ from ._releases import (
     undo_track,
 )
 from ._state import RegistryState
+from ._usage import explained_track, kind_not_str, not_a_function, release_not_callable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -254,9 +255,9 @@ class Registry(_Facade):
         around `track` must not release `raw` itself.
         """
         if not callable(release):
-            raise TypeError(f"release must be callable, got {type(release).__name__}")
+            raise TypeError(release_not_callable(raw, release, "track(raw, release)", "track(): "))
         if type(kind) is not str:
-            raise TypeError(f"kind must be a str, got {type(kind).__name__}")
+            raise TypeError("track(): " + kind_not_str(kind))
         if name is not None:
             check_name(name)
         if exit_policy is not None:
@@ -328,16 +329,22 @@ class Registry(_Facade):
 
         Returns:
             A handle of kind `"library"`: pass it in `depends_on` of every handle whose release
-            runs the library's code.
+                runs the library's code.
         """
         if library is None:
-            raise TypeError("pin() needs a loaded library object, got None")
+            raise TypeError(
+                "pin() needs a loaded library object (what ffi.dlopen() or ctypes.CDLL() "
+                "returned), got None"
+            )
         if close is None:
             release: Callable[[Any], object] = _process.keep_forever
         elif callable(close):
             release = close
         else:
-            raise TypeError(f"close must be callable or None, got {type(close).__name__}")
+            raise TypeError(
+                f"close must be callable or None (the function that unloads the library, "
+                f"such as ffi.dlclose), got {type(close).__name__}"
+            )
         return self.track(library, release, kind="library", name=name, timeout=timeout)
 
     def on_teardown(
@@ -378,7 +385,7 @@ class Registry(_Facade):
             The hook's handle: `release()` on it cancels the hook; dropping it does not.
         """
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise TypeError(not_a_function("fn", fn))
         check_name(name)
         if timeout is not None:
             timeout = check_timeout(timeout, "timeout")
@@ -423,7 +430,7 @@ class Registry(_Facade):
             The hook's handle; `release()` on it cancels the hook.
         """
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise TypeError(not_a_function("fn", fn))
         check_name(name)
         if timeout is not None:
             timeout = check_timeout(timeout, "timeout")
@@ -555,7 +562,10 @@ class Registry(_Facade):
                 `"atexit"`.
         """
         if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+            raise TypeError(
+                f"reason must be a str (a label for the trace, such as 'shutdown'), "
+                f"got {type(reason).__name__}"
+            )
         _teardown(self._state, reason)
 
     # ------------------------------------------------------------------ inspection
@@ -565,7 +575,7 @@ class Registry(_Facade):
 
         Returns:
             One [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per ended handle or hook (at most
-            `ledger_limit` of the newest).
+                `ledger_limit` of the newest).
         """
         return self._state.entries()
 
@@ -659,7 +669,8 @@ if speedups is not None:
         handle_type=Handle,
         registry_type=RegistryState,
         facade_type=Registry,
-        track=Registry._track_py,  # type: ignore[attr-defined]
+        # (a wrong call reaches the Python function: named as the call the program made)
+        track=explained_track(Registry._track_py, _default),  # type: ignore[attr-defined]
         drop_owner=drop_owner,
         retain=retain,
         collected=collected,

@@ -66,7 +66,10 @@ def native(name: str, *, registry: Optional[Registry] = None) -> Borrow:
         ```
     """
     if not isinstance(name, str) or not name:
-        raise TypeError(f"native() needs a library name (a non-empty str), got {name!r}")
+        raise TypeError(
+            f"exitsafe.native() needs a library name (a non-empty str), got {name!r}: "
+            f"write with exitsafe.native('cv2'): ..."
+        )
     reg = registry_arg(registry)
     key = (reg, name)
     gate = _gates.get(key)

@@ -117,7 +117,7 @@ def teardown_on_signals(
 
     Returns:
         `{signum: previous handler}` for every signal whose handler was installed (the
-        signals left alone are missing), to restore them with `signal.signal` if needed.
+            signals left alone are missing), to restore them with `signal.signal` if needed.
 
     Raises:
         ValueError: an unknown signal or mode, SIGKILL / SIGSTOP (which no process can

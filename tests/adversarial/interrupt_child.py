@@ -87,8 +87,13 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
 _PKG = os.path.dirname(os.path.abspath(exitsafe.__file__)) + os.sep
-#: exitsafe's own tooling, not its runtime: never a place an interrupt is delivered.
-_NOT_RUNTIME = (_PKG + "testing" + os.sep, _PKG + "lab" + os.sep)
+#: exitsafe's own tooling, not its runtime: never a place an interrupt is delivered.  So is
+#: ``_usage``, the public functions' wrappers that only word the errors of wrong calls: they
+#: hold no state, and a call they pass on is the API call (an interrupt as it returns lands
+#: at the boundary, as at the return of the function itself).
+_NOT_RUNTIME = (
+    _PKG + "testing" + os.sep, _PKG + "lab" + os.sep, _PKG + "_usage.py",
+)
 
 #: A teardown waits this long (instead of 5 s) for a release or a borrow in flight, so
 #: that a run in which it waits for one nobody runs stays short; ``waited`` says so.

@@ -438,7 +438,7 @@ def run_command(
 
     Returns:
         An [`ExitResult`][exitsafe.testing.ExitResult] when `repeat` is 1, else an
-        [`ExitResults`][exitsafe.testing.ExitResults] with one result per run.
+            [`ExitResults`][exitsafe.testing.ExitResults] with one result per run.
 
     Raises:
         OSError: the command could not be started (`FileNotFoundError` for a missing
@@ -544,7 +544,7 @@ def run(
 
     Returns:
         An [`ExitResult`][exitsafe.testing.ExitResult]; for `repeat > 1` an
-        [`ExitResults`][exitsafe.testing.ExitResults].
+            [`ExitResults`][exitsafe.testing.ExitResults].
 
     Raises:
         TypeError: not exactly one of `code`, `script` and `module` was given, or `args` is
