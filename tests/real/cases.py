@@ -49,6 +49,14 @@ def forced_unwind_abort(result: ExitResult, version: Version) -> bool:
     )
 
 
+def segfault_in_released_object(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: SIGSEGV (a thread's native call in flight wrote into memory the exit
+    teardown freed under it); 3.14+: any unclean end."""
+    if version >= (3, 14):
+        return not result.clean
+    return result.signal == "SIGSEGV"
+
+
 def writer_used_closed_file(result: ExitResult, version: Version) -> bool:
     """The daemon writer used the dataset after exitsafe's teardown had closed the file:
     its exception is printed ("Exception in thread writer", cut short when the thread is
@@ -202,6 +210,18 @@ CASES = [
             "program), and the file's close waits for ever; on 3.13.0 also a deadlock on "
             "the import lock (sysconfig imported in quiesce's profile function)"
         ),
+    ),
+    Case(
+        id="cairocffi-daemon",
+        program="cairocffi_daemon.py",
+        package="cairocffi",
+        fails=segfault_in_released_object,
+        runs=3,
+        timeout=30.0,
+        summary="daemon thread filling an adopted cairo surface at exit: the teardown "
+                "finishes it under the fill: SIGSEGV in pixman",
+        protected="cairocffi_daemon_protected.py",
+        system=("/usr/lib/*/libcairo.so.2", "cairo (Debian libcairo2)"),
     ),
     Case(
         id="opencv-daemon",
