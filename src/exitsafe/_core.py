@@ -18,7 +18,7 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
-    from typing import Optional
+    from typing import Literal, Optional
 
 speedups: Optional[ModuleType]
 
@@ -36,7 +36,7 @@ else:
         # main interpreter's exitsafe; a subinterpreter runs the pure-Python core.
         speedups = _speedups if _speedups.main_interpreter() else None
 
-CORE = "compiled" if speedups is not None else "python"
+CORE: Literal["compiled", "python"] = "compiled" if speedups is not None else "python"
 """Which core runs exitsafe's hot path in this process: `"compiled"` (the C extension
 `exitsafe._speedups`, built by `pip install` when a C compiler is available) or
 `"python"` (not built, `EXITSAFE_PURE_PYTHON=1` in the environment at import, a
@@ -46,5 +46,5 @@ without the GIL).
 
 Both cores keep the same semantics, checked by running the whole test suite against
 each and by a differential test comparing them program by program; only the cost per
-handle differs (see the performance page).
+handle differs (see the [performance page](../performance.md)).
 """

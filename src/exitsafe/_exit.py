@@ -245,9 +245,15 @@ def load_teardown() -> None:
     whatever the main thread was doing, which may be the first import of one of those
     modules (by a teardown the signal interrupted); the handler's teardown would then
     find it half-executed and fail on an ``ImportError``, releasing nothing.  Importing
-    them before any handler is installed leaves no such window.  (Every module a teardown
-    needs is imported with this one now; kept for the signal handlers' callers.)
+    them before any handler is installed leaves no such window.  (A second signal
+    landing while the first one's handler imported ``_teardown`` found it half-executed:
+    a terminated ``multiprocessing.Pool`` worker released nothing.)
     """
+    import json  # noqa: F401  (the ledger file)
+    import stat  # noqa: F401
+    import threading  # noqa: F401
+
+    from . import _interrupts, _steps, _teardown  # noqa: F401
 
 
 def install_early_phase() -> None:

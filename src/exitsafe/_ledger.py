@@ -161,7 +161,7 @@ class LedgerEntry:
 
         Returns:
             `{"at_exit": ..., "detail": ..., "kind": ..., "name": ..., "outcome": ...,
-            "registry": ..., "seq": ...}`.
+                "registry": ..., "seq": ...}`.
         """
         return {k: getattr(self, k) for k in self.__slots__}
 

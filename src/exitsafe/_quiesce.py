@@ -11,8 +11,15 @@ it blocks for good, every signal masked, and never runs Python code again.  A sa
 is a function call (Python or C) or the return from a C function made from a frame
 whose whole stack is the program's own code: no frame of an installed package (a
 library may hold its own lock there, h5py's ``phil`` for one) and no frame of the
-standard library but the ones that only start a thread's target.  So a thread parks
-*between* two calls into a native library, never inside one and never inside a library.
+standard library but the ones that only start a thread's target), and no finalizer
+(``__del__``, which may run inside a garbage collection).  So a thread parks *between* two
+calls into a native library, never inside one and never inside a library.
+
+A thread parks holding whatever it holds in the program's own code: a lock it took with
+``with lock:`` stays taken for good, so a hook or a release function that takes the same
+lock would wait for ever (give it a ``timeout``).  A thread that an ``atexit`` callback
+joins must not be quiesced: name the threads to quiesce, or stop that one in an
+``on_early_exit`` hook.
 
 `run` then waits, at most the bound given, until every thread to quiesce is parked,
 gone, or *idle*: its innermost frame in the standard library (a ``queue.get``, an
@@ -59,6 +66,11 @@ _STARTERS = {
 
 _PARK_EVENTS = {"call", "c_call", "c_return"}
 
+#: The standalone programs of ``exitsafe demo`` (``exitsafe.lab.scenarios``), relative to
+#: exitsafe's directory: the program's own code when they run, not exitsafe's (nor, once
+#: installed, a package's).
+_LAB_PROGRAMS = "lab/scenarios/"
+
 #: ``None``: not asked for; else the idents to quiesce (empty: every other thread) and
 #: the bound in seconds.
 _request: list[Optional[tuple[frozenset[int], float]]] = [None]
@@ -92,6 +104,7 @@ def request(threads: Iterable[Any], timeout: float) -> None:
                 "quiesce() takes threading.Thread objects (started) or thread idents, got "
                 f"{type(thread).__name__}" + (" (not started)" if ident is None
                                               and hasattr(thread, "start") else "")
+                + "; write quiesce() for every thread, or quiesce(thread, ...)"
             )
         idents.add(ident)
     before = _request[0]
@@ -172,9 +185,13 @@ def _end_borrows() -> None:
 
 
 def _own_stack(frame: Optional[FrameType]) -> bool:
+    """Whether a thread at ``frame`` may park: every frame is the program's own (or only
+    starts the thread), and none is a finalizer (a ``__del__`` may run inside a garbage
+    collection, which a parked thread would never finish)."""
     while frame is not None:
-        kind = _kind(frame.f_code)
-        if kind == PACKAGE or kind == STDLIB:
+        code = frame.f_code
+        kind = _kind(code)
+        if kind == PACKAGE or kind == STDLIB or code.co_name == "__del__":
             return False
         frame = frame.f_back
     return True
@@ -198,9 +215,11 @@ def _kind_of_file(filename: str, function: str = "") -> int:
     if filename.startswith("<"):  # <string>, <stdin>: the program's
         return OWN
     normalized = filename.replace("\\", "/")
+    stdlib, exitsafe_dir = _paths[0]
+    if normalized.startswith(exitsafe_dir + _LAB_PROGRAMS):
+        return OWN  # (the lab's scenario programs are programs, wherever exitsafe is)
     if "/site-packages/" in normalized or "/dist-packages/" in normalized:
         return PACKAGE
-    stdlib, exitsafe_dir = _paths[0]
     if normalized.startswith(exitsafe_dir):
         return STDLIB  # (exitsafe's own code: never a place to park)
     if any(normalized.startswith(p) for p in stdlib):

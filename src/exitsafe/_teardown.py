@@ -120,6 +120,7 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
         and settings.running is None
     )
     total = len(order)
+    running_before = settings.running
     # The compiled core runs stretches of common steps in C (see speedups.release_steps):
     # the same step as the one below, without a Python frame per handle.
     release_steps = speedups.release_steps if speedups is not None and fast and not trace else None
@@ -146,6 +147,12 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
                     )
                 )
             verdict = _step(node, raised, elsewhere, settings, runner, fast)
+            if node._role == HOOK and settings.running is None:
+                # A hook found threads still inside native code (exitsafe.native's
+                # sections): nothing is released from now on.
+                settings.running = _process.threads_running()
+                if settings.running is not None:
+                    fast, release_steps = False, None
             if verdict is None:
                 continue  # finished on its thread, which recorded its outcome
             outcome, detail = decided[node] = verdict
@@ -157,6 +164,11 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
                 _trace_step(settings, position, total, node, outcome, detail, t0)
     finally:
         runner.close()
+        found_here = settings.running is not None and running_before is None
+        if found_here and settings.reason == "explicit":
+            # Found by this teardown's hook (a native section in flight): the program goes
+            # on, and the next teardown looks again.
+            _process.set_threads_running(None)
     if trace:
         _trace_end(settings, decided)
 

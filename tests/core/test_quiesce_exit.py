@@ -132,6 +132,7 @@ RELEASE_THAT_WAITS = """
             if releasing:
                 record("used after release")
                 used.set()
+                return  # (once is enough to show it)
             running.set()
 
     threading.Thread(target=use_forever, daemon=True).start()
@@ -367,3 +368,95 @@ def test_bad_arguments_are_refused_before_anything_is_installed(args, kwargs, er
         exitsafe.quiesce(*args, **kwargs)
     assert message in str(info.value)
     assert not _quiesce.requested()
+
+
+def test_the_lab_s_scenario_programs_are_program_code_wherever_exitsafe_is(monkeypatch):
+    """``exitsafe demo``'s programs (``exitsafe/lab/scenarios/``) are programs: a thread
+    running their code parks there, as in any program, although the files are inside
+    exitsafe (never a place to park otherwise) and, once installed, inside site-packages."""
+    from exitsafe import _quiesce
+
+    here = os.path.dirname(os.path.abspath(_quiesce.__file__))
+    scenario = os.path.join(here, "lab", "scenarios", "s12_protected.py")
+    assert _quiesce._kind_of_file(scenario) == _quiesce.OWN
+    assert _quiesce._kind_of_file(os.path.join(here, "lab", "runner.py")) == _quiesce.STDLIB
+    assert _quiesce._kind_of_file(os.path.join(here, "_registry.py")) == _quiesce.STDLIB
+    installed = "/venv/lib/python3.12/site-packages/exitsafe/"
+    monkeypatch.setattr(_quiesce, "_paths", [((), installed)])
+    assert _quiesce._kind_of_file(installed + "lab/scenarios/s12_protected.py") == _quiesce.OWN
+    assert _quiesce._kind_of_file(installed + "lab/runner.py") == _quiesce.PACKAGE
+    assert _quiesce._kind_of_file(installed + "_registry.py") == _quiesce.PACKAGE
+
+
+def test_exitsafe_quiesce_variable_quiesces_with_no_line_of_code(tmp_path):
+    body = NATIVE_SLEEP + DAEMON_USER.replace("QUIESCE", "")
+    env = {"EXITSAFE_QUIESCE": "1", "EXITSAFE_TRACE": "1"}
+    run = run_program(body, tmp_path, ledger=True, env=env)
+    assert_clean(run)
+    assert run.order[-1] == "released with 0 thread(s) inside the native call"
+    assert trace_fields(run.stderr, "quiesce")["parked"] == "1"
+
+
+@pytest.mark.parametrize("value", ["maybe", "-1", "inf"])
+def test_a_bad_exitsafe_quiesce_value_is_reported_and_ignored(tmp_path, value):
+    body = "print(exitsafe._quiesce.requested())\n"
+    run = run_program(body, tmp_path, env={"EXITSAFE_QUIESCE": value})
+    assert_clean(run)
+    assert run.stdout == "False\n"
+    assert f"EXITSAFE_QUIESCE={value!r} is not valid" in run.stderr
+
+
+def test_under_exitsafe_run_a_program_that_never_imports_exitsafe_is_quiesced(tmp_path):
+    from exitsafe.testing import run
+
+    program = """
+import atexit, ctypes, threading
+_libc = ctypes.CDLL(None)
+_libc.usleep.argtypes = (ctypes.c_uint,)
+inside = [0]
+
+@atexit.register
+def library_exit():  # a library's own exit cleanup, under a thread still inside it
+    print(f"library exit with {inside[0]} thread(s) inside", flush=True)
+
+running = threading.Event()
+
+def loop():
+    while True:
+        inside[0] += 1
+        _libc.usleep(2000)
+        inside[0] -= 1
+        running.set()
+
+threading.Thread(target=loop, daemon=True).start()
+running.wait()
+"""
+    result = run(program, env={"EXITSAFE_QUIESCE": "1"}, cwd=tmp_path, timeout=60)
+    assert result.clean, result.report()
+    assert "library exit with 0 thread(s) inside" in result.stdout
+
+
+def test_a_thread_never_parks_inside_a_finalizer():
+    # A __del__ may run inside a garbage collection (allocation-triggered, on any
+    # thread): parked there for good, that collection would never end.
+    import sys as _sys
+
+    from exitsafe import _quiesce
+
+    def plain():
+        return _quiesce._own_stack(_sys._getframe())
+
+    class Finalized:
+        def __del__(self):
+            seen.append(_quiesce._own_stack(_sys._getframe()))
+
+    seen: list[bool] = []
+
+    def in_a_thread():  # (a thread's stack: only its starter's frames below ours)
+        seen.append(plain())
+        Finalized()
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == [True, False]

@@ -97,6 +97,8 @@ class ChildProcess:
 
 @dataclass
 class SeenProcess:
+    """A process of the run's session as ``/proc`` showed it."""
+
     pid: int
     ppid: Optional[int]
     argv: tuple[str, ...]

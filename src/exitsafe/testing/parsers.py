@@ -324,7 +324,7 @@ def parse_fatal_errors(text: str) -> list[FatalError]:
 
     Returns:
         One [`FatalError`][exitsafe.testing.parsers.FatalError] per `Fatal Python error` /
-        `Windows fatal exception` block, with the thread stacks that follow it.
+            `Windows fatal exception` block, with the thread stacks that follow it.
     """
     lines = text.splitlines()
     out = []
@@ -433,7 +433,7 @@ def untangle(text: str) -> str:
 
     Returns:
         The same text, with ``"Exception in thread exitsafe: thread ...\nname:"`` made
-        ``"exitsafe: thread ...\nException in thread name:"``.
+            ``"exitsafe: thread ...\nException in thread name:"``.
     """
     if "exitsafe: " not in text:
         return text
@@ -466,7 +466,7 @@ def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
 
     Returns:
         One [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport] per block, whose
-        `context` is ``"thread NAME"`` and `object` the thread's name.
+            `context` is ``"thread NAME"`` and `object` the thread's name.
     """
     lines = text.splitlines()
     out = []
