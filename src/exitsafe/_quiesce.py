@@ -142,6 +142,7 @@ def run(exclude: Iterable[int] = ()) -> None:
         from time import perf_counter
 
         started = perf_counter()
+        _prepare()
         _install()
         _wait(timeout)
         if _running:
@@ -162,17 +163,37 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
     me = _thread.get_ident()
     if _targets.get(me) is not False or _sync.reentered():
         return
-    start = frame.f_back if event == "call" else frame  # (a callee has not run yet)
-    if not _own_stack(start):
+    if event == "call":
+        # Never at the entry of a library's function: a library's native code (a Cython
+        # wrapper such as h5py's with_phil) may have called it holding the library's lock,
+        # with no Python frame of its own in between.  The standard library's functions
+        # are entered from the program's code (an Event.set(), a queue's put()).
+        if _kind(frame.f_code) == PACKAGE or not _own_stack(frame.f_back):
+            return
+    elif not _own_stack(frame):
         return
     _targets[me] = True
     _end_borrows()
     _threads.park()
 
 
+def _prepare() -> None:
+    """Import and compute now, on the exiting thread, everything the profile function and
+    the wait use: a first import inside the profile function, in whichever thread gets
+    there first, could deadlock on the import lock with this thread's own (seen on
+    CPython 3.13.0 with ``sysconfig``)."""
+    import ast  # noqa: F401  (_calling_stdlib)
+    import linecache  # noqa: F401  (_call_source)
+
+    from . import _gate  # noqa: F401  (_end_borrows)
+
+    if not _paths:
+        _paths.append(_library_paths())
+
+
 def _end_borrows() -> None:
     """End the borrows this thread holds: it never resumes."""
-    from ._gate import borrow_exit  # (loaded: a thread holding a borrow imported it)
+    from ._gate import borrow_exit  # (imported by _prepare before any thread gets here)
 
     held = _threads.held()
     while held:
@@ -245,6 +266,8 @@ def _module_kind(module_name: Optional[str]) -> int:
     if not module_name:
         return OWN
     top = module_name.split(".")[0]
+    if top in ("ctypes", "_ctypes"):
+        return PACKAGE  # (a gateway to foreign code: a call through it is not idle)
     if top in sys.builtin_module_names or module_name in sys.builtin_module_names:
         return STDLIB
     module = sys.modules.get(module_name) or sys.modules.get(top)
@@ -279,14 +302,17 @@ def _install_with_ctypes() -> None:
     import ctypes
 
     api = ctypes.pythonapi
+    # The event's argument is a pointer, not an object: a "return" by an exception passes
+    # NULL, which ctypes cannot make an object of (the callback would fail, and the
+    # thread with "SystemError: error return without exception set").
     trace_func = ctypes.CFUNCTYPE(
-        ctypes.c_int, ctypes.py_object, ctypes.py_object, ctypes.c_int, ctypes.py_object
+        ctypes.c_int, ctypes.py_object, ctypes.py_object, ctypes.c_int, ctypes.c_void_p
     )
     events = ("call", "exception", "line", "return", "c_call", "c_exception", "c_return")
 
     def trampoline(obj: object, frame: Any, what: int, arg: object) -> int:
         try:
-            _on_event(frame, events[what], arg)
+            _on_event(frame, events[what], None)
         except BaseException:  # (a profile function's error would be printed per call)
             pass  # parking cannot fail but for an interrupt: the thread goes on
         return 0
@@ -406,16 +432,29 @@ def _callee_kind(node: Any, frame: FrameType) -> int:
     found, obj = _lookup(node.id, frame)
     if not found:
         return OWN
+    # The last module the name goes through: an extension's function may say nothing of
+    # its own module (cv2.GaussianBlur.__module__ is None), and its type's is builtins.
+    through: Optional[str] = None
     for name in reversed(names):
         if type(obj).__name__ != "module":
             break
+        through = getattr(obj, "__name__", None)
         obj = getattr(obj, name, None)
     if type(obj).__name__ == "module":
         return _module_kind(getattr(obj, "__name__", None))
-    module = getattr(obj, "__module__", None) if callable(obj) else None
-    if not isinstance(module, str):
-        module = getattr(type(obj), "__module__", None)
-    return _module_kind(module if isinstance(module, str) else None)
+    if not callable(obj):
+        return _module_kind(getattr(type(obj), "__module__", None))
+    module = getattr(obj, "__module__", None)
+    if isinstance(module, str):
+        return _module_kind(module)
+    owner = getattr(obj, "__self__", None)  # (a C method: its object; a C function: its module)
+    if type(owner).__name__ == "module":
+        return _module_kind(getattr(owner, "__name__", None))
+    if owner is not None:
+        return _module_kind(getattr(type(owner), "__module__", None))
+    if through is not None:
+        return _module_kind(through)
+    return PACKAGE  # (a C function that says nothing of its module: not the stdlib's)
 
 
 def _lookup(name: str, frame: FrameType) -> tuple[bool, object]:

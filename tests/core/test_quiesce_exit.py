@@ -56,6 +56,19 @@ def forever():  # (not under the lock: the exit handler must not wait for it)
         _libc.usleep(1000)
 
 
+def _fails():
+    raise KeyError("expected")
+
+
+def busy_with_errors(n):  # calls that end by exceptions, inside the library
+    for _ in range(n):
+        try:
+            _fails()
+        except KeyError:
+            pass
+        _libc.usleep(100)
+
+
 @atexit.register
 def _close():
     with _lock:
@@ -460,3 +473,49 @@ def test_a_thread_never_parks_inside_a_finalizer():
     thread.start()
     thread.join()
     assert seen == [True, False]
+
+
+def test_a_thread_in_a_ctypes_call_is_not_taken_for_idle(tmp_path):
+    # ctypes' foreign functions raise no profile event: a loop of them never parks, and
+    # a thread inside one is inside a native library (not idle in the standard library):
+    # nothing is released under it.
+    body = NATIVE_SLEEP + """
+    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+
+    def foreign_only():
+        while True:
+            _libc.usleep(1000)
+
+    threading.Thread(target=foreign_only, daemon=True, name="foreign").start()
+    time.sleep(0.05)
+    exitsafe.quiesce(timeout=0.3)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
+    assert run.returncode == 0, run.describe()
+    assert run.order == [], "released under a thread inside a native call"
+    assert run.outcomes() == {"session": "leaked_in_use"}
+    assert trace_fields(run.stderr, "quiesce")["running"] == "1"
+
+
+def test_a_thread_whose_calls_end_by_exceptions_parks_quietly(tmp_path):
+    # A "return" by an exception gives the profile function no value (NULL): on CPython
+    # 3.9-3.11 the C-level profile function must not try to make an object of it (ctypes
+    # printed a ValueError per event, and the thread died of a SystemError).
+    body = """
+    import fakelib
+    running = threading.Event()
+
+    def loop():
+        while True:
+            fakelib.busy_with_errors(20)
+            running.set()
+
+    threading.Thread(target=loop, daemon=True).start()
+    running.wait()
+    exitsafe.quiesce()
+    """
+    env = {**fake_site_packages(tmp_path), "EXITSAFE_TRACE": "1"}
+    run = run_program(body, tmp_path, env=env, timeout=30)
+    assert_clean(run)
+    assert "Error" not in run.stderr, run.describe()
+    assert trace_fields(run.stderr, "quiesce")["parked"] == "1"
