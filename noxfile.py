@@ -13,10 +13,12 @@ interpreter).  Interpreters are found on PATH and, on machines that use pyenv, u
 
 Each session runs ``pytest -q -m "not repeat and not real"`` plus the arguments after
 ``--`` twice: against the compiled core (``exitsafe._speedups``, built by the install)
-and against the pure-Python core (``EXITSAFE_PURE_PYTHON=1``); pass ``-m "not real"`` there
-to include the 20x repetition runs
-(``nox -s tests-3.15 -- -m "not real" -n 2``).  ``tests/real`` (marker ``real``) runs
-once, from the main interpreter, over every interpreter's environment itself.
+and against the pure-Python core (``EXITSAFE_PURE_PYTHON=1``).  The pure-core pass leaves
+out the tests marked ``any_core`` (docs, source layout, the test harness: their subject does
+not depend on the core, and the compiled pass runs them).  ``--repeat`` among the arguments
+after ``--`` includes the 20x repetition runs (``nox -s tests-3.15 -- --repeat -n 2``).
+``tests/real`` (marker ``real``) runs once, from the main interpreter, over every
+interpreter's environment itself.
 """
 
 from __future__ import annotations
@@ -31,13 +33,27 @@ import nox
 SUPPORTED = ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
 #: versions that .ci/sid-python can provide from Debian sid when none is installed
 FROM_SID = ["3.14", "3.15"]
-#: tests/real runs once, from the main interpreter, over every interpreter itself
-PYTEST = ["-q", "-m", "not repeat and not real", "-p", "no:cacheprovider"]
+PYTEST = ["-q", "-p", "no:cacheprovider"]
 
-#: The whole suite runs against each core: the compiled one (which the editable install
-#: builds; tests/core/test_cores.py fails when EXITSAFE_EXPECT_COMPILED=1 and it is not
-#: there) and the pure-Python one.
-CORES = [{"EXITSAFE_PURE_PYTHON": "0"}, {"EXITSAFE_PURE_PYTHON": "1"}]
+#: The suite runs against each core: the compiled one (which the editable install builds;
+#: tests/core/test_cores.py fails when EXITSAFE_EXPECT_COMPILED=1 and it is not there) and
+#: the pure-Python one, each with the tests it selects (tests/real runs once, from the main
+#: interpreter, over every interpreter itself).
+CORES = [
+    ({"EXITSAFE_PURE_PYTHON": "0"}, "not real"),
+    ({"EXITSAFE_PURE_PYTHON": "1"}, "not real and not any_core"),
+]
+
+
+def _passes(posargs: list[str]) -> list[tuple[dict[str, str], list[str]]]:
+    """``(environment, pytest arguments)`` of each core's pass; ``--repeat`` in ``posargs``
+    keeps the repetition runs in."""
+    repeat = "--repeat" in posargs
+    rest = [arg for arg in posargs if arg != "--repeat"]
+    return [
+        (env, [*PYTEST, "-m", marks if repeat else f"not repeat and {marks}", *rest])
+        for env, marks in CORES
+    ]
 
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
@@ -66,18 +82,18 @@ nox.options.sessions = ["tests", *[f"tests-{v}" for v in SID]]
 
 @nox.session(python=LOCAL)
 def tests(session: nox.Session) -> None:
-    """Unit tests and the scenario suite (the repetition runs with ``-- -m "not real"``)."""
+    """Unit tests and the scenario suite (the repetition runs with ``-- --repeat``)."""
     session.install("-e", ".[test]")
-    for env in CORES:
-        session.run("python", "-m", "pytest", *PYTEST, *session.posargs, env=env)
+    for env, args in _passes(session.posargs):
+        session.run("python", "-m", "pytest", *args, env=env)
 
 
 def _sid_session(version: str) -> None:
     def run_in_sid_root(session: nox.Session) -> None:
         # exit status 75: the interpreter cannot be had here; the script printed why
-        for env in CORES:
+        for env, args in _passes(session.posargs):
             session.run(
-                "bash", ".ci/sid-python", "test", version, *PYTEST, *session.posargs,
+                "bash", ".ci/sid-python", "test", version, *args,
                 external=True, success_codes=[0, 75], env=env,
             )
 
