@@ -352,16 +352,23 @@ def ffi_first(what: str) -> Diagnose:
 
 
 def cffi_function_type(ffi: Any, ctype: object) -> Any:
-    """``ffi.typeof(ctype)`` for ``exitsafe.cffi.callback``; for a function type, cffi's
-    error names the pointer type to write (``'int(void *)'``: ``'int(*)(void *)'``)."""
+    """``ffi.typeof(ctype)`` for ``exitsafe.cffi.callback``, taking a function type as its
+    pointer type, as ``ffi.callback`` does (``'int(void *)'`` is ``'int(*)(void *)'``, a
+    typedef ``fn_t`` of a function type is ``'fn_t *'``)."""
     try:
         return ffi.typeof(ctype)
     except Exception as exc:
-        text = str(exc)
-        if isinstance(ctype, str) and "not a pointer-to-function type" in text:
-            head, paren, rest = ctype.partition("(")
-            raise type(exc)(
-                f"{text}: exitsafe.cffi.callback() takes the pointer-to-function type; "
-                f"write {head.rstrip() + '(*)(' + rest if paren else ctype!r}"
-            ) from None
-        raise
+        if not (isinstance(ctype, str) and "not a pointer-to-function type" in str(exc)):
+            raise
+        head, paren, rest = ctype.partition("(")
+        pointers = [head.rstrip() + "(*)(" + rest] if paren else []
+        pointers.append(ctype + " *")
+        for pointer in pointers:
+            try:
+                return ffi.typeof(pointer)
+            except Exception:  # cffi's parser refuses this spelling: try the next one
+                continue
+        raise type(exc)(
+            f"{exc}: exitsafe.cffi.callback() takes the pointer-to-function type, "
+            f"such as {pointers[0]!r}"
+        ) from None

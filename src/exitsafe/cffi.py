@@ -526,7 +526,9 @@ def callback(
 
     Args:
         ffi: the `FFI` instance.
-        ctype: the C function type (`"void(*)(int, const char *)"` or a ctype object).
+        ctype: the C function pointer type (`"void(*)(int, const char *)"` or a ctype
+            object); a function type (`"void(int, const char *)"`, or a typedef of one)
+            stands for its pointer type, as in `ffi.callback`.
         fn: the Python function C calls.
         default: what a call returns once teardown has begun; with `None` and a non-void
             result type, the type's zero (`0`, `0.0`, `ffi.NULL`...), so the value always

@@ -483,6 +483,35 @@ def test_callback_rejects_non_function_types(abi, reg):
         es_cffi.callback(ffi, "toy_int_fn", 3, registry=reg)
 
 
+def test_callback_takes_a_function_type_as_ffi_callback_does(abi, reg):
+    # ffi.callback("int(int)", fn) is accepted by cffi (a function type stands for its
+    # pointer type); exitsafe.cffi.callback accepts the same spelling
+    ffi, lib = abi
+    cb = es_cffi.callback(ffi, "int(int)", lambda x: x * 3, registry=reg)
+    assert ffi.typeof(cb.raw) is ffi.typeof("int(*)(int)")
+    assert lib.toy_call(cb.raw, 5) == 15
+    # a typedef of a function type, too
+    own = cffi.FFI()
+    own.cdef("typedef int fn_t(int);")
+    cb = es_cffi.callback(own, "fn_t", lambda x: x - 1, registry=reg)
+    assert own.typeof(cb.raw) is own.typeof("int(*)(int)")
+    assert cb.raw(5) == 4
+
+
+def test_a_function_type_no_spelling_fixes_names_the_pointer_type_to_write():
+    from exitsafe._usage import cffi_function_type
+
+    class Refusing:  # an ffi whose parser takes neither pointer spelling
+        def typeof(self, ctype):
+            raise ValueError(
+                f"the type {ctype!r} is a function type, not a pointer-to-function type"
+            )
+
+    fix = r"takes the pointer-to-function type, such as 'int\(\*\)\(int\)'"
+    with pytest.raises(ValueError, match=fix):
+        cffi_function_type(Refusing(), "int(int)")
+
+
 def test_callback_with_release_policy_is_freed_in_order(abi):
     ffi, lib = abi
     registry = exitsafe.Registry("cb-release")
