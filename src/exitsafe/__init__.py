@@ -30,6 +30,7 @@ from ._errors import (
     HandleClosedError,
     LiveDependentsError,
     RegistryClosedError,
+    ReleaseError,
 )
 from ._guard import Guarded as _Guarded
 from ._handle import Handle
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
     from . import lowlevel
     from ._adopt import adopt
+    from ._checked import checked
     from ._registry import ExitPolicy
     from ._section import native
     from ._wrapper import NativeObject
@@ -63,8 +65,10 @@ __all__ = [
     "Outcome",
     "Registry",
     "RegistryClosedError",
+    "ReleaseError",
     "__version__",
     "adopt",
+    "checked",
     "exit",
     "guard",
     "ledger",
@@ -105,6 +109,7 @@ _MOVED = frozenset(
 #: exitsafe does not load the adapters' code.
 _LAZY = {
     "adopt": "_adopt",
+    "checked": "_checked",
     "native": "_section",
     "NativeObject": "_wrapper",
 }
@@ -581,6 +586,7 @@ _show_in(
     Outcome,
     Registry,
     RegistryClosedError,
+    ReleaseError,
 )
 # Shown in exitsafe.lowlevel from the start, whether or not a program imports it: a
 # ReentrancyError's traceback reads exitsafe.lowlevel.ReentrancyError either way.

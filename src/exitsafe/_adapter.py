@@ -21,6 +21,7 @@ and close functions run outside it.
 
 from __future__ import annotations
 
+import functools
 from _weakref import ref as _weakref
 from types import BuiltinFunctionType, FunctionType, MethodType
 
@@ -281,7 +282,7 @@ class Adapter:
         pin = self.pin_of(lib, reg) if lib is not None else None
         if pin is None:  # (lib not pinned: the pin of release's own library, if any)
             pins_changed = self._pins_changed
-            pin = self.pin_for_release(release, ctx, reg)
+            pin = self.pin_for_release(_unwrapped(release), ctx, reg)
             if (
                 speedups is not None  # (only the compiled track reads what is remembered)
                 and self.has_pins()
@@ -648,3 +649,17 @@ class _Borrowing:
 
     def __call__(self, *args: Any) -> Any:
         return call(self.fn, *args)
+
+
+def _unwrapped(release: object) -> object:
+    """The function a wrapped release calls: through ``__wrapped__`` (``exitsafe.checked``,
+    ``functools.wraps``) and ``functools.partial``, a few levels at most.  A lambda or a plain
+    function calling the library shows nothing to follow (``track(lib=)`` names the library)."""
+    for _ in range(8):
+        inner = getattr(release, "__wrapped__", None)
+        if inner is None and isinstance(release, functools.partial):
+            inner = release.func
+        if inner is None or inner is release:
+            break
+        release = inner
+    return release

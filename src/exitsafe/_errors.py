@@ -139,3 +139,23 @@ class NeutralizeError(ExitsafeError, AttributeError):
     refuses assignment (a frozen dataclass or attrs class, a custom ``__setattr__`` that
     raises).  Also an `AttributeError`.
     """
+
+
+class ReleaseError(ExitsafeError):
+    """A release function made with [`exitsafe.checked`][exitsafe.checked] returned a failure.
+
+    Raised by the explicit [`Handle.release()`][exitsafe.Handle.release] whose native release
+    failed; at teardown or on garbage collection the handle is recorded as ``release_failed``
+    instead, with this error as the entry's detail.
+
+    Args:
+        message: the error message, naming the function and its result.
+        result: what the release function returned.
+
+    Attributes:
+        result: what the release function returned.
+    """
+
+    def __init__(self, message: str, *, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result

@@ -2182,10 +2182,38 @@ static PyObject *cffi_track_py, *cffi_pins, *cffi_ffi_types, *cffi_pointer_ctype
  * (exitsafe._adapter.Adapter.release_pin_table), one table per adapter */
 static PyObject *cffi_release_pins, *ctypes_release_pins;
 
+/* Whether `release`, not a foreign function, shows nothing the Python path could follow to
+ * a library (exitsafe._adapter._unwrapped): a builtin, or a Python function with no
+ * `__wrapped__` (a lambda calling the library).  exitsafe.checked, functools.wraps and
+ * functools.partial wrap a foreign function that has a library: the Python path. */
+static PyObject *str_wrapped; /* "__wrapped__" */
+
+static int
+wraps_nothing(PyObject *release)
+{
+    if (PyCFunction_Check(release)) {
+        return 1;
+    }
+    if (!PyFunction_Check(release)) {
+        return 0;
+    }
+    PyObject *dict = ((PyFunctionObject *)release)->func_dict;
+    if (dict == NULL) {
+        return 1;
+    }
+    int has = PyDict_Contains(dict, str_wrapped);
+    if (has < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !has;
+}
+
 /* The dependencies an adapter's track of `release` takes in `reg` while libraries are
  * pinned, from the adapter's `table` of pins found by release function: 1 with *deps NULL
- * when `foreign` is 0 (`release` is not one of the FFI's foreign functions, so it belongs
- * to no library: the Python path finds no pin for it either) or when the Python path found
+ * when `foreign` is 0 and `release` wraps nothing (it is not one of the FFI's foreign
+ * functions nor wraps one, so it belongs to no library: the Python path finds no pin for
+ * it either) or when the Python path found
  * no pin of its library in `reg` since the last change of the pins, or with a new reference
  * to the tuple (pin,) the Python path found for this very function before, that pin still
  * live, owned and of `reg`; 0 when only the Python path can tell. */
@@ -2195,7 +2223,7 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
 {
     *deps = NULL;
     if (!foreign) {
-        return 1;
+        return wraps_nothing(release);
     }
 #ifdef Py_GIL_DISABLED
     return 0; /* (an entry read from the dict would be borrowed: the Python path) */
@@ -3448,7 +3476,7 @@ PyInit__speedups(void)
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
         || !(kw_registry = intern("registry")) || !(kw_lib = intern("lib"))
-        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))
+        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_wrapped = intern("__wrapped__")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))
         || !(kind_deps_names = PyTuple_Pack(2, kw_kind, kw_depends_on))) {
         return NULL;
     }
