@@ -219,10 +219,31 @@ def _refuse(node: Record) -> None:
     _park(node)
 
 
-def _park(node: Record) -> NoReturn:
-    """Park this daemon thread for good, at a borrow of ``node`` in the exit (counted and
-    logged).  After the close the count is taken as a late record is: without the lock
-    if a thread frozen in the exit holds it."""
+def refuse_raw(node: Record) -> NoReturn:
+    """``handle.raw`` of a handle that is not usable (its cold path).
+
+    As at a borrow (see `_refuse`): a daemon thread reading the handle of an exit's
+    teardown (released by it, or claimed by it and about to be) is parked, since its next
+    step would be a native call with what it read, and an error would print its traceback
+    during the exit.  Anything else raises
+    [`HandleClosedError`][exitsafe.HandleClosedError]: a non-daemon thread, a handle
+    released before, or whose last owner let go while dependents keep it alive, or the
+    teardown of one registry while the program goes on.
+    """
+    state = node._registry
+    if node._state > RELEASING:
+        in_the_exit = bool(node._releaser) and process_ending()
+    else:
+        in_the_exit = node._state == RELEASING and bool(state.phase) and process_ending()
+    if in_the_exit and _threads.is_daemon_thread():
+        _park(node, "raw")
+    raise HandleClosedError(closed_message(node))
+
+
+def _park(node: Record, where: str = "borrow()") -> NoReturn:
+    """Park this daemon thread for good, at a borrow (or a ``raw``) of ``node`` in the exit
+    (counted and logged).  After the close the count is taken as a late record is: without
+    the lock if a thread frozen in the exit holds it."""
     state = node._registry
     try:
         if state.phase == _CLOSED:
@@ -236,8 +257,9 @@ def _park(node: Record) -> NoReturn:
     logger = log_if_loaded()  # (an import here could freeze half-way: see park())
     if logger is not None:
         logger.info(
-            "exitsafe: %r parked at borrow() of %s %r: the teardown of %r began",
+            "exitsafe: %r parked at %s of %s %r: the teardown of %r began",
             _threads.thread_name(_get_ident()),
+            where,
             node._kind,
             display_name(node),
             state.name,

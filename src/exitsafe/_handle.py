@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from . import _record, _sync
 from ._core import speedups
-from ._errors import HandleClosedError
-from ._gate import Borrow, borrow_enter, borrow_exit
+from ._gate import Borrow, borrow_enter, borrow_exit, refuse_raw
 from ._lookup import parents, resolve
-from ._record import LIVE, STATE_NAMES, Record, closed_message, display_name
+from ._record import LIVE, STATE_NAMES, Record, display_name
 from ._releases import collected, detach, drop_owner, retain
 
 TYPE_CHECKING = False
@@ -89,11 +88,16 @@ class Handle(Record):
 
         Raises [`HandleClosedError`][exitsafe.HandleClosedError] once the handle was released,
         leaked or detached, or once its last owner let go (even while its native
-        release is still deferred behind live dependents).
+        release is still deferred behind live dependents).  A daemon thread reading it
+        after the exit's teardown released it (or claimed it) is parked instead, as at
+        [`borrow`][exitsafe.Handle.borrow]: it blocks until the process ends, so no
+        traceback is printed during the exit and no native call starts with a freed
+        object.  Reading `raw` does not hold the release back: a call in flight needs
+        `borrow()`.
         """
         if self._state == LIVE and self._refs:
             return self._raw
-        raise HandleClosedError(closed_message(self))
+        refuse_raw(self)
 
     @property
     def kind(self) -> str:

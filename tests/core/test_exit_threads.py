@@ -314,6 +314,26 @@ def test_a_daemon_thread_borrowing_a_handle_the_teardown_already_released_is_par
     }
 
 
+DAEMON_READS_RAW_AFTER_THE_RELEASE = DAEMON_BORROWS_AFTER_THE_RELEASE.replace(
+    "parked at borrow()", "parked at raw"
+).replace(
+    "with old.borrow():", "if old.raw is not None:"
+).replace(
+    "with session.borrow():", "if session.raw is not None:"
+)
+
+
+def test_a_daemon_thread_reading_raw_of_a_handle_the_teardown_released_is_parked(tmp_path):
+    # `.raw` then a native call, on a daemon thread, as plain bindings are written: the
+    # thread reads a handle the exit's teardown released.  It is parked there (no
+    # traceback during the exit); a handle released before the exit still raises.
+    assert "session.raw" in DAEMON_READS_RAW_AFTER_THE_RELEASE
+    run = run_program(DAEMON_READS_RAW_AFTER_THE_RELEASE, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == ["session released", "old: HandleClosedError", "runtime released"]
+    assert run.ledger()["registries"][0]["parked_threads"] == 1
+
+
 DAEMON_PARKED_WITHOUT_IMPORTS = """
     import time
 
