@@ -513,7 +513,8 @@ def guard(
     fn: Callable[..., T], *, default: Any = None, registry: Optional[Registry] = None
 ) -> lowlevel.Guarded:
     """Wrap `fn` for native code: the wrapper returns `default` without calling `fn` once the
-    registry's teardown has begun.
+    registry's teardown has begun (a release calling back on the teardown's own thread while
+    it runs still reaches `fn`).
 
     See [`Guarded`][exitsafe.lowlevel.Guarded] for the thread rules.  For cffi and ctypes callbacks
     [`exitsafe.cffi.callback`][exitsafe.cffi.callback] /

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import _thread
+
+from ._phase import TEARING as _TEARING
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
@@ -15,9 +19,13 @@ class Guarded:
     Made by [`exitsafe.guard`][exitsafe.guard] (and used by the adapters' `callback`).  From
     the moment teardown begins (at exit, or an explicit [`exitsafe.teardown`][exitsafe.teardown])
     every call returns `default` without calling `fn`, on whatever thread the native code
-    calls from, so a native thread that calls back late finds a harmless no-op.  Exceptions
-    raised by `fn` before that propagate unchanged.  The check reads one property of the
-    registry and no module global, so it stays safe while the interpreter finalizes modules.
+    calls from, so a native thread that calls back late finds a harmless no-op.  One
+    exception: while the teardown runs, a call made on its own thread (or the worker thread
+    running one of its steps) still reaches `fn`: that is a release function calling back
+    (SQLite's `xDestroy` when the connection closes), and the interpreter is whole then.
+    Once the teardown is over every call returns `default`.  Exceptions raised by `fn`
+    propagate unchanged.  The check reads the registry's state and no module global, so it
+    stays safe while the interpreter finalizes modules.
 
     Keeping the native side's function pointer alive is the FFI adapter's job
     ([`exitsafe.cffi.callback`][exitsafe.cffi.callback]); a `Guarded` only decides whether to
@@ -35,10 +43,14 @@ class Guarded:
         TypeError: `fn` is not callable, or `registry` is not a [`Registry`][exitsafe.Registry].
     """
 
-    __slots__ = ("__wrapped__", "_registry", "default")
+    __slots__ = ("__wrapped__", "_registry", "_state", "default")
+
+    #: Read through the instance: no module global is needed while the interpreter finalizes.
+    _get_ident = staticmethod(_thread.get_ident)
+    _tearing = _TEARING
 
     def __init__(self, fn: Callable[..., Any], default: Any, registry: Registry) -> None:
-        from ._registry import Registry
+        from ._registry import Registry, state_of
 
         if not callable(fn):
             raise TypeError(
@@ -52,6 +64,7 @@ class Guarded:
         self.__wrapped__ = fn
         self.default = default
         self._registry = registry
+        self._state = state_of(registry)
 
     @property
     def active(self) -> bool:
@@ -59,7 +72,9 @@ class Guarded:
         return not self._registry.tearing_down
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._registry.tearing_down:
+        state = self._state
+        phase = state.phase
+        if phase and (phase != self._tearing or self._get_ident() not in state.gate.allowed):
             return self.default
         return self.__wrapped__(*args, **kwargs)
 

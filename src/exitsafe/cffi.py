@@ -516,7 +516,8 @@ def callback(
 
     Guard: once the registry's teardown has begun, every call returns `default` without
     calling `fn` (as [`exitsafe.guard`][exitsafe.guard] does), on whatever thread the native
-    code calls from.
+    code calls from, except a call a release makes on the teardown's own thread while the
+    teardown runs (a destructor callback such as SQLite's `xDestroy`), which reaches `fn`.
 
     Lifetime: the callback cdata (and its libffi trampoline) is referenced by exitsafe until
     you release the handle; dropping the handle does not free it, since C may still hold

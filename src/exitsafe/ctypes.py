@@ -513,7 +513,8 @@ def callback(
 
     Guard: once the registry's teardown has begun, every call returns `default` without
     calling `fn` (as [`exitsafe.guard`][exitsafe.guard] does), on whatever thread the native
-    code calls from.
+    code calls from, except a call a release makes on the teardown's own thread while the
+    teardown runs (a destructor callback such as SQLite's `xDestroy`), which reaches `fn`.
 
     Lifetime: the function pointer (and its libffi trampoline) is referenced by exitsafe
     until you call `release()` on the handle, after unregistering it from the C side;

@@ -372,6 +372,10 @@ WRONG_CALLS = [
         "exitsafe.cffi.pin(n['ffi'], n['lib'], close=n['ffi'].dlclose)",
         "close must be True or False", "close=False",
     ),
+    case("exitsafe.checked(0)", "needs the release function, got int",
+         "write exitsafe.checked(lib.thing_free, ok=0)"),
+    case("exitsafe.checked(print, 0)", "keyword-only (ok)",
+         "write exitsafe.checked(lib.thing_free, ok=0)"),
     case(
         "exitsafe.cffi.callback('void(*)(int)', print)",
         "must be the cffi FFI object", "write exitsafe.cffi.callback(ffi, 'void(*)(int)', fn)",
@@ -383,10 +387,6 @@ WRONG_CALLS = [
     case(
         "exitsafe.cffi.callback(n['ffi'], print, 'void(*)(int)')",
         "the C type comes before the function", "exitsafe.cffi.callback(ffi, 'void(*)(int)', fn)",
-    ),
-    case(
-        "exitsafe.cffi.callback(n['ffi'], 'void(int)', print)",
-        "function type", "write 'void(*)(int)'", error=Exception,
     ),
     case(
         "exitsafe.cffi.callback(n['ffi'], 'int', print)",

@@ -538,6 +538,34 @@ def test_guard_goes_quiet_at_teardown(reg):
     assert calls == [2]
 
 
+def test_a_guarded_callback_made_by_a_release_during_the_teardown_still_runs(reg):
+    # A release function whose native code calls back (SQLite's xDestroy when a connection
+    # closes) reaches the callback on the teardown's own thread, and on the worker thread
+    # of a step with a time limit; a native thread calling meanwhile, and any call after
+    # the teardown, get the default.
+    calls = []
+    g = exitsafe.guard(lambda who: calls.append(who) or 1, default=0, registry=reg)
+
+    def close(name):  # type: ignore[no-untyped-def]
+        def release(raw):  # type: ignore[no-untyped-def]
+            calls.append((name, g(f"{name} xDestroy")))
+            other = threading.Thread(target=lambda: calls.append(("native", g("native"))))
+            other.start()
+            other.join()
+
+        return release
+
+    KEEP.append(reg.track("db", close("db"), name="db"))
+    KEEP.append(reg.track("timed", close("timed"), name="timed", timeout=30))
+    reg.teardown()
+    assert sorted(map(str, calls)) == sorted(map(str, [
+        "db xDestroy", ("db", 1), ("native", 0),
+        "timed xDestroy", ("timed", 1), ("native", 0),
+    ]))
+    assert g("late") == 0 and not g.active
+    assert "late" not in calls
+
+
 def test_policies_compose(reg, rec):
     from exitsafe.policies import any_leak, leak_if_foreign_thread, leak_in_forked_child
 
