@@ -510,11 +510,14 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     needs={"fn": "the callable native code calls"},
 )
 def guard(
-    fn: Callable[..., T], *, default: Any = None, registry: Optional[Registry] = None
+    fn: Callable[..., T],
+    *,
+    default: Any = None,
+    registry: Optional[Registry] = None,
+    from_releases: bool = False,
 ) -> lowlevel.Guarded:
     """Wrap `fn` for native code: the wrapper returns `default` without calling `fn` once the
-    registry's teardown has begun (a release calling back on the teardown's own thread while
-    it runs still reaches `fn`).
+    registry's teardown has begun.
 
     See [`Guarded`][exitsafe.lowlevel.Guarded] for the thread rules.  For cffi and ctypes callbacks
     [`exitsafe.cffi.callback`][exitsafe.cffi.callback] /
@@ -527,6 +530,10 @@ def guard(
         default: what a call returns, without calling `fn`, from the moment teardown begins.
         registry: the registry whose teardown silences the wrapper; `None`: the default
             registry.
+        from_releases: while the teardown runs, let through the calls made on its own
+            thread, by the releases it runs (a destructor callback such as SQLite's
+            `xDestroy`, which frees what the program attached); default `False`: a release
+            that logs through the callback finds it silent.
 
     Returns:
         The wrapper, a [`Guarded`][exitsafe.lowlevel.Guarded]; it forwards every call (arguments,
@@ -545,7 +552,12 @@ def guard(
             log_line(level, msg)  # a no-op once teardown began
         ```
     """
-    return _Guarded(fn, default, registry if registry is not None else _default_registry())
+    return _Guarded(
+        fn,
+        default,
+        registry if registry is not None else _default_registry(),
+        from_releases=from_releases,
+    )
 
 
 @_explained("exitsafe.teardown", "exitsafe.teardown() or exitsafe.teardown(reason)")

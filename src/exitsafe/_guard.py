@@ -19,13 +19,14 @@ class Guarded:
     Made by [`exitsafe.guard`][exitsafe.guard] (and used by the adapters' `callback`).  From
     the moment teardown begins (at exit, or an explicit [`exitsafe.teardown`][exitsafe.teardown])
     every call returns `default` without calling `fn`, on whatever thread the native code
-    calls from, so a native thread that calls back late finds a harmless no-op.  One
-    exception: while the teardown runs, a call made on its own thread (or the worker thread
-    running one of its steps) still reaches `fn`: that is a release function calling back
-    (SQLite's `xDestroy` when the connection closes), and the interpreter is whole then.
-    Once the teardown is over every call returns `default`.  Exceptions raised by `fn`
-    propagate unchanged.  The check reads the registry's state and no module global, so it
-    stays safe while the interpreter finalizes modules.
+    calls from, so a native thread that calls back late finds a harmless no-op; that includes
+    a release the teardown runs that logs through the callback.  With `from_releases=True`,
+    while the teardown runs, a call made on its own thread (or on the worker thread running
+    one of its steps) still reaches `fn`: a release calling back on purpose (SQLite's
+    `xDestroy` when the connection closes, freeing what the program attached), while the
+    interpreter is whole.  Once the teardown is over every call returns `default`.
+    Exceptions raised by `fn` propagate unchanged.  The check reads the registry's state and
+    no module global, so it stays safe while the interpreter finalizes modules.
 
     Keeping the native side's function pointer alive is the FFI adapter's job
     ([`exitsafe.cffi.callback`][exitsafe.cffi.callback]); a `Guarded` only decides whether to
@@ -35,6 +36,8 @@ class Guarded:
         fn: the callable to forward to.
         default: what a call returns once teardown has begun.
         registry: the registry whose teardown silences it.
+        from_releases: let through, while the teardown runs, the calls made on its own
+            thread (by the releases it runs); default `False`.
 
     Attributes:
         default: what a call returns once teardown has begun.
@@ -43,13 +46,20 @@ class Guarded:
         TypeError: `fn` is not callable, or `registry` is not a [`Registry`][exitsafe.Registry].
     """
 
-    __slots__ = ("__wrapped__", "_registry", "_state", "default")
+    __slots__ = ("__wrapped__", "_from_releases", "_registry", "_state", "default")
 
     #: Read through the instance: no module global is needed while the interpreter finalizes.
     _get_ident = staticmethod(_thread.get_ident)
     _tearing = _TEARING
 
-    def __init__(self, fn: Callable[..., Any], default: Any, registry: Registry) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        default: Any,
+        registry: Registry,
+        *,
+        from_releases: bool = False,
+    ) -> None:
         from ._registry import Registry, state_of
 
         if not callable(fn):
@@ -61,8 +71,13 @@ class Guarded:
             raise TypeError(
                 f"registry must be an exitsafe.Registry, got {type(registry).__name__}"
             )
+        if not isinstance(from_releases, bool):
+            raise TypeError(
+                f"from_releases must be True or False, got {type(from_releases).__name__}"
+            )
         self.__wrapped__ = fn
         self.default = default
+        self._from_releases = from_releases
         self._registry = registry
         self._state = state_of(registry)
 
@@ -74,7 +89,11 @@ class Guarded:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = self._state
         phase = state.phase
-        if phase and (phase != self._tearing or self._get_ident() not in state.gate.allowed):
+        if phase and not (
+            self._from_releases
+            and phase == self._tearing
+            and self._get_ident() in state.gate.allowed
+        ):
             return self.default
         return self.__wrapped__(*args, **kwargs)
 

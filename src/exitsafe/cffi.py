@@ -511,13 +511,15 @@ def callback(
     name: Optional[str] = None,
     depends_on: Iterable[object] = (),
     exit_policy: ExitPolicy = "leak",
+    from_releases: bool = False,
 ) -> Handle:
     """`ffi.callback(ctype, fn)` guarded for exit and kept alive while C may call it.
 
     Guard: once the registry's teardown has begun, every call returns `default` without
     calling `fn` (as [`exitsafe.guard`][exitsafe.guard] does), on whatever thread the native
-    code calls from, except a call a release makes on the teardown's own thread while the
-    teardown runs (a destructor callback such as SQLite's `xDestroy`), which reaches `fn`.
+    code calls from; with `from_releases=True`, the calls a release makes on the teardown's
+    own thread while the teardown runs (a destructor callback such as SQLite's `xDestroy`)
+    still reach `fn`.
 
     Lifetime: the callback cdata (and its libffi trampoline) is referenced by exitsafe until
     you release the handle; dropping the handle does not free it, since C may still hold
@@ -543,6 +545,8 @@ def callback(
         exit_policy: at teardown, `"leak"` (the default) keeps the cdata alive for the rest
             of the process, even through interpreter finalization (a native thread may still
             call it); `"release"` frees it in dependency order.
+        from_releases: while the teardown runs, let through the calls made on its own
+            thread by the releases it runs (see [`exitsafe.guard`][exitsafe.guard]).
 
     Returns:
         A handle of kind `"callback"`: pass `handle.raw` (the callback cdata) to C; call
@@ -576,7 +580,9 @@ def callback(
     owner: object = None
     if default is None:
         default, owner = _zero_result(ffi, ctype_obj)
-    guarded = Guarded(fn if owner is None else _KeepOwner(fn, owner), default, reg)
+    guarded = Guarded(
+        fn if owner is None else _KeepOwner(fn, owner), default, reg, from_releases=from_releases
+    )
     cdata = ffi.callback(
         ctype_obj, guarded, error=default if error is _SAME else error, onerror=onerror
     )

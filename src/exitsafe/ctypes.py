@@ -507,14 +507,16 @@ def callback(
     name: Optional[str] = None,
     depends_on: Iterable[object] = (),
     exit_policy: ExitPolicy = "leak",
+    from_releases: bool = False,
 ) -> Handle:
     """A C function pointer of type `proto` calling `fn`, kept alive while native code may
     call it, going quiet at teardown.
 
     Guard: once the registry's teardown has begun, every call returns `default` without
     calling `fn` (as [`exitsafe.guard`][exitsafe.guard] does), on whatever thread the native
-    code calls from, except a call a release makes on the teardown's own thread while the
-    teardown runs (a destructor callback such as SQLite's `xDestroy`), which reaches `fn`.
+    code calls from; with `from_releases=True`, the calls a release makes on the teardown's
+    own thread while the teardown runs (a destructor callback such as SQLite's `xDestroy`)
+    still reach `fn`.
 
     Lifetime: the function pointer (and its libffi trampoline) is referenced by exitsafe
     until you call `release()` on the handle, after unregistering it from the C side;
@@ -535,6 +537,8 @@ def callback(
         exit_policy: at teardown, `"leak"` (the default) keeps the function pointer alive
             for the rest of the process (even through interpreter finalization), since a
             native thread may still call it; `"release"` frees it in dependency order.
+        from_releases: while the teardown runs, let through the calls made on its own
+            thread by the releases it runs (see [`exitsafe.guard`][exitsafe.guard]).
 
     Returns:
         A handle of kind `"callback"`: pass `handle.raw` to C, `handle.release()` to
@@ -575,7 +579,7 @@ def callback(
     if default is None:
         default = _zero_result(getattr(proto, "_restype_", None))
     inner = fn if onerror is None else _with_onerror(fn, onerror, default)
-    cfunc = proto(Guarded(inner, default, reg))
+    cfunc = proto(Guarded(inner, default, reg, from_releases=from_releases))
     return _ADAPTER.register_callback(reg, cfunc, fn, name, parents, exit_policy)
 
 

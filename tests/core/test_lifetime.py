@@ -538,13 +538,16 @@ def test_guard_goes_quiet_at_teardown(reg):
     assert calls == [2]
 
 
-def test_a_guarded_callback_made_by_a_release_during_the_teardown_still_runs(reg):
+@pytest.mark.parametrize("from_releases", [False, True])
+def test_from_releases_lets_a_release_call_back_during_the_teardown(reg, from_releases):
     # A release function whose native code calls back (SQLite's xDestroy when a connection
     # closes) reaches the callback on the teardown's own thread, and on the worker thread
-    # of a step with a time limit; a native thread calling meanwhile, and any call after
-    # the teardown, get the default.
+    # of a step with a time limit, with from_releases=True; a native thread calling
+    # meanwhile, and any call after the teardown, get the default.  Without it, every
+    # call from the teardown's start is silenced (a release logging through it).
     calls = []
-    g = exitsafe.guard(lambda who: calls.append(who) or 1, default=0, registry=reg)
+    g = exitsafe.guard(lambda who: calls.append(who) or 1, default=0, registry=reg,
+                       from_releases=from_releases)
 
     def close(name):  # type: ignore[no-untyped-def]
         def release(raw):  # type: ignore[no-untyped-def]
@@ -558,12 +561,16 @@ def test_a_guarded_callback_made_by_a_release_during_the_teardown_still_runs(reg
     KEEP.append(reg.track("db", close("db"), name="db"))
     KEEP.append(reg.track("timed", close("timed"), name="timed", timeout=30))
     reg.teardown()
-    assert sorted(map(str, calls)) == sorted(map(str, [
-        "db xDestroy", ("db", 1), ("native", 0),
-        "timed xDestroy", ("timed", 1), ("native", 0),
-    ]))
+    if from_releases:
+        expected = ["db xDestroy", ("db", 1), "timed xDestroy", ("timed", 1)]
+    else:
+        expected = [("db", 0), ("timed", 0)]
+    expected += [("native", 0), ("native", 0)]
+    assert sorted(map(str, calls)) == sorted(map(str, expected))
     assert g("late") == 0 and not g.active
     assert "late" not in calls
+    with pytest.raises(TypeError, match="from_releases must be True or False"):
+        exitsafe.guard(print, registry=reg, from_releases=1)  # type: ignore[arg-type]
 
 
 def test_policies_compose(reg, rec):
