@@ -1110,6 +1110,90 @@ static PyTypeObject RecordType = {
               "at_exit), untracked.",
 };
 
+/* Add `length` to counts[outcome]. */
+static int
+add_count(PyObject *counts, PyObject *outcome, Py_ssize_t length)
+{
+    PyObject *old = PyDict_GetItemWithError(counts, outcome); /* borrowed */
+    if (old == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    Py_ssize_t before = old == NULL ? 0 : PyLong_AsSsize_t(old);
+    if (before == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *value = PyLong_FromSsize_t(before + length);
+    if (value == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(counts, outcome, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* count_outcomes(records: list, stop: int, counts: dict) -> None
+ *
+ * exitsafe._ledger's count of the outcomes of records[:stop] into counts (Ledger.trim, on
+ * the records it drops): a compiled record's outcome is read from its flag, a tuple's is its
+ * item 3 (anything else is indexed), and a run of one outcome is added to the dict at once,
+ * so that a trim costs a few instructions per record. */
+static PyObject *
+count_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "count_outcomes(records: list, stop, counts: dict)");
+        return NULL;
+    }
+    PyObject *records = args[0], *counts = args[2];
+    Py_ssize_t stop = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (stop == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *run = NULL; /* the outcome of the current run (a strong reference) */
+    Py_ssize_t length = 0;
+    for (Py_ssize_t i = 0; i < stop && i < PyList_GET_SIZE(records); i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        PyObject *outcome;
+        if (Py_TYPE(record) == &RecordType && released_str != NULL) {
+            outcome = ((RecordObject *)record)->at_exit ? released_at_exit_str : released_str;
+            Py_INCREF(outcome);
+        }
+        else if (PyTuple_CheckExact(record) && PyTuple_GET_SIZE(record) > 3) {
+            outcome = PyTuple_GET_ITEM(record, 3);
+            Py_INCREF(outcome);
+        }
+        else {
+            Py_INCREF(record); /* (indexing it may run code) */
+            outcome = PySequence_GetItem(record, 3);
+            Py_DECREF(record);
+            if (outcome == NULL) {
+                Py_XDECREF(run);
+                return NULL;
+            }
+        }
+        if (outcome == run) {
+            Py_DECREF(outcome);
+            length++;
+            continue;
+        }
+        if (run != NULL && add_count(counts, run, length) < 0) {
+            Py_DECREF(run);
+            Py_DECREF(outcome);
+            return NULL;
+        }
+        Py_XSETREF(run, outcome);
+        length = 1;
+    }
+    if (run != NULL) {
+        int rc = add_count(counts, run, length);
+        Py_DECREF(run);
+        if (rc < 0) {
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 /* Record `released` for n (claimed by this thread) in its registry; the caller holds the
  * lock.  Each parent loses a dependent; those left with no owner, dependent or borrow
  * while the registry is open are claimed and appended to `ready`.  Returns -1 with an
@@ -3398,6 +3482,8 @@ static PyMethodDef module_methods[] = {
      "The teardown's common steps, from an index of its order (see exitsafe._teardown.run)."},
     {"record_exit_outcomes", (PyCFunction)(void (*)(void))record_exit_outcomes, METH_FASTCALL,
      "Record a teardown's outcomes in a section (see exitsafe._closing._close)."},
+    {"count_outcomes", (PyCFunction)(void (*)(void))count_outcomes, METH_FASTCALL,
+     "Add the outcomes of records[:stop] to counts (see exitsafe._ledger.Ledger.trim)."},
     {"setup_pointers", setup_pointers, METH_VARARGS,
      "Connect the compiled pointer release to the adapters' address table (once)."},
     {"setup_cffi", setup_cffi, METH_VARARGS,

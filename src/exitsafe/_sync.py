@@ -308,7 +308,8 @@ def after_fork_in_child() -> None:
 
 
 def refused(operation: str) -> Exception:
-    """The [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError] for ``operation`` called re-entrantly."""
+    """The [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError] for ``operation`` called
+    re-entrantly."""
     from ._errors import ReentrancyError
 
     return ReentrancyError(
