@@ -16,8 +16,8 @@ from ._core import speedups
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any, Optional
+    from collections.abc import Iterable, Iterator
+    from typing import Any, Optional, TextIO
 
     Record = tuple[int, str, Optional[str], str, Optional[str], bool]
 
@@ -331,6 +331,94 @@ def add_counts(counts: dict[str, int], records: list[Record], stop: int) -> None
     outcomes = list(map(itemgetter(3), records[:stop]))
     for outcome in dict.fromkeys(outcomes):
         counts[outcome] = counts.get(outcome, 0) + outcomes.count(outcome)
+
+
+# ---------------------------------------------------------------------- ledger file
+
+#: The fields of an entry in the ledger file, in the order written (`LedgerEntry.as_dict`).
+ENTRY_FIELDS = LedgerEntry.__slots__
+
+#: Entries joined and written at once by `write_json`.
+FILE_CHUNK = 8192
+
+
+def entry_lines(registry: str, records: Iterable[Record]) -> Iterator[str]:
+    """The JSON text of the entries of ``records``, one line (one object) each.
+
+    Equal, once parsed, to ``LedgerEntry.as_dict()`` of each entry (as ``json.dumps``
+    writes it); written by hand with the C string encoder, because ``json.dump`` with an
+    indent takes the pure-Python encoder (a 10^6-entry ledger took 15 s).  A record with
+    an unexpected field type is encoded by ``json.dumps``.
+    """
+    import json
+    from json.encoder import encode_basestring_ascii as text
+
+    dumps = json.dumps
+    quoted_registry = text(registry)
+    known: dict[object, str] = {None: "null"}  # kinds and outcomes, encoded once each
+    for seq, kind, name, outcome, detail, at_exit in records:
+        kind_text = known.get(kind)
+        if kind_text is None and type(kind) is str:
+            kind_text = known[kind] = text(kind)
+        outcome_text = known.get(outcome)
+        if outcome_text is None and type(outcome) is str:
+            outcome_text = known[outcome] = text(outcome)
+        if (
+            kind_text is None
+            or outcome_text is None
+            or type(seq) is not int
+            or type(at_exit) is not bool
+            or not (name is None or type(name) is str)
+            or not (detail is None or type(detail) is str)
+        ):
+            entry = LedgerEntry(
+                registry, seq, kind, name if name is not None else f"{kind}#{seq}", outcome,
+                detail, at_exit,
+            )
+            yield dumps(entry.as_dict())
+            continue
+        # (a name left None is "<kind>#<seq>": the kind's JSON text, its quote moved)
+        yield (
+            f'{{"at_exit": {"true" if at_exit else "false"}, '
+            f'"detail": {"null" if detail is None else text(detail)}, '
+            f'"kind": {kind_text}, '
+            f'"name": {text(name) if name is not None else f"{kind_text[:-1]}#{seq}{chr(34)}"}, '
+            f'"outcome": {outcome_text}, "registry": {quoted_registry}, "seq": {seq}}}'
+        )
+
+
+def write_json(
+    out: TextIO, head: dict[str, Any], registries: Iterable[tuple[dict[str, Any], list[Record]]]
+) -> None:
+    """Write the ledger file: ``head`` with a ``"registries"`` list, one object per
+    registry (its fields, then its ``"entries"``), one entry per line.
+
+    The result parses to ``{**head, "registries": [{**fields, "entries": [entry dict,
+    ...]}, ...]}``, what ``json.dump`` of the same data gives; ``fields`` must hold
+    ``"name"`` and not ``"entries"``, and ``records`` are the entries' records.
+    """
+    import json
+    from itertools import islice
+
+    dumps = json.dumps
+    opening = dumps({**head, "registries": []})
+    assert opening.endswith("[]}")
+    out.write(opening[:-2] + "\n")
+    first = True
+    for fields, records in registries:
+        text = dumps({**fields, "entries": []})
+        assert text.endswith("[]}")
+        out.write(("" if first else ",\n") + text[:-2])
+        first = False
+        lines = entry_lines(fields["name"], records)
+        chunk = list(islice(lines, FILE_CHUNK))
+        separator = "\n"
+        while chunk:
+            out.write(separator + ",\n".join(chunk))
+            separator = ",\n"
+            chunk = list(islice(lines, FILE_CHUNK))
+        out.write("\n]}" if records else "]}")
+    out.write("\n]}\n")
 
 
 # ---------------------------------------------------------------------- trace grammar

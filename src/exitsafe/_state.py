@@ -448,22 +448,30 @@ class RegistryState(_StateBase):
         return counts
 
     def as_json(self) -> dict[str, Any]:
-        """The ledger file's part for this registry.  Its counts and entries are made from
-        one copy of the records, taken in one locked moment (read apart, threads still
-        registering during the exit made them disagree), so the counts always sum to the
-        entries plus ``dropped_entries``."""
+        """The ledger file's part for this registry (see `ledger_file_part`), its entries
+        as dicts."""
+        fields, records = self.ledger_file_part()
+        fields["entries"] = [e.as_dict() for e in self.ledger.entries_of(self.name, records)]
+        return fields
+
+    def ledger_file_part(self) -> tuple[dict[str, Any], list[Any]]:
+        """This registry in the ledger file: its fields (all but ``"entries"``) and the
+        records of its entries (`exitsafe._ledger.write_json` writes them).  Its counts
+        and entries are made from one copy of the records, taken in one locked moment
+        (read apart, threads still registering during the exit made them disagree), so
+        the counts always sum to the entries plus ``dropped_entries``."""
         ledger = self.ledger
         records, dropped_counts = self.read(ledger.snapshot)
-        entries = ledger.entries_of(self.name, records)
         counts = counts_of(records, dropped_counts)
-        return {
+        shown = ledger.newest(records)
+        fields = {
             "name": self.name,
             "counts": counts,
             "late_requests": ledger.late_requests,
-            "dropped_entries": sum(counts.values()) - len(entries),
+            "dropped_entries": sum(counts.values()) - len(shown),
             "parked_threads": self.gate.parked,
-            "entries": [e.as_dict() for e in entries],
         }
+        return fields, shown
 
 
 def _emit_late_release(

@@ -1,19 +1,27 @@
-"""The ledger's trimming and the list of registries, under both cores.
+"""The ledger's trimming, the ledger file and the list of registries, under both cores.
 
 Trimming: the counts stay exact and `ledger()` shows the newest ``ledger_limit`` entries
 whatever the limit (``0`` included) and whatever the outcomes; the records never exceed
 the cap, and a ledger keeping nothing trims once per `MIN_TRIM` outcomes, not on every
-release.  Registries: listed oldest first, weakly, and the list of them stays bounded.
+release.  The ledger file (``EXITSAFE_LEDGER``, one entry per line): parsed, it equals
+what ``json.dump`` of every registry's fields and entries gave, for any name, kind and
+detail.  Registries: listed oldest first, weakly, and the list of them stays bounded.
 Counting: the compiled ``count_outcomes`` and the pure-Python count agree with the records.
 """
 
 from __future__ import annotations
 
 import gc
+import io
+import json
+import os
+import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from exitsafe import Registry, _ledger, _process, lowlevel
+from exitsafe import Registry, _exit, _ledger, _process, lowlevel
 
 
 def _noop(raw: object) -> None:
@@ -122,6 +130,94 @@ def test_an_interrupted_trim_keeps_the_counts_and_the_records_in_agreement():
     assert [r[0] for r in ledger.records] == [total - 1, total]
     assert ledger.counts() == {"released": total}
     assert ledger.dropped == total - 2
+
+
+# ---------------------------------------------------------------------- the ledger file
+
+TEXT = st.text(
+    st.characters(blacklist_categories=["Cs"]), max_size=12
+)  # (no lone surrogates: not in a str a program passes)
+
+
+def _old_file(registries: list[Registry]) -> dict:
+    """What the ledger file held before it was written line by line: json.dump(indent=1)."""
+    data = {
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "registries": [r._state.as_json() for r in registries],
+    }
+    return json.loads(json.dumps(data, indent=1))
+
+
+def _file_of(registries: list[Registry]) -> str:
+    out = io.StringIO()
+    _ledger.write_json(
+        out,
+        {"pid": os.getpid(), "python": sys.version.split()[0]},
+        (r._state.ledger_file_part() for r in registries),
+    )
+    return out.getvalue()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(st.one_of(st.none(), TEXT), max_size=5),
+    kind=TEXT.filter(bool),
+    registry_name=TEXT,
+    empty=st.booleans(),
+)
+def test_the_file_parses_to_what_json_dump_wrote(names, kind, registry_name, empty):
+    registries = [Registry(registry_name, ledger_limit=3)]
+    if empty:
+        registries.append(Registry("empty"))
+    registry = registries[0]
+    for i, name in enumerate(names):
+        handle = registry.track(i, _fails if i % 2 else _noop, name=name, kind=kind)
+        try:
+            handle.release()
+        except ValueError:
+            pass
+    left = registry.track("left", _noop, name=f"left{kind}")  # live: not in the file
+    text = _file_of(registries)
+    assert json.loads(text) == _old_file(registries)
+    lines = [line.rstrip(",") for line in text.splitlines() if line.startswith('{"at_exit"')]
+    assert [json.loads(line) for line in lines] == [e.as_dict() for e in registry.ledger()]
+    del left
+    for r in registries:
+        r.teardown()
+
+
+def test_a_record_of_unexpected_types_is_written_by_json():
+    records = [
+        (1, "handle", None, "released", None, False),
+        (2, "kind", "name\n\"quoted\" \u2603 \x00", "released", "why \u00e9", True),
+        (3, ("odd", "kind"), None, "released", None, False),  # not a str: json.dumps
+    ]
+    lines = list(_ledger.entry_lines("reg\u00e9", records))  # type: ignore[arg-type]
+    assert len(lines) == 3
+    parsed = [json.loads(line) for line in lines]
+    assert parsed[1] == {
+        "at_exit": True, "detail": "why \u00e9", "kind": "kind",
+        "name": "name\n\"quoted\" \u2603 \x00", "outcome": "released", "registry": "reg\u00e9",
+        "seq": 2,
+    }
+    assert parsed[2]["kind"] == ["odd", "kind"] and parsed[2]["name"] == "('odd', 'kind')#3"
+    assert parsed[0]["name"] == "handle#1"
+    assert list(parsed[0]) == list(_ledger.ENTRY_FIELDS)
+
+
+def test_write_ledger_writes_the_same_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(_ledger, "FILE_CHUNK", 7)  # (several chunks)
+    target = tmp_path / "ledger.json"
+    registry = Registry("file", ledger_limit=None)
+    _outcomes(registry, 50)
+    alive = lowlevel.registries()  # (kept alive meanwhile: a collection may free others')
+    _exit.write_ledger(str(target))
+    data = json.loads(target.read_text(encoding="utf-8"))
+    assert data == _old_file(alive)
+    (mine,) = [r for r in data["registries"] if r["name"] == "file"]
+    assert len(mine["entries"]) == 50
+    registry.teardown()
 
 
 # ---------------------------------------------------------------------- registries
