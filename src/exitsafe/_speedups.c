@@ -740,6 +740,64 @@ LiveTable_nodes(LiveTableObject *self, PyObject *Py_UNUSED(ignored))
     }
 }
 
+/* since(seq): the handles and hooks whose creation number is above `seq`, oldest first.
+ * The table is in creation order (a record is appended under exitsafe's lock when it
+ * takes its number), so they are its tail: found without walking the rest (the graph's
+ * index of dependents catches up with the handles created since its last look). */
+static Py_ssize_t
+live_count_since(LiveTableObject *self, Py_ssize_t seq)
+{
+    Py_ssize_t count = 0;
+    for (LiveLink *l = self->head.prev; l != &self->head && NODE_OF(l)->seq > seq; l = l->prev) {
+        count++;
+    }
+    return count;
+}
+
+static PyObject *
+LiveTable_since(LiveTableObject *self, PyObject *arg)
+{
+    Py_ssize_t seq = PyLong_AsSsize_t(arg);
+    if (seq == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    for (;;) {
+        LINK_LOCK();
+        Py_ssize_t count = live_count_since(self, seq);
+        LINK_UNLOCK();
+        PyObject *list = PyList_New(count); /* (may run a collection: counted again) */
+        if (list == NULL) {
+            return NULL;
+        }
+        LINK_LOCK();
+        if (live_count_since(self, seq) != count) {
+            LINK_UNLOCK();
+            Py_DECREF(list);
+            continue;
+        }
+        Py_ssize_t i = 0; /* newest first, then reversed */
+        for (LiveLink *l = self->head.prev; l != &self->head && NODE_OF(l)->seq > seq;
+             l = l->prev) {
+            PyObject *node = (PyObject *)NODE_OF(l);
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
+            if (!PyUnstable_TryIncRef(node)) { /* being destroyed elsewhere: see nodes() */
+                continue;
+            }
+#else
+            Py_INCREF(node);
+#endif
+            PyList_SET_ITEM(list, i++, node);
+        }
+        LINK_UNLOCK();
+        Py_SET_SIZE(list, i);
+        if (PyList_Reverse(list) < 0) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        return list;
+    }
+}
+
 /* hold(node): nothing to do here: a record is linked in place until it ends or is
  * deallocated, and one whose collection began but which has not ended is still referenced
  * (by its release in progress, or resurrected by its finalizer), so it stays linked.  The
@@ -764,6 +822,9 @@ static PyMethodDef LiveTable_methods[] = {
      "discard(node)\n--\n\nRemove a handle or hook if present."},
     {"nodes", (PyCFunction)LiveTable_nodes, METH_NOARGS,
      "nodes()\n--\n\nThe handles and hooks not yet ended, oldest first."},
+    {"since", (PyCFunction)LiveTable_since, METH_O,
+     "since(seq)\n--\n\nThe handles and hooks created after creation number seq, oldest "
+     "first."},
     {NULL, NULL, 0, NULL},
 };
 

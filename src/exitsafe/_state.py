@@ -83,6 +83,7 @@ class RegistryState(_StateBase):
     __slots__ = (
         "__weakref__",
         "closing",
+        "dependents",
         "exit_policy",
         "facade",
         "gate",
@@ -131,6 +132,9 @@ class RegistryState(_StateBase):
         self.hooks = Hooks()
         self.gate = BorrowGate()
         self.closing = Closing()
+        #: The graph's index of dependents (`exitsafe._graph.Dependents`), made when an
+        #: edge against the creation order first needs it (`dependents_index`).
+        self.dependents: Optional[_graph.Dependents] = None
 
     # ------------------------------------------------------------------ registration
 
@@ -195,9 +199,16 @@ class RegistryState(_StateBase):
         seq = self.seq = self.seq + 1
         _record.number(node, seq)
         _record.count_parents(node)
-        for child in after:
-            _graph.add_edge(child, node, self.live.nodes)
-            _record.add_parent(child, node)
+        if after:
+            # (a renumbering must rank the hook too, which joins the live table last)
+            def every_node() -> list[Record]:
+                nodes: list[Record] = self.live.nodes()
+                nodes.append(node)
+                return nodes
+
+            for child in after:
+                _graph.add_edge(child, node, every_node)
+                _record.add_parent(child, node)
         if node._role == HOOK:
             self.live.add(node, True)  # owned by the registry until teardown
             self.hooks.added()
@@ -253,6 +264,14 @@ class RegistryState(_StateBase):
         for parent in new:
             _graph.add_edge(node, parent, self.live.nodes)
             _record.add_parent(node, parent)
+
+    def dependents_index(self) -> _graph.Dependents:
+        """The graph's index of dependents, made on first need (the caller holds the lock
+        and brings it up to date: `exitsafe._graph.dependents_of`)."""
+        index = self.dependents
+        if index is None:
+            index = self.dependents = _graph.Dependents()
+        return index
 
     def registered_after_close(self, node: Record) -> None:
         """Record ``node``, registered once the teardown began, ``leaked_after_close``
