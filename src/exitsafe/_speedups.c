@@ -2928,7 +2928,7 @@ cffi_learned(PyObject *module, PyObject *args)
 
 /* ------------------------------------------------------------------ the exit teardown */
 
-static PyObject *str_release;
+static PyObject *str_release, *str_facade;
 
 /* release_steps(order, start, decided, default_policy, elsewhere, released) -> (index, exc)
  *
@@ -3016,9 +3016,10 @@ release_steps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static int record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
                       int fast_registry, int check_elsewhere, PyObject *elsewhere,
-                      PyObject *finish, PyObject *trash);
+                      PyObject *finish, PyObject *trash, int untrack);
 
-/* record_exit_outcomes(registry, decided, position, count, elsewhere, finish, trash)
+/* record_exit_outcomes(registry, decided, position, count, elsewhere, finish, trash,
+ *                      untrack=False)
  *     -> the next position, or None when every outcome is recorded
  *
  * The end of a teardown (exitsafe._closing._close), in one of its sections: for `count`
@@ -3028,14 +3029,25 @@ static int record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObjec
  * handle released by the teardown itself is recorded here (state, ledger record, its
  * parents' dependent counts, what it drops into `trash`); every other outcome, a hook, or a
  * registry with unusual fields calls `finish` (Registry._finish).  The caller holds the
- * lock. */
+ * lock.
+ *
+ * `untrack` (the process ends: exitsafe._process.process_ending()): each handle recorded
+ * here also leaves the garbage collector's lists.  It has ended and holds nothing but its
+ * registry's state and strings (its raw object, release function and parents went to the
+ * trash; its policy, taint, timeout and affinity are None or a string), so no garbage
+ * cycle can go through it unless through its class or its registry's: only handles of
+ * the class track() makes (no __dict__, no slot of a subclass) in a registry whose facade
+ * is exitsafe.Registry itself (which has no __dict__ either) are untracked.  The
+ * interpreter's last collections then skip them instead of traversing each of them
+ * several times on the way out (they are freed by their reference counts as before). */
 static PyObject *
 record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyDict_CheckExact(args[1]) || !PyList_CheckExact(args[6])) {
+    if ((nargs != 7 && nargs != 8) || !PyDict_CheckExact(args[1])
+        || !PyList_CheckExact(args[6])) {
         PyErr_SetString(PyExc_TypeError,
                         "record_exit_outcomes(registry, decided: dict, position, count, "
-                        "elsewhere, finish, trash: list)");
+                        "elsewhere, finish, trash: list, untrack=False)");
         return NULL;
     }
     PyObject *regobj = args[0], *decided = args[1], *elsewhere = args[4], *finish = args[5];
@@ -3052,6 +3064,21 @@ record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int fast_registry = is_fast_registry(regobj) && LOAD(((RegistryObject *)regobj)->phase)
                                                       != PHASE_OPEN;
     int check_elsewhere = PyAnySet_Check(elsewhere) && PySet_GET_SIZE(elsewhere) > 0;
+    int untrack = 0;
+    if (nargs == 8 && fast_registry && handle_type != NULL && facade_type != NULL) {
+        untrack = PyObject_IsTrue(args[7]);
+        if (untrack < 0) {
+            return NULL;
+        }
+        if (untrack) {
+            PyObject *facade = PyObject_GetAttr(regobj, str_facade);
+            if (facade == NULL) {
+                return NULL;
+            }
+            untrack = Py_TYPE(facade) == facade_type;
+            Py_DECREF(facade);
+        }
+    }
     PyObject *op, *value;
     for (Py_ssize_t done = 0; done < count; done++) {
         if (!PyDict_Next(decided, &position, &op, &value)) {
@@ -3067,7 +3094,7 @@ record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *outcome = PyTuple_GET_ITEM(value, 0);
         PyObject *detail = PyTuple_GET_ITEM(value, 1);
         int rc = record_one(regobj, op, outcome, detail, fast_registry, check_elsewhere,
-                            elsewhere, finish, trash);
+                            elsewhere, finish, trash, untrack);
         Py_DECREF(op);
         Py_DECREF(value);
         if (rc < 0) {
@@ -3077,11 +3104,34 @@ record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(position);
 }
 
+/* Whether an ended handle's kind and optional fields are None, strings or numbers only:
+ * nothing through which a garbage cycle could go (see record_exit_outcomes). */
+static int
+holds_only_values(NodeObject *n)
+{
+    if (n->kind == NULL || !PyUnicode_CheckExact(n->kind)) {
+        return 0;
+    }
+    NodeExtra *x = LOAD_ACQUIRE(n->extra);
+    if (x == NULL) {
+        return 1;
+    }
+    PyObject *fields[5] = {x->name, x->policy, x->timeout, x->taint, x->affinity};
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = fields[i];
+        if (v != NULL && v != Py_None && !PyUnicode_CheckExact(v) && !PyFloat_CheckExact(v)
+            && !PyLong_CheckExact(v)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* One outcome of record_exit_outcomes. */
 static int
 record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
            int fast_registry, int check_elsewhere, PyObject *elsewhere, PyObject *finish,
-           PyObject *trash)
+           PyObject *trash, int untrack)
 {
     int mine = 1;
     if (check_elsewhere) {
@@ -3139,6 +3189,10 @@ record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
         Py_XDECREF(old_raw); /* (each also held by the trash list) */
         Py_XDECREF(old_fn);
         Py_DECREF(parents);
+        if (untrack && Py_TYPE(op) == handle_type && n->parents != NULL
+            && PyTuple_GET_SIZE(n->parents) == 0 && holds_only_values(n)) {
+            PyObject_GC_UnTrack(op); /* (see record_exit_outcomes) */
+        }
         return 0;
     }
     PyObject *fargs[6] = {op, outcome, detail, Py_True, trash, mine ? Py_True : Py_False};
@@ -3595,7 +3649,8 @@ PyInit__speedups(void)
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
         || !(kw_registry = intern("registry")) || !(kw_lib = intern("lib"))
-        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))
+        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_release = intern("release"))
+        || !(str_facade = intern("facade")) || !(kind_names = PyTuple_Pack(1, kw_kind))
         || !(kind_deps_names = PyTuple_Pack(2, kw_kind, kw_depends_on))) {
         return NULL;
     }
