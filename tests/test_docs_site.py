@@ -486,3 +486,174 @@ def test_the_recommended_path_is_on_the_home_page_and_the_quick_start(site: Path
     quick = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
     for name in ("cffi_before", "cffi_after", "ctypes_before", "ctypes_after"):
         assert f"docs/examples/binding/{name}.py" in quick, f"the quick start lacks {name}"
+
+
+# ------------------------------------------------------------ the reference renders cleanly
+#
+# Each checker reads one built page and returns its problems; each is also run on a small
+# page that has the fault (test_the_rendering_checkers_find_what_they_should), so that none
+# passes by accident.
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
+def _section_rows(page: str, title: str) -> Iterator[List[Tuple[str, str]]]:
+    """The rows ``(type, description)`` of every ``Returns:``-like table of a page."""
+    pattern = (r'<span class="doc-section-title">' + re.escape(title)
+               + r"</span></p>\s*<table>(.*?)</table>")
+    for table in re.finditer(pattern, page, re.DOTALL):
+        rows = []
+        for row in re.findall(r'<tr class="doc-section-item">(.*?)</tr>', table.group(1),
+                              re.DOTALL):
+            cells = [_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.DOTALL)]
+            if cells:
+                rows.append((cells[0], cells[-1]))
+        yield rows
+
+
+def split_return_rows(page: str) -> List[str]:
+    """Returns/Yields tables cut mid-sentence into rows repeating the type: Google style
+    starts a new returned value at each line of the section's indentation, so a
+    description's continuation lines must be indented further."""
+    problems = []
+    for title in ("Returns:", "Yields:", "Receives:"):
+        for rows in _section_rows(page, title):
+            if len(rows) < 2:
+                continue
+            types = [t for t, _ in rows]
+            continuation = [d for _, d in rows[1:] if d[:1].islower()]
+            unfinished = [d for _, d in rows[:-1] if d and d[-1] not in ".)!?:"]
+            if len(set(types)) < len(types) or continuation or unfinished:
+                problems.append(f"{title} split into {len(rows)} rows: "
+                                + " | ".join(d for _, d in rows)[:160])
+    return problems
+
+
+#: a repository path in text: a page of docs/ must be a link, and the reference names no
+#: file of the repository at all (a reader of the site has no checkout)
+_PAGE_PATH = re.compile(r"\bdocs/[\w./-]+\.md\b")
+_REPO_PATH = re.compile(r"\b(?:docs|tests|benchmarks)/[\w./-]+|\bsrc/exitsafe\b[\w./-]*")
+
+
+def repository_paths(name: str, page: str) -> List[str]:
+    body = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", page, flags=re.DOTALL)
+    if not name.startswith("api/"):  # a command in a code block may name a file
+        body = re.sub(r"<pre[^>]*>.*?</pre>", " ", body, flags=re.DOTALL)
+    text = _text(body)
+    pattern = _REPO_PATH if name.startswith("api/") else _PAGE_PATH
+    return [f"...{text[max(0, m.start() - 40):m.end()]}" for m in pattern.finditer(text)]
+
+
+def private_names(page: str) -> List[str]:
+    """Private names shown in the reference: a heading of a ``_name`` (a private method or
+    attribute of a public class), or a private base class in a ``Bases:`` line."""
+    problems = [f"heading {ident}" for ident in
+                re.findall(r'<h\d id="([\w.]+)" class="doc doc-heading"', page)
+                if any(part.startswith("_") for part in ident.split("."))]
+    for bases in re.findall(r'<p class="doc doc-class-bases">(.*?)</p>', page, re.DOTALL):
+        shown = [n.strip() for n in _text(bases).replace("Bases:", "").split(",")]
+        titles = [t.split()[0] for t in re.findall(r'title="\s*([^"]+)"', bases)]
+        problems += [f"base {n}" for n in shown if n.startswith("_")]
+        problems += [f"base {t}" for t in titles
+                     if any(part.startswith("_") for part in t.split("."))]
+    return problems
+
+
+def test_returns_tables_have_one_row_per_returned_value(site: Path) -> None:
+    problems = [f"{name}: {p}" for name, text in _pages(site) if name.startswith("api/")
+                for p in split_return_rows(text)]
+    assert not problems, (
+        f"{len(problems)} Returns tables split mid-sentence (indent the continuation lines "
+        "of the docstring's Returns: section):\n" + "\n".join(problems)
+    )
+
+
+def test_rendered_text_names_no_repository_path(site: Path) -> None:
+    problems = [f"{name}: {p}" for name, text in _pages(site)
+                for p in repository_paths(name, text)]
+    assert not problems, (
+        "repository paths in the rendered pages (link the page instead, "
+        "[adapters](../adapters.md) in a docstring):\n" + "\n".join(problems)
+    )
+
+
+def test_public_classes_show_no_private_names(site: Path) -> None:
+    problems = [f"{name}: {p}" for name, text in _pages(site) if name.startswith("api/")
+                for p in private_names(text)]
+    assert not problems, (
+        "private names in the API reference (show_bases: false, or a filter):\n"
+        + "\n".join(problems)
+    )
+
+
+def test_the_registry_page_opens_with_track_and_shows_every_member(site: Path) -> None:
+    """docs/api/handles.md lists Registry's members by hand (what a binding calls first):
+    the list must follow the class."""
+    pytest.importorskip("griffe", reason="griffe comes with the docs extra")
+    page = (site / "api" / "handles" / "index.html").read_text(encoding="utf-8")
+    shown = re.findall(r'<h\d id="exitsafe\.Registry\.(\w+)"', page)
+    assert shown[:1] == ["track"], f"the Registry page opens with {shown[:3]}"
+    registry = docs_api._lookup("exitsafe._registry.Registry")
+    public = {name for name in registry.all_members if not name.startswith("_")}
+    assert public - set(shown) == set(), (
+        f"Registry members missing from docs/api/handles.md: {sorted(public - set(shown))}"
+    )
+
+
+def test_identifiers_in_tables_are_not_cut(site: Path) -> None:
+    """The theme lets code break anywhere (word-break: break-word), which cuts an identifier
+    in a narrow table column; the site's stylesheet keeps code in tables whole."""
+    css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    rule = re.search(r"\.md-typeset table[^{]*\bcode\s*\{([^}]*)\}", css)
+    assert rule and re.search(r"word-break:\s*normal", rule.group(1)), (
+        "extra.css does not keep code in tables from breaking mid-identifier"
+    )
+    threads = (site / "threads" / "index.html").read_text(encoding="utf-8")
+    assert "<code>exitsafe.on_early_exit(fn)</code>" in threads
+
+
+def test_the_rendering_checkers_find_what_they_should() -> None:
+    def returns(*rows: Tuple[str, str]) -> str:
+        cells = "".join(f'<tr class="doc-section-item"><td><code>{t}</code></td>'
+                        f"<td><p>{d}</p></td></tr>" for t, d in rows)
+        return ('<p><span class="doc-section-title">Returns:</span></p>\n<table><thead>'
+                f"</thead><tbody>{cells}</tbody></table>")
+
+    split = returns(("Handle", "A handle holding one owner: its"),
+                    ("Handle", "raw raises once released."))
+    assert len(split_return_rows(split)) == 1
+    assert split_return_rows(returns(("Handle", "A handle."))) == []
+    assert split_return_rows(returns(("int", "The count."), ("str", "The name."))) == []
+    assert repository_paths("api/cffi/index.html", "<p>See docs/adapters.md for why.</p>")
+    assert repository_paths("cookbook/index.html", "<p>See docs/adapters.md.</p>")
+    assert not repository_paths(
+        "cookbook/index.html", '<p>See <a href="../adapters/">adapters</a>.</p>'
+        "<pre><code>python docs/examples/x.py</code></pre>")
+    assert private_names('<h3 id="exitsafe.Registry._finish" class="doc doc-heading">')
+    assert private_names('<p class="doc doc-class-bases">Bases: <code><span title='
+                         '"exitsafe._registry._Facade">_Facade</span></code></p>')
+    assert not private_names('<p class="doc doc-class-bases">Bases: <code><a title="  '
+                             'exitsafe.ExitsafeError (exitsafe._errors.ExitsafeError)">'
+                             "ExitsafeError</a></code></p>")
+
+
+#: The most words the quick start may ask a reader to read (what is folded away aside).
+QUICK_START_WORDS = 1500
+
+
+def test_the_quick_start_is_short_and_folds_the_trace(site: Path) -> None:
+    """The quick start reaches its clean exit in under QUICK_START_WORDS words, counted as the
+    page's text outside its folded blocks (``??? note``: pymdownx.details), code included; the
+    teardown trace is there, folded."""
+    page = (site / "quickstart" / "index.html").read_text(encoding="utf-8")
+    article = re.search(r"<article[^>]*>(.*?)</article>", page, re.DOTALL)
+    assert article is not None
+    unfolded = re.sub(r"<details.*?</details>", " ", article.group(1), flags=re.DOTALL)
+    words = len(_text(unfolded).split())
+    assert words < QUICK_START_WORDS, f"the quick start asks for {words} words of reading"
+    assert "exitsafe: step " not in _text(unfolded), "trace lines outside a folded block"
+    assert "exitsafe: step " in _text(article.group(1)), "the quick start lost its trace"
+    clean = _text(unfolded).find("teardown=unload logger=0")
+    assert clean != -1, "the quick start does not reach a clean exit outside a folded block"

@@ -72,3 +72,26 @@ def test_threads_track_and_release_without_the_gil_losing_nothing() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_the_pure_python_core_runs_on_a_free_threaded_build() -> None:
+    """The compiled core refuses to load there (its C sections never ran without the
+    GIL), whether or not it was built: exitsafe runs its reference core."""
+    code = (
+        "import exitsafe.lowlevel, importlib.util\n"
+        "print(exitsafe.lowlevel.CORE)\n"
+        "try:\n"
+        "    import exitsafe._speedups\n"
+        "except ImportError as exc:\n"
+        "    print('refused' if 'free-threaded' in str(exc) else 'not built')\n"
+        "else:\n"
+        "    print('loaded')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "EXITSAFE_PURE_PYTHON"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    core, speedups = proc.stdout.split()
+    assert core == "python"
+    assert speedups in ("refused", "not built")

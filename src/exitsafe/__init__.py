@@ -23,7 +23,7 @@ a few builtin modules.
 
 from __future__ import annotations
 
-from . import _core, _errors, _guard, _handle, _ledger, _registry, _releases
+from . import _config, _core, _errors, _guard, _handle, _ledger, _registry, _releases
 from ._errors import (
     AlreadyTrackedError,
     ExitsafeError,
@@ -36,6 +36,7 @@ from ._handle import Handle
 from ._ledger import Outcome
 from ._registry import Registry
 from ._registry import default_registry as _default_registry
+from ._usage import explained as _explained
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from . import lowlevel
     from ._adopt import adopt
     from ._registry import ExitPolicy
+    from ._section import native
     from ._wrapper import NativeObject
 
     T = TypeVar("T")
@@ -66,9 +68,11 @@ __all__ = [
     "exit",
     "guard",
     "ledger",
+    "native",
     "on_early_exit",
     "on_teardown",
     "pin",
+    "quiesce",
     "teardown",
     "track",
     "worker",
@@ -101,6 +105,7 @@ _MOVED = frozenset(
 #: exitsafe does not load the adapters' code.
 _LAZY = {
     "adopt": "_adopt",
+    "native": "_section",
     "NativeObject": "_wrapper",
 }
 
@@ -153,6 +158,15 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY, "lowlevel"})
 
 
+@_explained(
+    "exitsafe.track",
+    "exitsafe.track(raw, release, depends_on=[...])",
+    rename=False,  # (Registry.track's messages say "track()", from either call)
+    needs={
+        "raw": "the native object",
+        "release": "the function that frees it, called as release(raw)",
+    },
+)
 def track(
     raw: object,
     release: Callable[[Any], object],
@@ -200,7 +214,7 @@ def track(
 
     Returns:
         The new handle, holding one owner: `release()` it, use it as a context manager, or
-        let it be garbage collected to drop that owner.
+            let it be garbage collected to drop that owner.
 
     Raises:
         RegistryClosedError: strict registries only, when teardown has begun (otherwise the
@@ -237,6 +251,11 @@ if _core.speedups is not None:
     track = _core.speedups.track
 
 
+@_explained(
+    "exitsafe.pin",
+    "exitsafe.pin(library, close=...)",
+    needs={"library": "the loaded library: what ffi.dlopen() or ctypes.CDLL() returned"},
+)
 def pin(
     library: object,
     *,
@@ -263,11 +282,16 @@ def pin(
 
     Returns:
         The pin, a handle of kind `"library"`: pass it in `depends_on` of every handle whose
-        release runs the library's code.  At teardown libraries go last.
+            release runs the library's code.  At teardown libraries go last.
     """
     return _default_registry().pin(library, close=close, name=name, timeout=timeout)
 
 
+@_explained(
+    "exitsafe.on_teardown",
+    "exitsafe.on_teardown(fn, before=[...])",
+    needs={"fn": "the function to run at teardown, called with no argument"},
+)
 def on_teardown(
     fn: Callable[[], object],
     *,
@@ -311,6 +335,11 @@ def on_teardown(
     )
 
 
+@_explained(
+    "exitsafe.on_early_exit",
+    "exitsafe.on_early_exit(fn)",
+    needs={"fn": "the function to run, called with no argument"},
+)
 def on_early_exit(
     fn: Callable[[], object], *, name: Optional[str] = None, timeout: Optional[float] = None
 ) -> Handle:
@@ -335,31 +364,41 @@ def on_early_exit(
     return _default_registry().on_early_exit(fn, name=name, timeout=timeout)
 
 
+@_explained(
+    "exitsafe.worker",
+    "exitsafe.worker(thread, stop=event, uses=[...])",
+    needs={"thread": "the thread", "stop": "a threading.Event or a callable asking it to stop"},
+)
 def worker(
     thread: Any,
     *,
-    stop: Any,
+    stop: Any = None,
     uses: Iterable[Handle] = (),
     timeout: Optional[float] = None,
     name: Optional[str] = None,
+    wake: Optional[Callable[[], object]] = None,
 ) -> Handle:
     """Declare a thread that uses handles, and how to stop it, in the default registry.
 
     The module-level form of [`Registry.worker`][exitsafe.Registry.worker].  At exit the
-    thread is asked to stop (already in the early phase, so a non-daemon thread does not
-    keep the exit waiting) and joined, bounded by `timeout`, before any handle in `uses` is
-    released.  If it does not end in time, those handles are leaked (`leaked_dependent`,
-    never released under the running thread) and the thread is parked at its next
-    [`Handle.borrow`][exitsafe.Handle.borrow].
+    thread is asked to stop and woken (already in the early phase, so a non-daemon thread
+    does not keep the exit waiting), then waited for, bounded by `timeout`, before any
+    handle in `uses` is released.  If it does not end in time, those handles are leaked
+    (`leaked_dependent`, never released under the running thread) and the thread is parked
+    at its next [`Handle.borrow`][exitsafe.Handle.borrow].
 
     Args:
-        thread: the `threading.Thread`.
+        thread: a `threading.Thread`; or any object with `join(timeout)` and `is_alive()`;
+            or with `wait(milliseconds)` and `isRunning()` (Qt's `QThread`).
         stop: a `threading.Event` (set to ask the thread to stop) or a callable (called
-            once, with no arguments, to ask it).
+            once, with no arguments, to ask it, e.g. `qthread.quit`); `None`: only `wake`.
         uses: the handles the thread uses; none of them is released before the thread ended.
         timeout: seconds to wait for the thread to end once asked; `None`: 5 seconds
             (`exitsafe._teardown.IN_FLIGHT_WAIT`).
         name: the display name in the ledger and the trace.
+        wake: a callable run once right after the stop request, on the thread making it:
+            what gets a thread blocked in a native call out of it (close its socket or
+            context, post to its queue).
 
     Returns:
         The worker's hook handle; `release()` on it forgets the worker.
@@ -372,9 +411,53 @@ def worker(
         exitsafe.worker(t, stop=stop, uses=[session])
         ```
     """
-    return _default_registry().worker(thread, stop=stop, uses=uses, timeout=timeout, name=name)
+    return _default_registry().worker(
+        thread, stop=stop, uses=uses, timeout=timeout, name=name, wake=wake
+    )
 
 
+@_explained("exitsafe.quiesce", "exitsafe.quiesce() or exitsafe.quiesce(thread, ..., timeout=5.0)")
+def quiesce(*threads: Any, timeout: float = 5.0) -> None:
+    """At exit, stop other threads for good, each at its next safe point, before anything
+    is released: one line, no code in those threads.
+
+    When the main thread finishes, once the interpreter has joined its non-daemon threads
+    and before any `atexit` callback runs (a library's own exit cleanup included), every
+    thread still running Python code (daemon threads, threads a library started, a
+    `QThread`) is parked at its next call or return from a C function made from the
+    program's own code: never inside a native call, never inside a library's Python code
+    (where the library may hold its own lock), and it never runs Python code again. Its
+    borrows end as it parks. Threads idle in the standard library (a `queue.get()`, an
+    `Event.wait()`, a `time.sleep()`) stay where they are: they park if they ever wake.
+
+    A thread that is still inside a library's code after `timeout` seconds may be using
+    anything: the exit teardown then releases nothing (every handle ends `leaked_in_use`,
+    the detail naming the thread and where it was), since it cannot release under it.
+    The teardown's own hooks still run. A thread blocked for good in a native call is
+    best given a way to wake it (stop it in an `on_early_exit` hook).
+
+    Calls add up: `quiesce(t1)` then `quiesce(t2)` quiesces both; `quiesce()` with no
+    thread quiesces every thread but the exiting one. The last `timeout` given applies.
+    An explicit `teardown()` quiesces nothing (the program goes on).
+
+    Args:
+        *threads: the `threading.Thread` objects (or thread idents) to quiesce; none: all.
+        timeout: seconds to wait for the threads to park or be idle.
+
+    Example:
+        ```python
+        import exitsafe
+
+        exitsafe.quiesce()  # daemon threads stop between two native calls at exit
+        ```
+    """
+    from . import _exit, _quiesce
+
+    _quiesce.request(threads, timeout)
+    _exit.install_quiesce()
+
+
+@_explained("exitsafe.exit", "exitsafe.exit(code)")
 def exit(code: Optional[int] = 0) -> NoReturn:
     """Leave this process quietly: tear down what it owns, flush `sys.stdout` and
     `sys.stderr`, and end with `os._exit(code)`.
@@ -416,6 +499,11 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     leave(code)
 
 
+@_explained(
+    "exitsafe.guard",
+    "exitsafe.guard(fn, default=...)",
+    needs={"fn": "the callable native code calls"},
+)
 def guard(
     fn: Callable[..., T], *, default: Any = None, registry: Optional[Registry] = None
 ) -> lowlevel.Guarded:
@@ -436,7 +524,7 @@ def guard(
 
     Returns:
         The wrapper, a [`Guarded`][exitsafe.lowlevel.Guarded]; it forwards every call (arguments,
-        result and exceptions) to `fn` until teardown begins.
+            result and exceptions) to `fn` until teardown begins.
 
     Raises:
         TypeError: `fn` is not callable or `registry` is not a
@@ -454,6 +542,7 @@ def guard(
     return _Guarded(fn, default, registry if registry is not None else _default_registry())
 
 
+@_explained("exitsafe.teardown", "exitsafe.teardown() or exitsafe.teardown(reason)")
 def teardown(reason: str = "explicit") -> None:
     """Run the default registry's ordered teardown now; see
     [`Registry.teardown`][exitsafe.Registry.teardown].
@@ -470,13 +559,14 @@ def teardown(reason: str = "explicit") -> None:
     _default_registry().teardown(reason=reason)
 
 
+@_explained("exitsafe.ledger", "exitsafe.ledger()")
 def ledger() -> list[lowlevel.LedgerEntry]:
     """The default registry's ledger; see [`Registry.ledger`][exitsafe.Registry.ledger].
 
     Returns:
         The recorded outcomes, oldest first: one [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per
-        handle released, leaked or detached and per hook run (at most the registry's
-        `ledger_limit` of the newest).
+            handle released, leaked or detached and per hook run (at most the registry's
+            `ledger_limit` of the newest).
     """
     return _default_registry().ledger()
 
@@ -507,3 +597,14 @@ _show_in(
     _registry.registries,
     _releases.run_pending,
 )
+
+
+def _quiesce_if_asked() -> None:
+    """``EXITSAFE_QUIESCE`` (see exitsafe._config): quiesce every thread with no line of
+    code (``exitsafe run`` and any program importing exitsafe)."""
+    bound = _config.quiesce_bound()
+    if bound is not None:
+        quiesce(timeout=bound)
+
+
+_quiesce_if_asked()

@@ -32,6 +32,7 @@ from ._handle import Handle, enter_borrow, exit_borrow
 from ._lookup import register_lookup, resolve
 from ._process import keep_forever
 from ._registry import state_of
+from ._usage import describe, release_not_callable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -265,7 +266,11 @@ class Adapter:
     ) -> Handle:
         """Own the native object at ``ptr``: the body of ``exitsafe.<ffi>.track``."""
         if not callable(release):
-            raise TypeError(f"release must be callable, got {type(release).__name__}")
+            raise TypeError(release_not_callable(
+                ptr, release,
+                f"exitsafe.{self.name}.track("
+                + ("ffi, ptr, release)" if self.name == "cffi" else "ptr, release)"),
+            ))
         address = self.pointer_address(ptr, ctx)
         reg = registry_arg(registry)
         parents = resolve(depends_on, reg, "depends_on")
@@ -454,7 +459,10 @@ class Adapter:
     ) -> Handle:
         """Hold ``lib`` loaded while anything depending on it lives: ``exitsafe.<ffi>.pin``."""
         if not isinstance(close, bool):
-            raise TypeError(f"close must be True or False, got {close!r}")
+            raise TypeError(
+                f"close must be True or False, got {describe(close)}: the pin closes the library "
+                f"itself (close=True, the default), or keeps it loaded (close=False)"
+            )
         reg = registry_arg(registry)
         names = self.names_of_library(lib)
         existing = self._live_pin_among(names, reg)

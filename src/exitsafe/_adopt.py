@@ -41,6 +41,7 @@ from ._errors import AlreadyTrackedError, NeutralizeError
 from ._handle import Handle
 from ._lookup import find, register_lookup, resolve
 from ._registry import Registry, default_registry
+from ._usage import explained
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -297,7 +298,7 @@ def neutralize(obj: object, attr: Attrs = "_handle", null: Any = None) -> dict[s
 
     Returns:
         The previous values (name -> value), which you now own: exitsafe does not release
-        them.
+            them.
 
     Raises:
         NeutralizeError: an attribute is missing, a read-only property, or the object
@@ -459,16 +460,23 @@ def hook_after_leak(
 class _Adoption:
     """The release function of an adopted object: close it, forget it."""
 
-    __slots__ = ("after", "close", "hook", "key")
+    __slots__ = ("after", "close", "early", "handle_ref", "hook", "key")
 
     def __init__(self, close: Union[str, Callable[[Any], object], None], key: int) -> None:
         self.close = close
         self.key = key
         self.after: Optional[_AfterLeak] = None
         self.hook: Optional[Handle] = None
+        #: The early hook closing it in the early phase (``adopt(early=True)``).
+        self.early: Optional[Handle] = None
+        #: The adoption's handle, weakly (it references this function).
+        self.handle_ref: Optional[Callable[[], Optional[Handle]]] = None
 
     def __call__(self, obj: object) -> None:
-        _adopted.forget(self.key, None)
+        # Its entry goes: the table must not keep a closed object alive (nor one adopted
+        # again meanwhile be forgotten: the entry is dropped only if it is this handle's).
+        ref = self.handle_ref
+        _adopted.forget(self.key, ref() if ref is not None else None)
         close = self.close
         try:
             if isinstance(close, str):
@@ -478,10 +486,12 @@ class _Adoption:
         except BaseException:
             # The handle ends release_failed (a leak): neutralize now, so the object's own
             # finalizer does not retry the failed close later.
-            after = self.after
-            if after is not None and after.obj is not None:
-                after.action(after.obj)
+            self._neutralize()
             raise
+        else:
+            # Closed: neutralize too, so a finalizer that is not idempotent (one that reads
+            # back or releases again whatever its state) finds nothing to act on.
+            self._neutralize()
         finally:
             after, self.after = self.after, None
             if after is not None:
@@ -489,8 +499,55 @@ class _Adoption:
             hook, self.hook = self.hook, None
             if hook is not None:
                 hook.release()  # cancel the leak hook; a no-op during teardown
+            early, self.early = self.early, None
+            if early is not None:
+                early.release()  # cancel the early close; a no-op once it ran
 
 
+    def _neutralize(self) -> None:
+        after = self.after
+        if after is not None and after.obj is not None:
+            after.action(after.obj)
+
+
+class _EarlyClose:
+    """The early hook of ``adopt(early=True)``: release the adoption's handle."""
+
+    __slots__ = ("handle_ref",)
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle_ref = _weakref(handle)
+
+    def __call__(self) -> None:
+        handle = self.handle_ref()
+        if handle is not None and handle.state == "live":
+            handle.release()
+
+
+def _check_arguments(obj: object, close: object, early: object) -> None:
+    """`adopt`'s checks of ``obj``, ``close`` and ``early``, in this order."""
+    if obj is None:
+        raise TypeError("adopt() needs an object, got None")
+    if not isinstance(early, bool):
+        raise TypeError(f"early must be True or False, got {type(early).__name__}")
+    if isinstance(obj, Handle):
+        raise TypeError("adopt() takes a third-party object, not an exitsafe Handle")
+    if isinstance(close, str):
+        method = getattr(obj, close, None)
+        if method is None or not callable(method):
+            raise TypeError(
+                f"adopt(): {type(obj).__qualname__} has no callable {close!r} method; "
+                f"pass close=<method name> or close=<callable taking the object>"
+            )
+    elif close is not None and not callable(close):
+        raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
+
+
+@explained(
+    "exitsafe.adopt",
+    "exitsafe.adopt(obj, close='close')",
+    needs={"obj": "the object of another library to close at exit"},
+)
 def adopt(
     obj: object,
     *,
@@ -504,6 +561,7 @@ def adopt(
     null: Any = None,
     timeout: Optional[float] = None,
     affinity: Optional[str] = None,
+    early: bool = False,
 ) -> Handle:
     """Hand `obj`, an object of another library, to exitsafe: it is closed exactly once, in
     dependency order, when its handle is released or at teardown, or leaked by policy.
@@ -529,11 +587,13 @@ def adopt(
             [`Registry.track`][exitsafe.Registry.track]; `None`: the registry's default.
         name: the display name; default `"<kind>#<n>"`.
         registry: the registry to own it in; `None`: the default registry.
-        neutralize: an attribute name (or names, checked now) to set to `null` when the
-            handle ends leaked (`exit_policy="leak"`, `EXITSAFE_AT_EXIT=leak`, a timeout, a
-            failed close, a leaked dependent), after the handle's step, so that the kept-alive
-            object's own finalizer does nothing during interpreter finalization.  `None`:
-            nothing is neutralized.
+        neutralize: an attribute name (or names, checked now) to set to `null` once
+            exitsafe is done with the object: right after its close (on the thread that
+            closed it), or when the handle ends leaked (`exit_policy="leak"`,
+            `EXITSAFE_AT_EXIT=leak`, a timeout, a failed close, a leaked dependent), after
+            the handle's step; so that the object's own finalizer does nothing afterwards,
+            during interpreter finalization included (one that is not idempotent, that
+            reads back or releases again, included).  `None`: nothing is neutralized.
         null: the value `neutralize` sets.
         timeout: seconds the close may take at teardown before it is abandoned and the
             handle leaked; `None`: the registry's step timeout.
@@ -541,6 +601,12 @@ def adopt(
             some GPU and GUI objects): a close due elsewhere is queued for that thread's
             next exitsafe call or [`run_pending()`][exitsafe.lowlevel.run_pending]; see
             [`Registry.track`][exitsafe.Registry.track].  `None`: any thread.
+        early: close it in the *early phase* of the exit (with the
+            [`on_early_exit`][exitsafe.on_early_exit] hooks: before the interpreter joins
+            its threads and before every `atexit` callback, those a library registered at
+            import included), not in the teardown: for an executor or a connection that a
+            library's own exit handler would otherwise wait on.  The close runs then if no
+            dependent of it is alive, else once the last one is released.
 
     Returns:
         The handle standing for `obj`, holding one owner.
@@ -556,19 +622,7 @@ def adopt(
         conn = exitsafe.adopt(thirdparty.connect(), close="close", depends_on=[ctx])
         ```
     """
-    if obj is None:
-        raise TypeError("adopt() needs an object, got None")
-    if isinstance(obj, Handle):
-        raise TypeError("adopt() takes a third-party object, not an exitsafe Handle")
-    if isinstance(close, str):
-        method = getattr(obj, close, None)
-        if method is None or not callable(method):
-            raise TypeError(
-                f"adopt(): {type(obj).__qualname__} has no callable {close!r} method; "
-                f"pass close=<method name> or close=<callable taking the object>"
-            )
-    elif close is not None and not callable(close):
-        raise TypeError(f"close must be a method name, a callable or None, got {close!r}")
+    _check_arguments(obj, close, early)
     names = _attr_names(neutralize, "neutralize") if neutralize is not None else ()
     for attr_name in names:
         _check_settable(obj, attr_name)
@@ -601,6 +655,7 @@ def adopt(
     except BaseException:
         _adopted.cancel(key)
         raise
+    adoption.handle_ref = _weakref(handle)
     _adopted.bind(key, handle)
     if handle.state != "live":
         # Registered after teardown began: leaked at once and never closed; neutralize
@@ -608,6 +663,8 @@ def adopt(
         for attr_name in names:
             setattr(obj, attr_name, null)
         return handle
+    if early:
+        adoption.early = reg.on_early_exit(_EarlyClose(handle), name=f"close {handle.name}")
     if names:
         null_value = null
 

@@ -110,7 +110,10 @@ def status_of(code: object) -> int:
     if code is None:
         return 0
     if isinstance(code, bool) or not isinstance(code, int):
-        raise TypeError(f"code must be an int or None, got {type(code).__name__}")
+        raise TypeError(
+            f"code must be an int or None (the exit status, as for sys.exit), "
+            f"got {type(code).__name__}"
+        )
     if not 0 <= code <= 255:
         raise ValueError(f"code must be between 0 and 255, got {code}")
     return code

@@ -29,7 +29,7 @@ __all__ = ["Closing", "finish_own_teardown", "teardown"]
 
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
-_deferred = _sync._deferred
+_deferred = _sync.deferred
 
 #: How many records are recorded per section at the end of a teardown, so that other
 #: threads get a turn.

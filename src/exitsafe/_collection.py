@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import _thread
 import gc
+import sys
+
+from . import _config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +71,17 @@ def _on_collection(phase: str, info: dict[str, int]) -> None:
 
 
 def install() -> None:
-    """Add the collector's callback (once)."""
+    """Add the collector's callback (once).
+
+    Not in a subinterpreter of CPython 3.9: its ``gc`` module is single-phase init, so a
+    subinterpreter's ``gc.callbacks`` is the main interpreter's own list (copied from the
+    main interpreter's module dict).  The callback would run for the main interpreter's
+    collections, not this interpreter's (it never learns of those), and go on running
+    after this interpreter ended, its module globals cleared to ``None`` ("Exception
+    ignored in _on_collection" at every later collection).  There `collecting_here`
+    stays false."""
+    if sys.version_info < (3, 10) and _config.interpreter_id() != 0:
+        return
     if _on_collection not in gc.callbacks:
         gc.callbacks.append(_on_collection)
 

@@ -14,6 +14,9 @@ used instead; it never raises.
                               <suffix>`` next to it: see `ledger_path`).
 ``EXITSAFE_STEP_TIMEOUT``     seconds (float > 0) each teardown step may take.
 ``EXITSAFE_TEARDOWN_TIMEOUT`` seconds (float > 0) the whole teardown may take.
+``EXITSAFE_QUIESCE``          ``1``/``true``/``yes``/``on``, or a number of seconds: when
+                              exitsafe is imported, ``exitsafe.quiesce()`` (every thread;
+                              that bound, else 5 seconds).  Read once, at import.
 """
 
 from __future__ import annotations
@@ -126,3 +129,27 @@ def interpreter_id() -> int:
             current = current[0]
         return int(current)
     return 0
+
+
+def quiesce_bound() -> Optional[float]:
+    """The bound ``EXITSAFE_QUIESCE`` asks all threads to be quiesced with, or ``None``
+    (unset, false, or not valid: reported)."""
+    raw = os.environ.get("EXITSAFE_QUIESCE")
+    if raw is None:
+        return None
+    value = raw.strip().lower()
+    if value in _FALSE:
+        return None
+    if value in _TRUE:
+        return 5.0
+    try:
+        bound = float(value)
+    except ValueError:
+        bound = -1.0
+    if not 0 < bound < float("inf"):
+        warn_once(
+            "EXITSAFE_QUIESCE", raw,
+            "expected 1/true/yes/on or a positive number of seconds; threads are not quiesced",
+        )
+        return None
+    return bound

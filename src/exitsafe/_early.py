@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 _installed: list[str] = [""]
 #: Whether the early phase already ran in this process.
 _ran: list[bool] = [False]
+#: What runs once the interpreter has joined its threads, before any ``atexit`` callback
+#: (the quiescing of the threads left: see exitsafe._quiesce).
+_after_joins: list[Callable[[], None]] = []
 
 
 class _ShutdownWrapper:
@@ -47,7 +50,20 @@ class _ShutdownWrapper:
 
     def __call__(self) -> Any:
         self.run("interpreter shutdown")
-        return self.original()
+        try:
+            return self.original()
+        finally:  # (joined, or interrupted while joining: the exit goes on either way)
+            for fn in list(_after_joins):
+                fn()  # (never raises)
+
+
+def after_joins(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` (which never raises) once the interpreter has joined its non-daemon
+    threads and before the ``atexit`` callbacks run: at the end of the wrapped
+    ``threading._shutdown``.  Where that cannot be hooked, the exit teardown runs what
+    it needs of this first (see exitsafe._exit.at_exit)."""
+    if fn not in _after_joins:
+        _after_joins.append(fn)
 
 
 def install(run: Callable[[str], None]) -> str:

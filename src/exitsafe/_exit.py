@@ -36,6 +36,7 @@ from . import (
     _early,
     _hooks,
     _process,
+    _quiesce,
     _sync,
     _threads,
 )
@@ -122,6 +123,8 @@ def at_exit() -> None:
         while _sync.reentered():
             _sync.release()
         log().error("exitsafe: the lock was still held by the exiting thread; released")
+    if _quiesce.requested():  # (done at the end of threading._shutdown if hooked there)
+        quiesce_threads()
     try:
         if _process.states() or _interrupts.signals_to_take_over():
             with _interrupts.held(at_exit=True):
@@ -244,14 +247,34 @@ def load_teardown() -> None:
     whatever the main thread was doing, which may be the first import of one of those
     modules (by a teardown the signal interrupted); the handler's teardown would then
     find it half-executed and fail on an ``ImportError``, releasing nothing.  Importing
-    them before any handler is installed leaves no such window.  (Every module a teardown
-    needs is imported with this one now; kept for the signal handlers' callers.)
+    them before any handler is installed leaves no such window.  (A second signal
+    landing while the first one's handler imported ``_teardown`` found it half-executed:
+    a terminated ``multiprocessing.Pool`` worker released nothing.)
     """
+    import json  # noqa: F401  (the ledger file)
+    import stat  # noqa: F401
+    import threading  # noqa: F401
+
+    from . import _interrupts, _steps, _teardown  # noqa: F401
 
 
 def install_early_phase() -> None:
     """Hook the early phase into the interpreter's shutdown (idempotent)."""
     _early.install(run_early_phase)
+
+
+def quiesce_threads() -> None:
+    """Quiesce the threads `exitsafe.quiesce` asked for (once; never raises), none of
+    the teardown's own step workers."""
+    steps = sys.modules.get("exitsafe._steps")
+    _quiesce.run(steps.worker_idents() if steps is not None else ())
+
+
+def install_quiesce() -> None:
+    """Quiesce the threads left once the interpreter has joined its threads, before any
+    ``atexit`` callback runs (idempotent)."""
+    _early.install(run_early_phase)
+    _early.after_joins(quiesce_threads)
 
 
 # ---------------------------------------------------------------------- fork
@@ -282,6 +305,7 @@ def _after_fork_in_child() -> None:
     _threads.after_fork_in_child()
     _collection.after_fork_in_child()
     _early.after_fork_in_child()
+    _quiesce.after_fork_in_child()
     _children.after_fork_in_child()
 
 

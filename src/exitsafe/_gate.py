@@ -34,10 +34,9 @@ _reentered = _sync.reentered
 _acquire = _sync.acquire
 _wait = _sync.wait
 _release = _sync.release
-_deferred = _sync._deferred
+_deferred = _sync.deferred
 _run_deferred = _sync.run_deferred
 _held = _threads.held
-_local = _threads._local
 
 #: The registry's phase once closed (see exitsafe._phase), spelled out for the paths that
 #: may run late in interpreter shutdown.

@@ -41,7 +41,10 @@ class Guarded:
         from ._registry import Registry
 
         if not callable(fn):
-            raise TypeError(f"guard() needs a callable, got {type(fn).__name__}")
+            raise TypeError(
+                f"guard() needs a callable, got {type(fn).__name__}: pass the function itself "
+                f"(guard(on_log), not guard(on_log(...)))"
+            )
         if not isinstance(registry, Registry):
             raise TypeError(
                 f"registry must be an exitsafe.Registry, got {type(registry).__name__}"

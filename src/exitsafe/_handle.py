@@ -288,9 +288,10 @@ if speedups is None:
             # An interrupt can land anywhere but at this frame's entry (see
             # exitsafe._sync.locked on `try` lines): `collected` then goes on from where
             # it stopped, and CPython reports the interrupt as an exception ignored in a
-            # finalizer.  At the entry itself, which CPython 3.11+ checks for signals,
-            # the finalizer is lost with it: see the pure-Python core's limits in
-            # docs/architecture.md (the compiled core's finalizer is C code).
+            # finalizer.  At the entry itself, which CPython 3.11+ checks for signals
+            # (and where a tracer's first line event comes on 3.9 and 3.10, before the
+            # try is set up), the finalizer is lost with it: see the pure-Python core's
+            # limits in docs/architecture.md (the compiled core's finalizer is C code).
             try: self._collected(self)  # noqa: E701  (one line: no line of its own)
             except BaseException:
                 self._collected(self)

@@ -112,7 +112,7 @@ def add_teardown_hook(
         return node
     if state.hooks.count:
         _process.keep_until_teardown(state)
-    if _sync._deferred:
+    if _sync.deferred:
         _sync.run_deferred()
     return node
 
@@ -143,12 +143,14 @@ def add_early_hook(
     return node
 
 
-def worker_stop(thread: Any, stop: Any, timeout: Optional[float]) -> Callable[[], None]:
+def worker_stop(
+    thread: Any, stop: Any, timeout: Optional[float], wake: Any = None
+) -> Callable[[], None]:
     """What the hook of a declared worker calls (see ``Registry.worker``)."""
     from ._teardown import IN_FLIGHT_WAIT  # (the teardown's modules load on first use)
 
     bound = timeout if timeout is not None else IN_FLIGHT_WAIT
-    return _threads.WorkerStop(thread, stop, bound)
+    return _threads.WorkerStop(thread, stop, bound, wake)
 
 
 def cancel(node: Record) -> None:
@@ -167,7 +169,7 @@ def cancel(node: Record) -> None:
 
     _sync.locked_quietly(end_cancelled)
     trash.clear()
-    if _sync._deferred:
+    if _sync.deferred:
         _sync.run_deferred()
 
 

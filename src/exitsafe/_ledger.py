@@ -163,7 +163,7 @@ class LedgerEntry:
 
         Returns:
             `{"at_exit": ..., "detail": ..., "kind": ..., "name": ..., "outcome": ...,
-            "registry": ..., "seq": ...}`.
+                "registry": ..., "seq": ...}`.
         """
         return {k: getattr(self, k) for k in self.__slots__}
 
@@ -435,6 +435,7 @@ TRACE_EVENTS: dict[str, tuple[str, ...]] = {
     "step": ("registry", "index", "of", "action", "kind", "name", "outcome", "ms", "error"),
     "teardown-end": ("registry", "released", "leaked", "failed", "ms"),
     "late-release": ("registry", "kind", "name"),
+    "quiesce": ("threads", "parked", "running", "ms"),
 }
 
 #: Fields printed as JSON strings; the others are bare tokens.

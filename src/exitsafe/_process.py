@@ -14,7 +14,7 @@ from . import _sync
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Optional
 
 
 #: Weak references to registries' states, oldest first (some may be dead).
@@ -97,6 +97,22 @@ def set_exit_phase(phase: str) -> None:
 def set_ending(ending: bool) -> None:
     """The teardown of every registry begins (``True``), or a forked child starts over."""
     _ending[0] = ending
+
+
+#: Why nothing may be released at exit: threads still running that could not be
+#: quiesced (exitsafe._quiesce), described; ``None``: nothing stops a release.
+_running_threads: list[Optional[str]] = [None]
+
+
+def set_threads_running(detail: Optional[str]) -> None:
+    """Threads still run that may use any handle (``detail`` names them): the exit
+    teardown releases nothing from now on; ``None`` lifts it (a forked child)."""
+    _running_threads[0] = detail
+
+
+def threads_running() -> Optional[str]:
+    """Why nothing may be released (see `set_threads_running`), or ``None``."""
+    return _running_threads[0]
 
 
 def kept_alive() -> list[object]:

@@ -4,7 +4,7 @@
 (one object per native object, no second allocation).  Its fields are named with a leading
 underscore only to keep them off the public `Handle` API; they are the data exitsafe's
 layers share.  Those layers read them freely; **only the functions of this module write
-them** (`tests/core/test_structure.py` checks it).  Each function is one transition of
+them** (`tests/core/test_layers.py` checks it).  Each function is one transition of
 the state machine below, written so that an exception raised between any two of its
 instructions (a ``KeyboardInterrupt`` under a tracer, a signal on CPython 3.9) leaves the
 record in a state the caller can recognise and settle: a claim names its thread before

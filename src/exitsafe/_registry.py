@@ -32,6 +32,7 @@ from ._releases import (
     undo_track,
 )
 from ._state import RegistryState
+from ._usage import explained_track, kind_not_str, not_a_function, release_not_callable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ __all__ = ["Registry", "default_registry", "registries"]
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
 _refused = _sync.refused
-_deferred = _sync._deferred
+_deferred = _sync.deferred
 _run_deferred = _sync.run_deferred
 _affine = _threads.pending
 _new_record = _record.new
@@ -254,9 +255,9 @@ class Registry(_Facade):
         around `track` must not release `raw` itself.
         """
         if not callable(release):
-            raise TypeError(f"release must be callable, got {type(release).__name__}")
+            raise TypeError(release_not_callable(raw, release, "track(raw, release)", "track(): "))
         if type(kind) is not str:
-            raise TypeError(f"kind must be a str, got {type(kind).__name__}")
+            raise TypeError("track(): " + kind_not_str(kind))
         if name is not None:
             check_name(name)
         if exit_policy is not None:
@@ -328,16 +329,22 @@ class Registry(_Facade):
 
         Returns:
             A handle of kind `"library"`: pass it in `depends_on` of every handle whose release
-            runs the library's code.
+                runs the library's code.
         """
         if library is None:
-            raise TypeError("pin() needs a loaded library object, got None")
+            raise TypeError(
+                "pin() needs a loaded library object (what ffi.dlopen() or ctypes.CDLL() "
+                "returned), got None"
+            )
         if close is None:
             release: Callable[[Any], object] = _process.keep_forever
         elif callable(close):
             release = close
         else:
-            raise TypeError(f"close must be callable or None, got {type(close).__name__}")
+            raise TypeError(
+                f"close must be callable or None (the function that unloads the library, "
+                f"such as ffi.dlclose), got {type(close).__name__}"
+            )
         return self.track(library, release, kind="library", name=name, timeout=timeout)
 
     def on_teardown(
@@ -378,7 +385,7 @@ class Registry(_Facade):
             The hook's handle: `release()` on it cancels the hook; dropping it does not.
         """
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise TypeError(not_a_function("fn", fn))
         check_name(name)
         if timeout is not None:
             timeout = check_timeout(timeout, "timeout")
@@ -423,7 +430,7 @@ class Registry(_Facade):
             The hook's handle; `release()` on it cancels the hook.
         """
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise TypeError(not_a_function("fn", fn))
         check_name(name)
         if timeout is not None:
             timeout = check_timeout(timeout, "timeout")
@@ -436,40 +443,58 @@ class Registry(_Facade):
         self,
         thread: Any,
         *,
-        stop: Any,
+        stop: Any = None,
         uses: Iterable[Handle] = (),
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        wake: Optional[Callable[[], object]] = None,
     ) -> Handle:
         """Declare a thread that uses handles, and how to stop it.
 
         The worker is a teardown hook that runs before any handle in `uses` is released: it
-        asks the thread to stop and joins it.  A thread still running after `timeout` is
-        abandoned (`hook_timeout`), the handles it uses are leaked (`leaked_dependent`, never
-        released under it), and the thread is parked at its next
-        [`Handle.borrow`][exitsafe.Handle.borrow].  The stop request is also made in the early
-        phase of the exit (before the interpreter joins non-daemon threads), so a non-daemon
-        worker does not keep the exit waiting either.
+        asks the thread to stop (`stop`), wakes it (`wake`), and waits for it to end.  A
+        thread still running after `timeout` is abandoned (`hook_timeout`), the handles it
+        uses are leaked (`leaked_dependent`, never released under it), and the thread is
+        parked at its next [`Handle.borrow`][exitsafe.Handle.borrow].  The stop request and
+        the wake action are also made in the early phase of the exit (before the
+        interpreter joins non-daemon threads), so a non-daemon worker does not keep the exit
+        waiting either; each runs once.
+
+        Any kind of thread: a `threading.Thread`, or any object with `join(timeout)` and
+        `is_alive()` (a `multiprocessing.Process`), or with `wait(milliseconds)` and
+        `isRunning()` (Qt's `QThread`: `stop=thread.quit` or
+        `stop=thread.requestInterruption`).
 
         Args:
-            thread: the `threading.Thread`.
+            thread: the thread, of any of the kinds above.
             stop: a `threading.Event` (set to ask the thread to stop) or a callable (called
-                once to ask it).
+                once to ask it); `None`: only `wake` asks.
             uses: the handles the thread uses.
             timeout: how long to wait for the thread to end once asked; `None`: 5 seconds.
             name: its display name in the ledger and the trace.
+            wake: a callable run once, right after the stop request, on the thread making
+                it (the early phase's, or the teardown's): what gets a thread blocked in a
+                native call out of it (close its socket, cancel its wait, post to its
+                queue).  An exception it raises is logged and recorded on the hook; the wait
+                for the thread goes on.
 
         Returns:
             The hook's handle; `release()` on it forgets the worker.
         """
-        import threading
-
-        if not isinstance(thread, threading.Thread):
-            raise TypeError(f"thread must be a threading.Thread, got {type(thread).__name__}")
-        if not (callable(getattr(stop, "set", None)) or callable(stop)):
+        how = _threads.joinable(thread)
+        if how is None:
+            raise TypeError(
+                "thread must be a threading.Thread, or have join(timeout) and is_alive(), or "
+                f"wait(ms) and isRunning() (a QThread); got {type(thread).__name__}"
+            )
+        if stop is None and wake is None:
+            raise TypeError("worker() needs stop= (an Event or a callable) or wake= (a callable)")
+        if stop is not None and not (callable(getattr(stop, "set", None)) or callable(stop)):
             raise TypeError(
                 f"stop must be a threading.Event or a callable, got {type(stop).__name__}"
             )
+        if wake is not None and not callable(wake):
+            raise TypeError(f"wake must be a callable, got {type(wake).__name__}")
         check_name(name)
         bound = check_timeout(timeout, "timeout")
         if _reentered():
@@ -479,10 +504,10 @@ class Registry(_Facade):
         uses_h = _lookup.parents(uses, state, "uses") if uses else ()  # (errors name `uses`)
         return _hooks.add_teardown_hook(
             state,
-            _hooks.worker_stop(thread, stop, bound),
+            _hooks.worker_stop(thread, stop, bound, wake),
             uses_h,
             (),
-            name if name is not None else f"worker {thread.name}",
+            name if name is not None else f"worker {_threads.worker_label(thread)}",
             None,
             False,
         )
@@ -537,7 +562,10 @@ class Registry(_Facade):
                 `"atexit"`.
         """
         if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+            raise TypeError(
+                f"reason must be a str (a label for the trace, such as 'shutdown'), "
+                f"got {type(reason).__name__}"
+            )
         _teardown(self._state, reason)
 
     # ------------------------------------------------------------------ inspection
@@ -547,7 +575,7 @@ class Registry(_Facade):
 
         Returns:
             One [`LedgerEntry`][exitsafe.lowlevel.LedgerEntry] per ended handle or hook (at most
-            `ledger_limit` of the newest).
+                `ledger_limit` of the newest).
         """
         return self._state.entries()
 
@@ -641,7 +669,8 @@ if speedups is not None:
         handle_type=Handle,
         registry_type=RegistryState,
         facade_type=Registry,
-        track=Registry._track_py,  # type: ignore[attr-defined]
+        # (a wrong call reaches the Python function: named as the call the program made)
+        track=explained_track(Registry._track_py, _default),  # type: ignore[attr-defined]
         drop_owner=drop_owner,
         retain=retain,
         collected=collected,
@@ -651,7 +680,7 @@ if speedups is not None:
         registered_after_close=RegistryState.registered_after_close,
         undo_track=undo_track,
         wait=_sync.wait,
-        deferred=_sync._deferred,
+        deferred=_sync.deferred,
         run_deferred=_sync.run_deferred,
         affine=_threads.pending,
         run_mine=run_mine_quietly,

@@ -47,7 +47,7 @@ __all__ = ["RegistryState"]
 
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
-_deferred = _sync._deferred
+_deferred = _sync.deferred
 _acquire = _sync.acquire
 _release = _sync.release
 _number = _record.number

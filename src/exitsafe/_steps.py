@@ -53,6 +53,13 @@ _stepping: dict[int, _Worker] = {}
 _exits: dict[int, int] = {}
 
 
+def worker_idents() -> set[int]:
+    """The threads of the standby and busy step workers (never quiesced: they run the
+    teardown's steps)."""
+    found = {w.ident for w in list(_standby) if w.ident is not None}
+    return found | set(_stepping) | set(_running)
+
+
 def running_here() -> Optional[object]:
     """What the step this thread is running (as a worker) is for, if it is one."""
     return _running.get(_thread.get_ident())

@@ -181,16 +181,16 @@ def enter_if_possible(timeout: float = 1.0) -> bool:
 
 #: Work queued by requests that arrived inside a section (FIFO).  A plain list: append
 #: and pop are atomic, with or without the GIL.
-_deferred: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+deferred: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
 
 def defer(fn: Callable[..., object], *args: Any) -> None:
     """Queue ``fn(*args)`` to run once the current thread has left its section."""
-    _deferred.append((fn, args))
+    deferred.append((fn, args))
 
 
 def pending() -> bool:
     """Whether queued work waits to run."""
-    return bool(_deferred)
+    return bool(deferred)
 
 
 #: Threads running the queue: one that is (a release function run from the queue
@@ -208,7 +208,7 @@ def run_deferred() -> None:
     while it runs (see ``exitsafe._interrupts``): a ``KeyboardInterrupt`` between taking
     an item and running it would lose that request; it is raised after the queue ran.
     """
-    if not _deferred or reentered():  # (nothing queued: no hold of signals, no import)
+    if not deferred or reentered():  # (nothing queued: no hold of signals, no import)
         return
     me = _get_ident()
     if me in _draining:
@@ -227,9 +227,9 @@ def run_deferred() -> None:
 
 
 def _drain() -> None:
-    while _deferred:
+    while deferred:
         try:
-            fn, args = _deferred.pop(0)
+            fn, args = deferred.pop(0)
         except IndexError:  # another thread took the last one
             return
         try:
@@ -300,7 +300,7 @@ def after_fork_in_child() -> None:
         # this thread: the section resumes in the child too and releases the lock when it
         # ends, so the child's thread holds it, as the parent's does.
         acquire()
-    _deferred.clear()
+    deferred.clear()
     _draining.clear()
 
 
@@ -308,8 +308,8 @@ def after_fork_in_child() -> None:
 
 
 def refused(operation: str) -> Exception:
-    """The [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError] for ``operation`` called
-    re-entrantly."""
+    """The [`ReentrancyError`][exitsafe.lowlevel.ReentrancyError] for ``operation``,
+    called re-entrantly."""
     from ._errors import ReentrancyError
 
     return ReentrancyError(
@@ -353,7 +353,7 @@ def locked(operation: str, fn: Callable[..., _T], *args: Any) -> _T:
         if reentered():  # (C calls only: a Python helper fails at the recursion limit)
             release()
         raise
-    if _deferred:
+    if deferred:
         run_deferred()
     return result
 

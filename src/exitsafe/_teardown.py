@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from time import perf_counter, sleep
 
-from . import _config, _record, _sync, _threads
+from . import _config, _process, _record, _sync, _threads
 from ._core import speedups
 from ._graph import teardown_order
 from ._ledger import Outcome, trace_line
@@ -76,6 +76,7 @@ class Settings:
         "override",
         "reason",
         "registry_name",
+        "running",
         "started",
         "step_timeout",
         "trace",
@@ -87,6 +88,9 @@ class Settings:
         self.reason = reason
         self.trace = _config.trace_enabled()
         self.override = _config.at_exit_override()
+        #: Threads that may use any handle still run (see exitsafe._quiesce): why
+        #: nothing is released, or ``None``.
+        self.running = _process.threads_running()
         self.default_policy: Any = registry.exit_policy
         step = registry.step_timeout
         self.step_timeout = step if step is not None else _config.seconds("EXITSAFE_STEP_TIMEOUT")
@@ -103,24 +107,20 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
     """Run one teardown over ``nodes`` (claimed by `claim`, oldest first)."""
     order = teardown_order(nodes)
     trace = settings.trace
-    name = settings.registry_name
     if trace:
-        hooks = sum(1 for n in nodes if n._role == HOOK)
-        emit(
-            trace_line(
-                "teardown-begin", registry=name, reason=settings.reason,
-                live=len(nodes) - hooks, hooks=hooks,
-            )
-        )
-        emit(trace_line("plan", registry=name, steps=len(order)))
+        _trace_begin(settings, nodes, len(order))
     from ._steps import StepRunner
 
     runner = StepRunner()
     runner.allowed = settings.allowed
-    override = settings.override
-    default_policy = settings.default_policy
-    fast = override is None and settings.deadline is None and settings.step_timeout is None
+    fast = (
+        settings.override is None
+        and settings.deadline is None
+        and settings.step_timeout is None
+        and settings.running is None
+    )
     total = len(order)
+    running_before = settings.running
     # The compiled core runs stretches of common steps in C (see speedups.release_steps):
     # the same step as the one below, without a Python frame per handle.
     release_steps = speedups.release_steps if speedups is not None and fast and not trace else None
@@ -132,72 +132,108 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
             if release_steps is not None:
                 # raised: the release function of order[position] raised (recorded below)
                 position, raised = release_steps(
-                    order, position, decided, default_policy, elsewhere, released_pair
+                    order, position, decided, settings.default_policy, elsewhere, released_pair
                 )
                 if position >= total:
                     break
             node = order[position]
             position += 1
-            index = position
             t0 = perf_counter() if trace else 0.0
             if trace:  # so that a step that hangs or crashes is named in the trace
                 emit(
                     trace_line(
-                        "step-begin", registry=name, index=index, of=total, kind=node._kind,
-                        name=display_name(node),
+                        "step-begin", registry=settings.registry_name, index=position,
+                        of=total, kind=node._kind, name=display_name(node),
                     )
                 )
-            detail: Optional[str] = None
-            if raised is not None:  # its release ran in the compiled steps, and raised
-                outcome, detail = Outcome.RELEASE_FAILED, repr(raised)
-                _log_failure("release", node, detail)
-            elif elsewhere and node in elsewhere:
-                verdict = _wait_in_flight(node, settings)
-                if verdict is None:
-                    continue  # finished on its thread, which recorded its outcome
-                outcome, detail = verdict
-            else:
-                policy = node._policy if node._policy is not None else default_policy
-                if (
-                    fast
-                    and policy == "release"
-                    and node._role != HOOK
-                    and node._taint is None
-                    and node._affinity is None
-                    and not node._borrows
-                    and node._timeout is None
-                    and node._gen == _sync.generation  # read per step: a step may fork
-                ):
-                    # The common case, kept free of everything the general path checks.
-                    try:
-                        node._fn(node._raw)  # type: ignore[misc]
-                        outcome = _RELEASED_AT_EXIT
-                    except BaseException as exc:  # recorded and logged; teardown goes on
-                        outcome, detail = Outcome.RELEASE_FAILED, repr(exc)
-                        _log_failure("release", node, detail)
-                else:
-                    outcome, detail = _general_step(node, policy, settings, runner)
-            decided[node] = (outcome, detail)
-            mine = not (elsewhere and node in elsewhere)  # else _close settles it, locked
-            if mine:
+            verdict = _step(node, raised, elsewhere, settings, runner, fast)
+            if node._role == HOOK and settings.running is None:
+                # A hook found threads still inside native code (exitsafe.native's
+                # sections): nothing is released from now on.
+                settings.running = _process.threads_running()
+                if settings.running is not None:
+                    fast, release_steps = False, None
+            if verdict is None:
+                continue  # finished on its thread, which recorded its outcome
+            outcome, detail = decided[node] = verdict
+            if not (elsewhere and node in elsewhere):  # (else _close settles it, locked)
                 _record.mark(node, outcome)  # visible at once: to later hooks, to Handle.state
             if outcome in TAINTING:
                 _record.taint_parents(node, outcome)
             if trace:
-                _trace_step(settings, index, total, node, outcome, detail, t0)
+                _trace_step(settings, position, total, node, outcome, detail, t0)
     finally:
         runner.close()
+        found_here = settings.running is not None and running_before is None
+        if found_here and settings.reason == "explicit":
+            # Found by this teardown's hook (a native section in flight): the program goes
+            # on, and the next teardown looks again.
+            _process.set_threads_running(None)
     if trace:
-        outcomes = [o for o, _ in decided.values()]
-        released = outcomes.count(_RELEASED_AT_EXIT)
-        leaked = sum(1 for o in outcomes if o.startswith("leaked_"))
-        failed = sum(1 for o in outcomes if o in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED))
-        emit(
-            trace_line(
-                "teardown-end", registry=name, released=released, leaked=leaked, failed=failed,
-                ms=f"{(perf_counter() - settings.started) * 1000:.3f}",
-            )
+        _trace_end(settings, decided)
+
+
+def _step(
+    node: Node, raised: Optional[BaseException], elsewhere: set[Node], settings: Settings,
+    runner: Any, fast: bool,
+) -> Optional[tuple[str, Optional[str]]]:
+    """The outcome of ``node``'s step and its detail; ``None`` if it was in flight on
+    another thread, which finished it and recorded its outcome.  ``raised``: its release
+    ran in the compiled steps, and raised."""
+    if raised is not None:
+        detail = repr(raised)
+        _log_failure("release", node, detail)
+        return Outcome.RELEASE_FAILED, detail
+    if elsewhere and node in elsewhere:
+        return _wait_in_flight(node, settings)
+    if settings.running is not None and node._role != HOOK:
+        return Outcome.LEAKED_IN_USE, settings.running  # (never released under a thread)
+    policy = node._policy if node._policy is not None else settings.default_policy
+    if (
+        fast
+        and policy == "release"
+        and node._role != HOOK
+        and node._taint is None
+        and node._affinity is None
+        and not node._borrows
+        and node._timeout is None
+        and node._gen == _sync.generation  # read per step: a step may fork
+    ):
+        # The common case, kept free of everything the general path checks.
+        try:
+            node._fn(node._raw)  # type: ignore[misc]
+        except BaseException as exc:  # recorded and logged; teardown goes on
+            detail = repr(exc)
+            _log_failure("release", node, detail)
+            return Outcome.RELEASE_FAILED, detail
+        return _RELEASED_AT_EXIT, None
+    return _general_step(node, policy, settings, runner)
+
+
+def _trace_begin(settings: Settings, nodes: list[Node], steps: int) -> None:
+    hooks = sum(1 for n in nodes if n._role == HOOK)
+    name = settings.registry_name
+    emit(
+        trace_line(
+            "teardown-begin", registry=name, reason=settings.reason,
+            live=len(nodes) - hooks, hooks=hooks,
         )
+    )
+    emit(trace_line("plan", registry=name, steps=steps))
+
+
+def _trace_end(settings: Settings, decided: Decided) -> None:
+    outcomes = [o for o, _ in decided.values()]
+    released = outcomes.count(_RELEASED_AT_EXIT)
+    leaked = sum(1 for o in outcomes if o.startswith("leaked_"))
+    failed = sum(1 for o in outcomes if o in (Outcome.RELEASE_FAILED, Outcome.HOOK_FAILED))
+    emit(
+        trace_line(
+            "teardown-end", registry=settings.registry_name, released=released,
+            leaked=leaked, failed=failed,
+            ms=f"{(perf_counter() - settings.started) * 1000:.3f}",
+        )
+    )
 
 
 def _trace_step(

@@ -138,39 +138,104 @@ class StillRunning(Exception):
     """A step that bounds itself ran out of time (a worker that did not stop)."""
 
 
+def joinable(thread: Any) -> Optional[str]:
+    """How to wait for ``thread``: ``"join"`` (``join(timeout)`` and ``is_alive()``: a
+    ``threading.Thread``, a ``multiprocessing.Process``), ``"wait"`` (``wait(ms)`` and
+    ``isRunning()``: Qt's ``QThread``), or ``None`` (neither)."""
+    if callable(getattr(thread, "join", None)) and callable(getattr(thread, "is_alive", None)):
+        return "join"
+    if callable(getattr(thread, "wait", None)) and callable(getattr(thread, "isRunning", None)):
+        return "wait"
+    return None
+
+
+def worker_label(thread: Any) -> str:
+    """The name a worker is shown by: its ``name``, Qt's ``objectName()``, or its type."""
+    name = getattr(thread, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    object_name = getattr(thread, "objectName", None)
+    if callable(object_name):
+        try:
+            label = object_name()
+        except Exception:  # (a label is cosmetic: a broken objectName falls back)
+            label = None
+        if isinstance(label, str) and label:
+            return label
+    return type(thread).__name__
+
+
 class WorkerStop:
-    """The hook of ``exitsafe.worker``: ask the thread to stop, join it, bounded."""
+    """The hook of ``exitsafe.worker``: ask the thread to stop (and wake it), then wait
+    for it to end, bounded."""
 
-    __slots__ = ("requested", "stop", "thread", "timeout")
+    __slots__ = ("failure", "requested", "stop", "thread", "timeout", "waits_by", "wake")
 
-    def __init__(self, thread: Any, stop: Any, timeout: float) -> None:
+    def __init__(self, thread: Any, stop: Any, timeout: float, wake: Any = None) -> None:
         self.thread = thread
         self.stop = stop
         self.timeout = timeout
+        self.wake = wake
+        self.waits_by = joinable(thread)
         self.requested = False
+        #: What the stop request or the wake action raised (the hook raises it after
+        #: the wait, so the ledger records it even when the early phase made the request).
+        self.failure: Optional[BaseException] = None
 
     def request_stop(self) -> None:
-        """Ask once: set the event, or call the stop function."""
+        """Ask once: set the event, or call the stop function; then the wake action
+        (run even if the stop request raised)."""
         if self.requested:
             return
         self.requested = True
-        stop = self.stop
-        setter = getattr(stop, "set", None)
-        if callable(setter):
-            setter()
-        else:
-            stop()
+        try:
+            stop = self.stop
+            if stop is not None:
+                setter = getattr(stop, "set", None)
+                if callable(setter):
+                    setter()
+                else:
+                    stop()
+        except BaseException as exc:
+            self.failure = exc
+        try:
+            if self.wake is not None:
+                self.wake()
+        except BaseException as exc:
+            if self.failure is None:
+                self.failure = exc
+        if self.failure is not None:
+            raise self.failure
 
     def __call__(self) -> None:
-        self.request_stop()
+        try:
+            self.request_stop()
+        except BaseException:  # (kept in self.failure: raised once the wait is over)
+            pass
+        try:
+            self._wait()
+        finally:
+            failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+    def _wait(self) -> None:
         thread = self.thread
-        if thread.ident is None or thread.ident == _get_ident():
-            return  # never started, or the teardown runs on the worker itself
-        thread.join(min(self.timeout, _thread.TIMEOUT_MAX))  # (beyond: OverflowError)
-        if thread.is_alive():
+        bound = min(self.timeout, _thread.TIMEOUT_MAX)  # (beyond: OverflowError)
+        if self.waits_by == "join":
+            if getattr(thread, "ident", 0) is None or getattr(thread, "ident", 0) == _get_ident():
+                return  # never started, or the teardown runs on the worker itself
+            thread.join(bound)
+            alive = thread.is_alive()
+        else:
+            if not thread.isRunning():
+                return  # never started, or already ended
+            thread.wait(max(1, int(bound * 1000)))  # (Qt: milliseconds)
+            alive = thread.isRunning()
+        if alive:
             raise StillRunning(
-                f"worker {thread.name!r} still running {self.timeout:.3g} s after it was "
-                f"asked to stop; it is parked at its next borrow"
+                f"worker {worker_label(thread)!r} still running {self.timeout:.3g} s after it "
+                f"was asked to stop; it is parked at its next borrow"
             )
 
 

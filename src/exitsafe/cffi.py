@@ -18,7 +18,7 @@ Each returns an [`exitsafe.Handle`][exitsafe.Handle], not a cdata: ``handle.raw`
 cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError] once the
 handle was released, so a use after free becomes a Python exception instead
 of a crash; [`handle_of`][exitsafe.cffi.handle_of] maps a cdata (any cdata with the same address)
-back to its handle.  See ``docs/adapters.md`` for why and for before/after
+back to its handle.  The [adapters page](../adapters.md) says why, with before/after
 examples.
 
 This module does not import cffi: it works on the ``ffi`` and ``lib``
@@ -39,6 +39,14 @@ from ._core import speedups
 from ._guard import Guarded
 from ._handle import Handle
 from ._lookup import resolve
+from ._usage import (
+    cffi_function_type,
+    describe,
+    explained,
+    ffi_first,
+    not_a_foreign_function,
+    not_a_function,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,6 +59,7 @@ if TYPE_CHECKING:
     OnError = Callable[[type[BaseException], BaseException, Optional[TracebackType]], object]
 
 __all__ = ["borrowing", "call", "callback", "handle_of", "pin", "pinned", "track"]
+
 
 #: cdata classes whose memory cffi owns and frees itself.
 _OWNED = {
@@ -68,13 +77,14 @@ _OWNED = {
 _FFI_TYPES: set[type] = set()
 
 
-def _check_ffi(ffi: Any) -> None:
+def _check_ffi(ffi: Any, usage: str) -> None:
     if type(ffi) in _FFI_TYPES:
         return
     for attr in ("typeof", "cast", "NULL", "CData"):
         if not hasattr(ffi, attr):
             raise TypeError(
-                f"expected a cffi FFI object as first argument, got {type(ffi).__name__}"
+                f"expected a cffi FFI object as first argument (the ffi = cffi.FFI() whose "
+                f"cdef() declared the library), got {describe(ffi)}. Write {usage}"
             )
     if len(_FFI_TYPES) < 64:
         _FFI_TYPES.add(type(ffi))
@@ -105,11 +115,20 @@ class _CffiAdapter(Adapter):
     def _checked_address(self, ptr: object, ffi: Any) -> int:
         """Every check of a `track` pointer, with its error; remembers what passed."""
         if not isinstance(ptr, ffi.CData):
-            raise TypeError(f"track() needs a cffi cdata pointer, got {type(ptr).__name__}")
+            hint = (
+                "; an address as an int is ffi.cast('void *', address)"
+                if isinstance(ptr, int) and not isinstance(ptr, bool)
+                else ""
+            )
+            raise TypeError(f"track() needs a cffi cdata pointer, got {describe(ptr)}{hint}")
         ctype = ffi.typeof(ptr)
         if ctype.kind != "pointer":
             if ctype.kind == "function":
-                hint = "a function pointer is not an owned object (pin its library instead)"
+                hint = (
+                    "a function pointer is not an owned object: call the function for the "
+                    "pointer it returns (track(ffi, lib.thing_create(), lib.thing_free)), "
+                    "and pin its library with exitsafe.cffi.pin(ffi, lib)"
+                )
             elif ctype.kind == "array":
                 hint = "arrays are owned by cffi"
             else:
@@ -148,11 +167,17 @@ class _CffiAdapter(Adapter):
 
     def describe_library(self, lib: object, ffi: Any) -> LibraryInfo:
         if lib is None or isinstance(lib, (str, bytes, int)):
+            hint = (
+                f"; load it first: exitsafe.cffi.pin(ffi, ffi.dlopen({lib!r}))"
+                if isinstance(lib, (str, bytes)) else ""
+            )
             raise TypeError(
-                f"pin() needs the library object returned by ffi.dlopen(), got {lib!r}"
+                f"pin() needs the library object returned by ffi.dlopen(), got {lib!r}{hint}"
             )
         if isinstance(lib, ffi.CData):
-            raise TypeError("pin() needs the library object returned by ffi.dlopen(), got a cdata")
+            raise TypeError(
+                f"pin() needs the library object returned by ffi.dlopen(), got {describe(lib)}"
+            )
         if not self.is_library(lib):
             raise TypeError(
                 f"pin() needs the library object returned by ffi.dlopen(), got "
@@ -276,6 +301,12 @@ def _library_label(lib: object) -> str:
     return type(lib).__name__
 
 
+@explained(
+    "exitsafe.cffi.track",
+    "exitsafe.cffi.track(ffi, ptr, release)",
+    diagnose=ffi_first("the pointer and its release"),
+    needs={"release": "the function that frees the pointer, such as lib.thing_free"},
+)
 def track(
     ffi: Any,
     ptr: object,
@@ -324,8 +355,8 @@ def track(
 
     Returns:
         A [`Handle`][exitsafe.Handle] holding one owner, not a cdata: `handle.raw` is the
-        cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError]
-        once the handle was released.
+            cdata to pass to C, and raises [`HandleClosedError`][exitsafe.HandleClosedError]
+            once the handle was released.
 
     Raises:
         ValueError: `ptr` is NULL.
@@ -342,13 +373,18 @@ def track(
                                   kind="buffer", depends_on=[dev])
         ```
     """
-    _check_ffi(ffi)
+    _check_ffi(ffi, "exitsafe.cffi.track(ffi, ptr, release)")
     return _ADAPTER.track(
         ffi, ptr, release, registry=registry, lib=lib, kind=kind, depends_on=depends_on,
         exit_policy=exit_policy, name=name, timeout=timeout, affinity=affinity,
     )
 
 
+@explained(
+    "exitsafe.cffi.handle_of",
+    "exitsafe.cffi.handle_of(ptr)",
+    needs={"obj": "the cdata pointer (or library) whose handle to find"},
+)
 def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live handle for a cdata pointer (by address) or a pinned library, or `None`.
 
@@ -366,6 +402,11 @@ def handle_of(obj: object, *, registry: Optional[Registry] = None) -> Optional[H
     return _handle_of(obj, registry=registry)
 
 
+@explained(
+    "exitsafe.cffi.pinned",
+    "exitsafe.cffi.pinned(lib)",
+    needs={"lib": "the library, what ffi.dlopen() returned"},
+)
 def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live pin of `lib` in `registry`, or `None`.
 
@@ -382,6 +423,12 @@ def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Hand
     return _ADAPTER.pin_of(lib, registry_arg(registry))
 
 
+@explained(
+    "exitsafe.cffi.pin",
+    "exitsafe.cffi.pin(ffi, lib)",
+    diagnose=ffi_first("the library"),
+    needs={"lib": "the library, what ffi.dlopen() returned"},
+)
 def pin(
     ffi: Any,
     lib: object,
@@ -418,13 +465,13 @@ def pin(
 
     Returns:
         The pin, a handle of kind `"library"`.  Pinning the same `lib` again in the same
-        registry returns the existing pin with one more owner.
+            registry returns the existing pin with one more owner.
 
     Raises:
         ValueError: `lib` is already pinned in this registry with a different `close`.
         TypeError: `lib` is not an `ffi.dlopen` library, or `close` is not a bool.
     """
-    _check_ffi(ffi)
+    _check_ffi(ffi, "exitsafe.cffi.pin(ffi, lib)")
     return _ADAPTER.pin(ffi, lib, registry=registry, close=close, name=name, timeout=timeout)
 
 
@@ -445,6 +492,13 @@ def _zero_result(ffi: Any, ctype: Any) -> tuple[Any, object]:
 _SAME = object()
 
 
+@explained(
+    "exitsafe.cffi.callback",
+    "exitsafe.cffi.callback(ffi, 'void(*)(int)', fn)",
+    diagnose=ffi_first("the C type and the function"),
+    needs={"ctype": "the C function pointer type, such as 'void(*)(int)'",
+           "fn": "the Python function C calls"},
+)
 def callback(
     ffi: Any,
     ctype: object,
@@ -489,7 +543,7 @@ def callback(
 
     Returns:
         A handle of kind `"callback"`: pass `handle.raw` (the callback cdata) to C; call
-        `handle.release()` to retire it once the C side no longer calls it.
+            `handle.release()` to retire it once the C side no longer calls it.
 
     Example:
         ```python
@@ -498,12 +552,17 @@ def callback(
         ctx = exitsafe.cffi.track(ffi, lib.ctx_create(), lib.ctx_free, depends_on=[cb])
         ```
     """
-    _check_ffi(ffi)
+    _check_ffi(ffi, "exitsafe.cffi.callback(ffi, 'void(*)(int)', fn)")
     if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if callable(ctype) and isinstance(fn, (str, ffi.CType)):
+            raise TypeError(
+                f"fn must be callable, got {describe(fn)}: the C type comes before the "
+                f"function. Write exitsafe.cffi.callback(ffi, {fn!r}, fn)"
+            )
+        raise TypeError(not_a_function("fn", fn))
     if onerror is not None and not callable(onerror):
         raise TypeError(f"onerror must be callable or None, got {type(onerror).__name__}")
-    ctype_obj = ctype if isinstance(ctype, ffi.CType) else ffi.typeof(ctype)
+    ctype_obj = ctype if isinstance(ctype, ffi.CType) else cffi_function_type(ffi, ctype)
     if ctype_obj.kind != "function":
         raise TypeError(
             f"callback() needs a function pointer type such as 'int(*)(int)', "
@@ -561,9 +620,19 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
         exitsafe.cffi.call(lib.device_run, device, 10)
         ```
     """
-    return _call(fn, *args)
+    try:
+        return _call(fn, *args)
+    except TypeError:
+        if callable(fn):
+            raise
+        raise TypeError(not_a_foreign_function("exitsafe.cffi.call", fn, args)) from None
 
 
+@explained(
+    "exitsafe.cffi.borrowing",
+    "exitsafe.cffi.borrowing(lib)",
+    needs={"lib": "the library, what ffi.dlopen() returned"},
+)
 def borrowing(lib: object) -> BorrowingLibrary:
     """A view of `lib` whose functions borrow their handle arguments, as
     [`call`][exitsafe.cffi.call] does.
@@ -573,7 +642,7 @@ def borrowing(lib: object) -> BorrowingLibrary:
 
     Returns:
         An object whose attributes are `lib`'s functions wrapped like `call`; other
-        attributes are `lib`'s own.
+            attributes are `lib`'s own.
 
     Raises:
         TypeError: `lib` cannot be a library: `None`, a number, a library's name (a str or

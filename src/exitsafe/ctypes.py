@@ -15,7 +15,8 @@
   returns a default once teardown began, and keeps it alive for as long as
   native code may call it (for ever, if it is still registered at exit).
 
-Every function returns an [`exitsafe.Handle`][exitsafe.Handle]; see ``docs/adapters.md``.
+Every function returns an [`exitsafe.Handle`][exitsafe.Handle]; the
+[adapters page](../adapters.md) has before/after examples.
 Thread rules: every function may be called from any thread; a release or
 close runs on the thread dropping the last owner or on the teardown thread.
 """
@@ -41,6 +42,13 @@ from ._native import (
     module_of_handle,
     path_of_handle,
 )
+from ._usage import (
+    describe,
+    explained,
+    first_argument,
+    not_a_foreign_function,
+    not_a_function,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,6 +61,10 @@ if TYPE_CHECKING:
     OnError = Callable[[type[BaseException], BaseException, Optional[TracebackType]], object]
 
 __all__ = ["borrowing", "call", "callback", "handle_of", "pin", "pinned", "track"]
+
+
+def _is_prototype(proto: object) -> bool:
+    return isinstance(proto, type) and issubclass(proto, _ctypes.CFuncPtr)
 
 _POINTERS = (_c.c_void_p, _c.c_char_p, _c.c_wchar_p, _ctypes._Pointer)
 #: The largest address a pointer holds here.
@@ -79,7 +91,7 @@ class _CtypesAdapter(Adapter):
 
     def pointer_address(self, ptr: object, ctx: Any) -> int:
         if isinstance(ptr, bool):
-            raise TypeError("track() needs a pointer, got a bool")
+            raise TypeError("track() needs a pointer (or an int address), got a bool")
         if isinstance(ptr, int):
             # The key is an exact int: an int subclass's own __eq__ / __hash__ must neither
             # run inside a section nor make one address two keys.
@@ -96,8 +108,10 @@ class _CtypesAdapter(Adapter):
             return key
         if isinstance(ptr, _ctypes.CFuncPtr):
             raise TypeError(
-                "track() got a ctypes function pointer; use exitsafe.ctypes.callback() for "
-                "Python callbacks, and pin() for the library that owns native functions"
+                "track() got a ctypes function pointer: call the function for the pointer it "
+                "returns (track(lib.thing_create(), lib.thing_free)); use "
+                "exitsafe.ctypes.callback() for Python callbacks, and pin() for the library "
+                "that owns native functions"
             )
         if isinstance(ptr, _POINTERS):
             # The pointer's own bytes, read in place (ctypes.cast calls through libffi).
@@ -117,8 +131,19 @@ class _CtypesAdapter(Adapter):
                 f"track() needs a pointer, got a {type(ptr).__name__} value; its memory "
                 f"belongs to ctypes. Track the pointer C returned to you instead"
             )
+        if ptr is None:
+            hint = (
+                ": a function whose restype is c_void_p returns None for a NULL pointer "
+                "(did the C call fail?)"
+            )
+        else:
+            hint = (
+                "; set the function's restype to ctypes.c_void_p (or a POINTER type) so that "
+                "it returns the pointer"
+                if isinstance(ptr, (str, bytes, float)) else ""
+            )
         raise TypeError(
-            f"track() needs a ctypes pointer or an int address, got {type(ptr).__name__}"
+            f"track() needs a ctypes pointer or an int address, got {describe(ptr)}{hint}"
         )
 
     def release_call(self, release: Callable[[Any], object]) -> Callable[[Any], object]:
@@ -170,7 +195,10 @@ class _CtypesAdapter(Adapter):
 
     def describe_library(self, lib: object, ctx: Any) -> LibraryInfo:
         if isinstance(lib, bool) or lib is None:
-            raise TypeError(f"pin() needs a ctypes library or a raw handle, got {lib!r}")
+            raise TypeError(
+                f"pin() needs a ctypes library (what ctypes.CDLL() returned) or a raw handle, "
+                f"got {lib!r}"
+            )
         if isinstance(lib, int):
             lib_handle = int.__index__(lib)
             if not 0 < lib_handle <= _ADDRESS_MAX:
@@ -189,9 +217,14 @@ class _CtypesAdapter(Adapter):
                 path = None  # CDLL(None): the main program, never unloaded
             label = str(lib_name) if lib_name else f"0x{lib_handle:x}"
         else:
+            hint = (
+                f"; load it first: exitsafe.ctypes.pin(ctypes.CDLL({lib!r}))"
+                if isinstance(lib, (str, bytes))
+                else "; use exitsafe.cffi.pin(ffi, lib) for cffi libraries"
+            )
             raise TypeError(
                 f"pin() needs a ctypes CDLL (or PyDLL / WinDLL) or a raw library handle, "
-                f"got {type(lib).__name__}; use exitsafe.cffi.pin for cffi libraries"
+                f"got {describe(lib)}{hint}"
             )
         if WINDOWS:  # pragma: no cover - exercised on Windows only
             ref = loader_ref(address=lib_handle) if lib_handle else None
@@ -258,6 +291,12 @@ def _library_of(release: object) -> Optional[object]:
     return None
 
 
+@explained(
+    "exitsafe.ctypes.track",
+    "exitsafe.ctypes.track(ptr, release)",
+    needs={"ptr": "the pointer C returned (c_void_p, POINTER(T) or an int address)",
+           "release": "the function that frees the pointer, such as lib.thing_free"},
+)
 def track(
     ptr: object,
     release: Callable[[Any], object],
@@ -306,7 +345,7 @@ def track(
 
     Returns:
         A [`Handle`][exitsafe.Handle] holding one owner; `handle.raw` raises
-        [`HandleClosedError`][exitsafe.HandleClosedError] after release.
+            [`HandleClosedError`][exitsafe.HandleClosedError] after release.
 
     Raises:
         ValueError: `ptr` is NULL.
@@ -328,6 +367,11 @@ def track(
     )
 
 
+@explained(
+    "exitsafe.ctypes.handle_of",
+    "exitsafe.ctypes.handle_of(ptr)",
+    needs={"ptr": "the pointer (or library) whose handle to find"},
+)
 def handle_of(ptr: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live handle tracking the address of `ptr`, or `None`.
 
@@ -346,6 +390,11 @@ def handle_of(ptr: object, *, registry: Optional[Registry] = None) -> Optional[H
     return _handle_of(ptr, registry=registry)
 
 
+@explained(
+    "exitsafe.ctypes.pinned",
+    "exitsafe.ctypes.pinned(lib)",
+    needs={"lib": "the library, what ctypes.CDLL() returned"},
+)
 def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Handle]:
     """The live pin of `lib` in `registry`, or `None`.
 
@@ -363,6 +412,11 @@ def pinned(lib: object, *, registry: Optional[Registry] = None) -> Optional[Hand
     return _ADAPTER.pin_of(lib, registry_arg(registry))
 
 
+@explained(
+    "exitsafe.ctypes.pin",
+    "exitsafe.ctypes.pin(lib)",
+    needs={"lib": "the library, what ctypes.CDLL() returned"},
+)
 def pin(
     lib: object,
     *,
@@ -400,7 +454,7 @@ def pin(
 
     Returns:
         The pin, a handle of kind `"library"`.  Pinning the same library again in the same
-        registry returns the existing pin with one more owner.
+            registry returns the existing pin with one more owner.
 
     Raises:
         ValueError: the library is already pinned in this registry with a different
@@ -433,6 +487,16 @@ def _with_onerror(fn: Callable[..., Any], onerror: OnError, default: Any) -> Cal
     return call
 
 
+@explained(
+    "exitsafe.ctypes.callback",
+    "exitsafe.ctypes.callback(ctypes.CFUNCTYPE(None, ctypes.c_int), fn)",
+    diagnose=first_argument(
+        _is_prototype,
+        "the first argument must be the prototype (a ctypes.CFUNCTYPE(restype, *argtypes) "
+        "type), before the function",
+    ),
+    needs={"fn": "the Python function C calls"},
+)
 def callback(
     proto: type,
     fn: Callable[..., Any],
@@ -473,7 +537,7 @@ def callback(
 
     Returns:
         A handle of kind `"callback"`: pass `handle.raw` to C, `handle.release()` to
-        retire it.
+            retire it.
 
     Example:
         ```python
@@ -482,12 +546,27 @@ def callback(
         lib.set_logger(cb.raw)
         ```
     """
-    if not (isinstance(proto, type) and issubclass(proto, _ctypes.CFuncPtr)):
+    if not _is_prototype(proto):
+        if _is_prototype(fn):
+            hint = ": the prototype comes before the function. Write callback(proto, fn)"
+        elif isinstance(proto, _ctypes.CFuncPtr):
+            hint = (
+                ": that is a function pointer already made from a prototype (PROTO(fn)); "
+                "pass the prototype itself, callback(PROTO, fn)"
+            )
+        elif isinstance(proto, str):
+            hint = (
+                ": a C type as a string is cffi's form; for ctypes write the type, such as "
+                "ctypes.CFUNCTYPE(None, ctypes.c_int)"
+            )
+        else:
+            hint = ", such as ctypes.CFUNCTYPE(None, ctypes.c_int)"
         raise TypeError(
-            f"proto must be a ctypes function type made by CFUNCTYPE / WINFUNCTYPE, got {proto!r}"
+            f"proto must be a ctypes function type made by CFUNCTYPE / WINFUNCTYPE, got "
+            f"{describe(proto)}{hint}"
         )
     if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        raise TypeError(not_a_function("fn", fn))
     if onerror is not None and not callable(onerror):
         raise TypeError(f"onerror must be callable or None, got {type(onerror).__name__}")
     reg = registry_arg(registry)
@@ -526,9 +605,19 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
         exitsafe.ctypes.call(lib.device_run, device, 10)
         ```
     """
-    return _call(fn, *args)
+    try:
+        return _call(fn, *args)
+    except TypeError:
+        if callable(fn):
+            raise
+        raise TypeError(not_a_foreign_function("exitsafe.ctypes.call", fn, args)) from None
 
 
+@explained(
+    "exitsafe.ctypes.borrowing",
+    "exitsafe.ctypes.borrowing(lib)",
+    needs={"lib": "the library, what ctypes.CDLL() returned"},
+)
 def borrowing(lib: object) -> BorrowingLibrary:
     """A view of `lib` whose functions borrow their handle arguments, as
     [`call`][exitsafe.ctypes.call] does.
@@ -538,7 +627,7 @@ def borrowing(lib: object) -> BorrowingLibrary:
 
     Returns:
         An object whose attributes are `lib`'s functions wrapped like `call`; other
-        attributes are `lib`'s own.
+            attributes are `lib`'s own.
 
     Raises:
         TypeError: `lib` cannot be a library: `None`, a number (a raw library handle has no

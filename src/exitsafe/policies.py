@@ -77,7 +77,7 @@ def any_leak(*policies: Policy) -> Callable[[HandleInfo], str]:
 
     Returns:
         A policy (a callable taking a [`HandleInfo`][exitsafe.lowlevel.HandleInfo]) to pass as
-        `exit_policy`; its `__name__` lists the combined policies.
+            `exit_policy`; its `__name__` lists the combined policies.
 
     Raises:
         ValueError: an element is neither `"release"`, `"leak"` nor callable.

@@ -117,7 +117,7 @@ def teardown_on_signals(
 
     Returns:
         `{signum: previous handler}` for every signal whose handler was installed (the
-        signals left alone are missing), to restore them with `signal.signal` if needed.
+            signals left alone are missing), to restore them with `signal.signal` if needed.
 
     Raises:
         ValueError: an unknown signal or mode, SIGKILL / SIGSTOP (which no process can
@@ -170,13 +170,25 @@ def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
     raise SystemExit(128 + signum)
 
 
+#: Whether this process is ending by a signal (``_teardown_and_die`` began): a second
+#: signal landing in its handler before the teardown holds signals back (an import, the
+#: first bytecodes) is dropped, not a second teardown nested in the first.
+_dying: list[bool] = [False]
+
+
 def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
+    if _dying[0]:
+        return  # (the process is about to end by the first signal)
     if _sync.reentered():
         _send_again(signum)
         return
-    sys.setrecursionlimit(sys.getrecursionlimit() + _TEARDOWN_ROOM)  # (see _TEARDOWN_ROOM)
-    _acted_on(signum)
-    _teardown_and_die(signum)
+    _dying[0] = True
+    try:
+        sys.setrecursionlimit(sys.getrecursionlimit() + _TEARDOWN_ROOM)  # (see _TEARDOWN_ROOM)
+        _acted_on(signum)
+        _teardown_and_die(signum)
+    finally:
+        _dying[0] = False  # (still alive: the signal's default action did not end it)
 
 
 def _teardown_and_die(signum: int) -> None:

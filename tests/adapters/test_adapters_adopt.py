@@ -83,12 +83,39 @@ def test_adopt_leak_policy_with_neutralize_makes_the_finalizer_a_no_op(reg):
     assert log == []  # its own __del__ found nothing to close
 
 
-def test_adopt_release_policy_does_not_neutralize(reg):
+class ReadsBack(Resource):
+    """A finalizer that is not idempotent (wgpu's read-back in __del__): it acts on the
+    native object whether or not it was closed."""
+
+    def close(self):
+        self.log.append(f"close {self.label}")
+        self.closed = True
+
+    def __del__(self):
+        if self._handle is not None:
+            closed = getattr(self, "closed", False)
+            self.log.append("read back" + (" a closed object" if closed else ""))
+
+
+def test_adopt_neutralizes_after_a_successful_close_too(reg):
     log = []
-    r = Resource("r", log)
-    adopt(r, registry=reg, neutralize="_handle")
+    r = ReadsBack("r", log)
+    h = adopt(r, registry=reg, neutralize="_handle")
+    h.release()
+    assert r._handle is None
+    del r
+    gc.collect()
+    assert log == ["close r"]  # its own __del__ found nothing to act on
+
+
+def test_adopt_without_neutralize_leaves_a_non_idempotent_finalizer_acting(reg):
+    log = []
+    r = ReadsBack("r", log)
+    adopt(r, registry=reg)
     reg.teardown()
-    assert log == ["r"]
+    del r
+    gc.collect()
+    assert log == ["close r", "read back a closed object"]
 
 
 def test_adopt_after_teardown_is_leaked_and_neutralized():
@@ -257,3 +284,21 @@ def test_handle_of_and_depends_on_errors(reg):
         adopt(Resource("r", []), registry=reg, depends_on=[object()])
     with pytest.raises(TypeError, match="Registry"):
         adopt(Resource("r", []), registry="default")
+
+
+def test_a_closed_adopted_object_is_no_longer_referenced(reg):
+    # (found with issue 26: every adopted object stayed referenced after its close)
+    import weakref
+
+    log = []
+    released = Resource("released", log)
+    h = adopt(released, registry=reg)
+    h.release()
+    at_teardown = Resource("at teardown", log)
+    adopt(at_teardown, registry=reg)
+    reg.teardown()
+    refs = [weakref.ref(released), weakref.ref(at_teardown)]
+    del released, at_teardown, h
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+    assert log == ["released", "at teardown"]

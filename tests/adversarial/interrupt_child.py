@@ -87,8 +87,13 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
 _PKG = os.path.dirname(os.path.abspath(exitsafe.__file__)) + os.sep
-#: exitsafe's own tooling, not its runtime: never a place an interrupt is delivered.
-_NOT_RUNTIME = (_PKG + "testing" + os.sep, _PKG + "lab" + os.sep)
+#: exitsafe's own tooling, not its runtime: never a place an interrupt is delivered.  So is
+#: ``_usage``, the public functions' wrappers that only word the errors of wrong calls: they
+#: hold no state, and a call they pass on is the API call (an interrupt as it returns lands
+#: at the boundary, as at the return of the function itself).
+_NOT_RUNTIME = (
+    _PKG + "testing" + os.sep, _PKG + "lab" + os.sep, _PKG + "_usage.py",
+)
 
 #: A teardown waits this long (instead of 5 s) for a release or a borrow in flight, so
 #: that a run in which it waits for one nobody runs stays short; ``waited`` says so.
@@ -120,6 +125,42 @@ def _ours_caller(frame: FrameType) -> bool:
 
 
 # ---------------------------------------------------------------------- the interrupter
+
+
+_gaps: dict[CodeType, frozenset[int]] = {}
+
+
+def _outside_its_try(code: CodeType, offset: int) -> bool:
+    """Whether the instruction at ``offset`` is a ``NOT_TAKEN`` that the compiler left out
+    of the exception table although the conditional jump it follows is in it: CPython
+    3.14's compiler inserts ``NOT_TAKEN`` after its exception handlers are assigned
+    (python/cpython#137681), and leaves many of them covered by no handler (3.14.10: 80
+    in exitsafe; 3.15.2: none), so that an
+    exception there, raised by a tracer of instructions (``f_trace_opcodes``, a
+    ``sys.monitoring`` INSTRUCTION tool) in which the signal handler runs, leaves the
+    frame past every ``try`` of the source.  No Python code can handle it: such a run is
+    reported apart (`Sweep.gaps`), not as exitsafe's failure.  (Nothing acts on a signal
+    there without such a tracer; a BRANCH_LEFT callback's exception is raised at the
+    jump, which is covered.)"""
+    found = _gaps.get(code)
+    if found is None:
+        entries = getattr(dis.Bytecode(code), "exception_entries", ())
+
+        def covered(at: int) -> bool:
+            return any(e.start <= at < e.end for e in entries)
+
+        gaps, previous = set(), None
+        for ins in dis.get_instructions(code):
+            if (
+                ins.opname == "NOT_TAKEN"
+                and previous is not None
+                and covered(previous.offset)
+                and not covered(ins.offset)
+            ):
+                gaps.add(ins.offset)
+            previous = ins
+        found = _gaps[code] = frozenset(gaps)
+    return offset in found
 
 
 def _settrace_delivers_opcodes() -> bool:
@@ -279,8 +320,8 @@ class Interrupter:
             return
         code = frame.f_code
         line = frame.f_lineno
+        lasti = frame.f_lasti if offset is None else offset
         if event == "opcode":
-            lasti = frame.f_lasti if offset is None else offset
             what = "opcode " + self._opname(code, lasti)
             if line is None:  # (an exception handler's instruction has no line: 3.12+)
                 line = f"?@{lasti}"
@@ -290,9 +331,16 @@ class Interrupter:
             "event": what,
             # (at the return of the outermost frame of exitsafe's code: the API returns)
             "boundary": _at_return(event, what) and not _ours_caller(frame),
-            # (as a finalizer starts: see exitsafe._live.take_lost)
+            # (as a finalizer starts, before any of its instructions ran: see
+            # exitsafe._live.take_lost; on CPython 3.9 and 3.10 a tracer's first ``line``
+            # event comes there too, before the try's SETUP_FINALLY at offset 0)
             "finalizer_entry": code.co_name == "__del__"
-            and (event in ("call", "entry") or (event == "opcode" and lasti == 0)),
+            and (
+                event in ("call", "entry")
+                or (event in ("opcode", "line") and lasti == 0)
+            ),
+            # (an instruction the compiler left out of its try: see _outside_its_try)
+            "compiler_gap": event == "opcode" and _outside_its_try(code, lasti),
             "file": os.path.relpath(code.co_filename, _PKG),
             "line": line,
             "function": getattr(code, "co_qualname", code.co_name),
@@ -702,7 +750,7 @@ def run_once(name: str, inter: Optional[Interrupter], at: int) -> dict[str, Any]
         while _sync.reentered():
             _sync.release()
     if _sync.pending():
-        failures.append(("queued-left", f"{len(_sync._deferred)} item(s)"))
+        failures.append(("queued-left", f"{len(_sync.deferred)} item(s)"))
 
     entries = p.reg.ledger()
     counts = p.reg.ledger_counts()

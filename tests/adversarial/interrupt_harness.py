@@ -70,6 +70,9 @@ class Sweep:
     stride: int = 1
     monitoring: bool = False
     failing: list[dict[str, Any]] = field(default_factory=list)  # the runs that broke one
+    #: the runs that broke one with the interrupt at an instruction the compiler left out
+    #: of its ``try`` (CPython 3.14's NOT_TAKEN: see the child's ``_outside_its_try``)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # the child printed its last line
     stderr: str = ""
     returncode: Optional[int] = None
@@ -89,12 +92,19 @@ class Sweep:
             out[_place(run)].append(run["at"])
         return dict(out)
 
-    def describe(self, limit: int = 60) -> str:
-        """The failing runs grouped by where the interrupt landed, for an assertion."""
+    def describe(self, limit: int = 60, gaps: bool = False) -> str:
+        """The failing runs grouped by where the interrupt landed, for an assertion
+        (``gaps``: the runs of `gaps` instead)."""
+        runs = self.gaps if gaps else self.failing
+        what = (
+            "broke a promise at an instruction the compiler left out of its try"
+            if gaps
+            else "broke a promise"
+        )
         head = (
             f"section {self.section!r}, mode {self.mode}, {self.core} core, CPython "
-            f"{self.python}: {len(self.failing)} of {self.runs} interrupted runs broke a "
-            f"promise ({self.events} events, stride {self.stride}"
+            f"{self.python}: {len(runs)} of {self.runs} interrupted runs {what} "
+            f"({self.events} events, stride {self.stride}"
             f"{', sys.monitoring' if self.monitoring else ''})"
         )
         if not self.finished:
@@ -103,7 +113,7 @@ class Sweep:
                 + self.stderr[-3000:]
             )
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for run in self.failing:
+        for run in runs:
             groups[_place(run)].append(run)
         lines = [head]
         for place, runs in list(groups.items())[:limit]:
@@ -163,6 +173,10 @@ def sweep(
             result.monitoring = item["monitoring"]
             if item["core"] != ("compiled" if core == "compiled" else "python"):
                 raise AssertionError(f"asked for the {core} core, got {item['core']}")
+        elif (item.get("fired") or {}).get("compiler_gap") and all(
+            check != "harness" for check, _ in item["failures"]
+        ):
+            result.gaps.append(item)
         else:
             result.failing.append(item)
     return result

@@ -56,7 +56,7 @@ def test_adopt_refuses_a_neutralize_argument_that_is_no_name(reg, attr):
         def close(self) -> None:
             pass
 
-    with pytest.raises(TypeError, match=r"^neutralize must be an attribute name"):
+    with pytest.raises(TypeError, match=r"^exitsafe\.adopt\(\): neutralize must be an attribute"):
         exitsafe.adopt(Conn(), neutralize=attr, registry=reg)
     assert reg.live_handles() == []
 

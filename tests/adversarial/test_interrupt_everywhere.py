@@ -20,6 +20,14 @@ stride in the ``opcode`` mode (about 40 runs per sweep); ``EXITSAFE_EVERY_LINE=1
 N there too.  A failure lists each place an interrupt broke a promise: function, file and
 line, event, and the N of those runs.
 
+One kind of place is reported as a warning (``CompilerGap``), not a failure: CPython
+3.14's compiler leaves many ``NOT_TAKEN`` instructions (after a conditional jump) out of
+the exception table of the ``try`` around them (python/cpython#137681; 3.15 covers them),
+so that an exception raised there by a tracer of instructions (``f_trace_opcodes``, a
+``sys.monitoring`` INSTRUCTION tool: the ``opcode`` mode) leaves the frame past every
+handler of the source.  (No signal is acted on there without such a tracer, and a
+BRANCH_LEFT callback's exception is raised at the jump, which is covered.)
+
 These tests guard the redesign of the core's state changes (one owner for every state
 change): the failures they report today are fixed there, not here.
 """
@@ -27,6 +35,7 @@ change): the failures they report today are fixed there, not here.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import pytest
 
@@ -49,7 +58,15 @@ def _sweep(section: str, mode: str, core: str) -> Sweep:
             f"no place for an interrupt"
         )
     assert result.runs > 0, result.describe()
+    if result.gaps:
+        warnings.warn(CompilerGap(result.describe(gaps=True)), stacklevel=2)
     return result
+
+
+class CompilerGap(UserWarning):
+    """Runs whose interrupt landed at an instruction that the compiler left out of the
+    ``try`` around it (CPython 3.14's ``NOT_TAKEN``, see the harness): no Python code can
+    handle an exception there, so these runs are shown as this warning, not failed."""
 
 
 @pytest.mark.parametrize("core", list(CORES))

@@ -5,8 +5,8 @@ while the ledger is being written.  The counts were read apart from the entries,
 under the lock but not under the same hold: "counts sum 137403, entries 203381,
 dropped_entries 0".  Here another thread registers at *every* step exitsafe takes on the
 exiting thread outside its lock once the registries are closed (a tracer on the exiting
-thread starts that thread and waits for it), which forces every interleaving such a
-thread could produce.
+thread asks that thread, started before the exit, and waits for it), which forces every
+interleaving such a thread could produce.
 """
 
 from __future__ import annotations
@@ -28,15 +28,29 @@ BODY = """
     ]
     keep = [reg.track(i, record, name=f"{reg.name}{i}") for reg in regs for i in range(5)]
     late = [0]
+    # The other thread is started now and asked for each registration: CPython 3.12
+    # refuses to start a thread in an atexit callback ("can't create new thread at
+    # interpreter shutdown", python/cpython#104690, allowed again in 3.13), and a daemon
+    # thread started before still runs there.
+    ask, done = threading.Event(), threading.Event()
+
+    def serve():
+        while True:
+            ask.wait()
+            ask.clear()
+            try:
+                for reg in regs:
+                    reg.track("late", record, name=f"late{late[0]}")
+                late[0] += 1
+            finally:
+                done.set()
+
+    threading.Thread(target=serve, name="late registrations", daemon=True).start()
 
     def register_from_another_thread():
-        def register():
-            for reg in regs:
-                reg.track("late", record, name=f"late{late[0]}")
-            late[0] += 1
-        t = threading.Thread(target=register)
-        t.start()
-        t.join()
+        done.clear()
+        ask.set()
+        done.wait()
 
     from exitsafe import _collection
 

@@ -100,3 +100,41 @@ def test_an_interp_placeholder_names_every_interpreters_file(tmp_path, core):
     )
     assert _outcomes(tmp_path / "ledger-0.json") == {"main": "released_at_exit"}
     assert _outcomes(tmp_path / f"ledger-{ids[1]}.json") == {"sub1": "released_at_exit"}
+
+
+@pytest.mark.parametrize("core", list(CORES))
+def test_a_subinterpreters_exitsafe_adds_nothing_to_the_main_interpreters_collector(
+    tmp_path, core
+):
+    """CPython 3.9's ``gc`` module is single-phase init: a legacy subinterpreter's
+    ``gc.callbacks`` is the main interpreter's list.  exitsafe imported there added its
+    collection callback to the main interpreter's list, which then called it at every
+    collection of the main interpreter, and after the subinterpreter ended with its module
+    globals cleared ("Exception ignored in: <function _on_collection ...>", TypeError)."""
+    run = run_program(
+        textwrap.dedent(
+            """
+            try:
+                import _interpreters as api  # 3.13+
+
+                sub = api.create("legacy")
+            except ImportError:
+                import _xxsubinterpreters as api  # 3.8-3.12
+
+                try:
+                    sub = api.create(isolated=False)  # 3.12
+                except TypeError:  # 3.8-3.11: legacy only
+                    sub = api.create()
+            before = list(gc.callbacks)
+            api.run_string(sub, "import exitsafe")
+            print("during", len(gc.callbacks) - len(before), flush=True)
+            api.destroy(sub)
+            gc.collect()
+            print("after", len(gc.callbacks) - len(before), flush=True)
+            """
+        ),
+        tmp_path,
+        env={"EXITSAFE_PURE_PYTHON": CORES[core]},
+    )
+    assert_clean(run)
+    assert run.stdout.split() == ["during", "0", "after", "0"], run.describe()

@@ -503,3 +503,36 @@ def test_the_main_thread_borrowing_late_in_the_exit_is_never_parked(tmp_path, im
     assert run.returncode == 0, run.describe()
     assert run.order[0] == "released x"
     assert run.order[1:] in ([], ["HandleClosedError"]), run.describe()
+
+
+BLOCKED_IN_RECV = """
+    import socket
+    ours, peer = socket.socketpair()
+    conn = exitsafe.track(ours, lambda sock: (sock.close(), record("socket closed")), name="conn")
+
+    def serve():  # blocked in a native call no stop event reaches
+        while True:
+            data = ours.recv(1024)
+            if not data:
+                record("recv returned: peer closed")
+                return
+
+    t = threading.Thread(target=serve, name="server")
+    t.start()
+    WORKER
+    print("main done", flush=True)
+"""
+
+
+def test_a_worker_blocked_in_a_native_call_is_woken_then_joined(tmp_path):
+    declare = "exitsafe.worker(t, wake=peer.close, uses=[conn])"
+    run = run_program(BLOCKED_IN_RECV.replace("WORKER", declare), tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == ["recv returned: peer closed", "socket closed"]
+    assert run.outcomes() == {"worker server": "hook_ran", "conn": "released_at_exit"}
+
+
+def test_without_a_wake_action_the_blocked_worker_keeps_the_exit_waiting(tmp_path):
+    run = run_program(BLOCKED_IN_RECV.replace("WORKER", ""), tmp_path, timeout=5)
+    assert run.hung and "main done" in run.stdout
+    assert run.order == []

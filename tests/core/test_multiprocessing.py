@@ -106,3 +106,60 @@ def test_with_pool_terminates_workers_and_nothing_runs_there(tmp_path):
     assert_clean(run, allow=("DeprecationWarning",))
     main = next(x for x in run.order if x.startswith("main ")).split()[1]
     assert [x for x in run.order if x.endswith("main-handle")] == [f"{main} main-handle"]
+
+
+TERMINATED = """
+    import functools
+    import multiprocessing
+    from exitsafe.signals import teardown_on_signals
+
+    KEEP = []
+
+    def release(raw):
+        record(f"{os.getpid()} {raw}")
+
+    def work(i):
+        KEEP.append(exitsafe.track(f"w{i}", release, name=f"w{i}"))
+        return os.getpid()
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context(METHOD)
+        # The recipe: each worker turns SIGTERM (what terminate() sends) into its teardown.
+        init = functools.partial(teardown_on_signals, "SIGTERM", mode="immediate")
+        with ctx.Pool(2, initializer=init) as pool:  # ends with terminate()
+            pids = set(pool.map(work, range(4), chunksize=1))
+        record(f"main {sorted(pids)}")
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signals")
+@pytest.mark.parametrize("method", METHODS)
+def test_with_pool_terminated_workers_tear_down_with_the_signal_recipe(tmp_path, method):
+    run = run_program(TERMINATED.replace("METHOD", repr(method)), tmp_path, timeout=120)
+    assert_clean(run, allow=("DeprecationWarning",))
+    assert "failed" not in run.stderr
+    released = sorted(x.split()[1] for x in run.order if not x.startswith("main "))
+    assert released == ["w0", "w1", "w2", "w3"], run.describe()
+
+
+def test_the_immediate_handler_imports_nothing(tmp_path):
+    # A second signal landing while the first one's handler imported the teardown's
+    # modules found them half-executed (a terminated pool worker released nothing):
+    # installing the handler imports them.
+    body = """
+    import signal
+    from exitsafe.signals import teardown_on_signals
+
+    teardown_on_signals("SIGTERM", mode="immediate")
+    imported = []
+    sys.addaudithook(lambda event, args: event == "import" and imported.append(args[0]))
+
+    def release(raw):
+        record("imported in the handler: " + ",".join(imported))
+
+    h = exitsafe.track("x", release, name="x")
+    os.kill(os.getpid(), signal.SIGTERM)
+    """
+    run = run_program(body, tmp_path)
+    assert run.returncode == -15
+    assert run.order == ["imported in the handler: "]

@@ -206,6 +206,124 @@ def test_worker_arguments_are_checked(reg):
         reg.worker(threading.Thread(target=print), stop=threading.Event(), uses=["session"])
 
 
+class QtLikeThread:
+    """A thread with Qt's QThread interface: wait(ms) -> bool, isRunning(), quit()."""
+
+    def __init__(self, body) -> None:
+        self.quitting = threading.Event()
+        self.waited = threading.Event()
+        self.waited_ms: list[int] = []
+        self._thread = threading.Thread(target=body, args=(self.quitting,), daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def quit(self) -> None:
+        self.quitting.set()
+
+    def isRunning(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, ms: int) -> bool:
+        self.waited_ms.append(ms)
+        self.waited.set()
+        self._thread.join(ms / 1000)
+        return not self._thread.is_alive()
+
+    def objectName(self) -> str:
+        return "render"
+
+
+def test_a_worker_may_be_a_qthread_like_object(reg):
+    log: list[str] = []
+    h = reg.track("gl", lambda raw: log.append("released"), name="gl")
+
+    def body(quitting: threading.Event) -> None:
+        quitting.wait(LONG)
+        thread.waited.wait(LONG)  # (runs until waited for: the wait is observed)
+        log.append("thread ended")
+
+    thread = QtLikeThread(body)
+    thread.start()
+    reg.worker(thread, stop=thread.quit, uses=[h], timeout=LONG)
+    reg.teardown()
+    assert log == ["thread ended", "released"]
+    assert thread.waited_ms == [int(LONG * 1000)]
+    assert outcomes(reg) == {"worker render": Outcome.HOOK_RAN, "gl": Outcome.RELEASED_AT_EXIT}
+
+
+def test_a_qthread_like_worker_that_does_not_end_leaves_its_handles_leaked(reg):
+    h = reg.track("gl", print, name="gl")
+    never = threading.Event()
+    thread = QtLikeThread(lambda quitting: never.wait(LONG))
+    thread.start()
+    reg.worker(thread, stop=thread.quit, uses=[h], timeout=0.05, name="render")
+    reg.teardown()
+    never.set()
+    got = {e.name: (e.outcome, e.detail) for e in reg.ledger()}
+    assert got["render"][0] == Outcome.HOOK_TIMEOUT
+    assert "worker 'render' still running 0.05 s after it was asked to stop" in got["render"][1]
+    assert got["gl"][0] == Outcome.LEAKED_DEPENDENT
+
+
+def test_a_process_like_worker_is_joined(reg):
+    class ProcessLike:  # multiprocessing.Process's interface: join(timeout), is_alive()
+        name = "exporter"
+
+        def __init__(self) -> None:
+            self.joined: list[float] = []
+            self.alive = True
+
+        def join(self, timeout: float) -> None:
+            self.joined.append(timeout)
+            self.alive = False
+
+        def is_alive(self) -> bool:
+            return self.alive
+
+    worker = ProcessLike()
+    reg.worker(worker, stop=lambda: None, timeout=2.0)
+    reg.teardown()
+    assert worker.joined == [2.0]
+    assert outcomes(reg) == {"worker exporter": Outcome.HOOK_RAN}
+
+
+def test_wake_runs_once_after_the_stop_request_and_before_the_join(reg):
+    log: list[str] = []
+    h = reg.track("socket", lambda raw: log.append("released"), name="socket")
+    woken = threading.Event()
+
+    def blocked_in_a_call() -> None:  # a call only the wake action ends
+        woken.wait(LONG)
+        log.append("call returned")
+
+    thread = start(blocked_in_a_call, daemon=True)
+    stop = threading.Event()
+    reg.worker(thread, stop=lambda: (log.append("stop"), stop.set()),
+               wake=lambda: (log.append("wake"), woken.set()), uses=[h])
+    reg.teardown()
+    assert log == ["stop", "wake", "call returned", "released"]
+
+
+def test_wake_alone_is_enough_and_its_failure_is_recorded(reg):
+    h = reg.track("socket", print, name="socket")
+    done = threading.Event()
+    thread = start(lambda: done.wait(LONG), daemon=True)
+    reg.worker(thread, wake=lambda: (done.set(), 1 / 0), uses=[h], name="w")
+    reg.teardown()
+    got = {e.name: (e.outcome, e.detail) for e in reg.ledger()}
+    assert got["w"][0] == Outcome.HOOK_FAILED and "ZeroDivisionError" in got["w"][1]
+
+
+def test_worker_kinds_and_actions_are_checked(reg):
+    with pytest.raises(TypeError, match=r"or wait\(ms\) and isRunning\(\) \(a QThread\); got str"):
+        reg.worker("thread", stop=threading.Event())
+    with pytest.raises(TypeError, match=r"needs stop= \(an Event or a callable\) or wake="):
+        reg.worker(threading.Thread(target=print))
+    with pytest.raises(TypeError, match="wake must be a callable, got int"):
+        reg.worker(threading.Thread(target=print), wake=5)
+
+
 def test_a_wrapper_given_where_the_core_takes_handles_is_refused_with_a_hint(reg):
     # The core's track, on_teardown and worker take handles; the error says to pass the
     # wrapper's .handle (the adapters' depends_on take wrappers themselves).

@@ -93,7 +93,7 @@ def test_demo_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main(["--list"]) == 0
     out = capsys.readouterr().out
     assert [line.split()[0] for line in out.splitlines() if line.startswith("S")] == [
-        f"S{n}" for n in range(1, 12)
+        f"S{n}" for n in range(1, 14)
     ]
 
 

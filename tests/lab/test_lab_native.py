@@ -218,6 +218,26 @@ FATAL_CASES = {
         "rt.rt_shutdown(); rt.rt_shutdown()",
         "FATAL: runtime used after it was torn down (rt_shutdown",
     ),
+    "rt_shutdown while rt_filter runs": (
+        """
+threading.Thread(target=rt.rt_filter, args=(5000,), daemon=True).start()
+while not rt.rt_filters_running():
+    time.sleep(0.001)
+rt.rt_shutdown()
+""",
+        "FATAL: rt_shutdown() while rt_filter is running on another thread (1 call(s) in"
+        " progress)",
+    ),
+    "device released while a thread waits on it": (
+        """
+d = rt.rt_device_create(rt.rt_instance_create())
+threading.Thread(target=rt.rt_device_wait, args=(d,), daemon=True).start()
+while not rt.rt_device_waiting(d):
+    time.sleep(0.001)
+rt.rt_device_release(d)
+""",
+        "FATAL: device #2 released while rt_device_wait is blocked on it (1 thread(s) waiting)",
+    ),
     "NULL object": ("rt.rt_device_release(ffi.NULL)", "FATAL: rt_device_release: NULL device"),
     "not an object of the runtime": (
         "keep = ffi.new('char[256]'); rt.rt_device_release(ffi.cast('rt_device *', keep))",
@@ -520,6 +540,54 @@ def test_a_logger_still_registered_at_exit_crashes_the_interpreter(lab: Path) ->
         else:
             assert not proc.timed_out and proc.signal is None and reports, proc
     assert crashed > runs // 2, f"only {crashed} of {runs} runs crashed"
+
+
+# --- long and blocking calls ------------------------------------------------------------------
+
+
+def test_rt_filter_counts_the_calls_in_progress_and_shutdown_after_them_is_clean(
+    lab: Path,
+) -> None:
+    proc = lab_run(
+        """
+        threads = [threading.Thread(target=rt.rt_filter, args=(300,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        while rt.rt_filters_running() < 2:
+            time.sleep(0.001)
+        for t in threads:
+            t.join()
+        assert rt.rt_filters_running() == 0
+        assert rt.rt_filter(0) == 0
+        assert rt.rt_shutdown() == 0
+        print("ok")
+    """
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc
+
+
+def test_rt_device_wait_blocks_until_woken_and_then_returns_at_once(lab: Path) -> None:
+    proc = lab_run(
+        """
+        i = rt.rt_instance_create(); d = rt.rt_device_create(i)
+        got = []
+        t = threading.Thread(target=lambda: got.append(rt.rt_device_wait(d)), daemon=True)
+        t.start()
+        while not rt.rt_device_waiting(d):
+            time.sleep(0.001)
+        t.join(0.3)
+        assert t.is_alive() and rt.rt_device_waiting(d) == 1   # blocked: nothing woke it
+        assert rt.rt_device_wake(d) == 0
+        t.join(5)
+        assert not t.is_alive() and got == [1] and rt.rt_device_waiting(d) == 0
+        assert rt.rt_device_wait(d) == 1                        # woken for good
+        rt.rt_device_release(d); rt.rt_instance_release(i)
+        print("ok")
+    """
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc
+    (rep,) = lab_report.parse_leak_reports(proc.stderr)
+    assert rep.total == 0
 
 
 # --- lost devices --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The scenario catalogue S1-S11, run for real.
+"""The scenario catalogue S1-S13, run for real.
 
 For every scenario: the unprotected program must fail the way the catalogue says (a
 real SIGSEGV, a SIGABRT with the runtime's FATAL line, a hang killed on timeout, or a
@@ -64,7 +64,7 @@ def run_protected(
 
 
 def test_catalogue_lists_every_scenario_with_both_programs() -> None:
-    assert IDS == [f"S{n}" for n in range(1, 12)]
+    assert IDS == [f"S{n}" for n in range(1, 14)]
     for scenario in SCENARIOS:
         for protected in (False, True):
             path = scenario.script(protected)
@@ -157,6 +157,13 @@ def test_protected_exits_cleanly_under_the_leak_override(
     check(run)
     main = run.main_report
     assert main is not None and main.leaks == dict(scenario.leaks_when_leaking)
+
+
+def test_the_caller_s_quiesce_variable_does_not_reach_the_programs(
+    lab: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXITSAFE_QUIESCE", "1")  # would protect S12's unprotected program
+    check(runner.run_scenario(catalog.get("S12"), protected=False))
 
 
 def test_scenarios_can_run_as_modules(lab: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Tuple
@@ -26,6 +27,8 @@ REAL_ENVS = Path(os.environ.get("EXITSAFE_REAL_ENVS", HERE.parent.parent / ".ven
 
 Version = Tuple[int, int]
 TERMINATE = "terminate called without an active exception"
+#: glibc's abort when a ``catch (...)`` swallows a forced unwind and does not rethrow it
+NOT_RETHROWN = "FATAL: exception not rethrown"
 
 
 def _frames(result: ExitResult) -> Iterable[str]:
@@ -37,10 +40,34 @@ def _frames(result: ExitResult) -> Iterable[str]:
 
 def forced_unwind_abort(result: ExitResult, version: Version) -> bool:
     """<= 3.13: SIGABRT with libstdc++'s "terminate called without an active exception"
-    (``pthread_exit()``'s forced unwinding reached a C++ frame that may not unwind)."""
+    (``pthread_exit()``'s forced unwinding reached a C++ frame that may not unwind) or
+    glibc's "FATAL: exception not rethrown" (a ``catch (...)`` swallowed it)."""
     if version >= (3, 14):
         return not result.clean
-    return result.signal == "SIGABRT" and TERMINATE in result.stderr
+    return result.signal == "SIGABRT" and (
+        TERMINATE in result.stderr or NOT_RETHROWN in result.stderr
+    )
+
+
+def segfault_in_released_object(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: SIGSEGV (a thread's native call in flight wrote into memory the exit
+    teardown freed under it); 3.14+: any unclean end."""
+    if version >= (3, 14):
+        return not result.clean
+    return result.signal == "SIGSEGV"
+
+
+def writer_used_closed_file(result: ExitResult, version: Version) -> bool:
+    """The daemon writer used the dataset after exitsafe's teardown had closed the file:
+    its exception is printed ("Exception in thread writer", cut short when the thread is
+    ended while printing it, which ``result.clean`` does not see), or it was stopped by
+    finalization inside h5py holding h5py's global lock and the exit hangs (killed on
+    timeout)."""
+    if "Exception in thread" in result.stderr:
+        return True
+    if version >= (3, 14):
+        return not result.clean
+    return result.timed_out
 
 
 def hang_in_threading_shutdown(result: ExitResult, version: Version) -> bool:
@@ -51,13 +78,15 @@ def hang_in_threading_shutdown(result: ExitResult, version: Version) -> bool:
     return result.timed_out and {"_shutdown", "_python_exit"} <= functions
 
 
-def fork_child_hang(result: ExitResult, version: Version) -> bool:
-    """Killed on timeout after the fork, with the parent still waiting for the child."""
-    return (
-        result.timed_out
-        and "adapter:" in result.stdout
-        and "child exited" not in result.stdout
-    )
+def fork_child_unclean(result: ExitResult, version: Version) -> bool:
+    """After the fork, the child never ends cleanly: it hangs releasing the inherited
+    objects (killed on timeout, the parent still waiting for it) or dies by a signal
+    (the parent prints ``child exited with -N``); both were seen on the same machine."""
+    if "adapter:" not in result.stdout:
+        return False
+    if result.timed_out:
+        return "child exited" not in result.stdout
+    return re.search(r"child exited with -\d+", result.stdout) is not None
 
 
 @dataclass(frozen=True)
@@ -82,6 +111,10 @@ class Case:
     protected: Optional[str] = None
     #: runs of the protected program, each of which must exit cleanly
     protected_runs: int = 20
+    #: why the protected program does not exit cleanly every time yet (a limitation of
+    #: exitsafe found by the case): its test is then an expected failure with this reason,
+    #: and an unexpected pass says the limitation is gone
+    protected_unclean: Optional[str] = None
 
     def missing_system_library(self) -> Optional[str]:
         """Why the case cannot run on this machine's system libraries, or ``None``."""
@@ -140,15 +173,70 @@ CASES = [
         id="wgpu-fork-child",
         program="wgpu_fork_child.py",
         package="wgpu",
-        fails=fork_child_hang,
+        fails=fork_child_unclean,
         runs=3,
         timeout=10.0,
-        summary="forked child's sys.exit(0) hangs releasing inherited wgpu objects (lavapipe)",
+        summary="forked child's sys.exit(0) hangs or aborts releasing inherited wgpu objects",
         protected="wgpu_fork_child_protected.py",
         # Mesa prints an error line for a missing runtime dir; give it one
         env=(("XDG_RUNTIME_DIR", "/tmp"),),
         system=("/usr/share/vulkan/icd.d/lvp_icd*.json",
                 "Mesa lavapipe (Debian mesa-vulkan-drivers)"),
+    ),
+    Case(
+        id="h5py-daemon-writer",
+        program="h5py_daemon_writer.py",
+        package="h5py",
+        fails=writer_used_closed_file,
+        runs=3,
+        timeout=15.0,
+        summary="daemon thread writing an adopted h5py file at exit: the teardown closes it "
+                "under the writer (its exception printed, or a hang on h5py's lock)",
+        protected="h5py_daemon_writer_protected.py",
+        # Found here and fixed in exitsafe._quiesce: a library's function entered from its
+        # native code (h5py's Cython with_phil wrapper, holding h5py's lock) was taken for a
+        # safe point; sysconfig was first imported inside the profile function (a deadlock
+        # on the import lock, 3.13.0); on 3.9-3.11 a "return" by an exception killed the
+        # thread ("PyObject is NULL").  Measured since: 20 of 20 clean on 3.9, 3.10, 3.11
+        # and 3.13, 19 of 20 on 3.12 (a hang: a path where h5py's native code calls back into
+        # Python under its lock, e.g. weakref callbacks from its deallocations, may still
+        # look like a call from the program).  Kept an expected failure until 20 of 20.
+        protected_unclean=(
+            "exitsafe.quiesce() may still park the writer where h5py's native code called "
+            "back into Python under h5py's lock (19 of 20 clean on 3.12)"
+        ),
+    ),
+    Case(
+        id="cairocffi-daemon",
+        program="cairocffi_daemon.py",
+        package="cairocffi",
+        fails=segfault_in_released_object,
+        runs=3,
+        timeout=30.0,
+        summary="daemon thread filling an adopted cairo surface at exit: the teardown "
+                "finishes it under the fill: SIGSEGV in pixman",
+        protected="cairocffi_daemon_protected.py",
+        system=("/usr/lib/*/libcairo.so.2", "cairo (Debian libcairo2)"),
+    ),
+    Case(
+        id="opencv-daemon",
+        program="opencv_daemon.py",
+        package="cv2",
+        fails=forced_unwind_abort,
+        runs=3,
+        timeout=30.0,
+        summary="daemon thread in cv2.GaussianBlur at exit: SIGABRT (forced unwind)",
+        protected="opencv_daemon_protected.py",
+        # Found here and fixed in exitsafe._quiesce: cv2.GaussianBlur.__module__ is None and
+        # its type's module is builtins, so a worker in flight in it was taken for idle in
+        # the standard library (now: the module the name goes through, cv2).  Measured since:
+        # 20 of 20 clean on 3.9, 3.10, 3.11, 3.12 and 3.13 in series run alone, but one
+        # series on 3.9 under a loaded machine aborted 14 of 20 ("FATAL: exception not
+        # rethrown": the worker unwound, not parked), not yet explained.
+        protected_unclean=(
+            "exitsafe.quiesce() parks the worker in 20 of 20 runs on 3.9-3.13 run alone, but "
+            "one series on 3.9 under load aborted 14 of 20, not yet explained"
+        ),
     ),
 ]
 

@@ -1,5 +1,12 @@
 """Each real-binding program, protected by exitsafe, exits cleanly every time: N of N runs
-(``Case.protected_runs``, 20) on every interpreter the package has wheels for."""
+(``Case.protected_runs``, 20) on every interpreter the package has wheels for.
+
+Clean is ``ExitResult.clean`` and, besides, no "Traceback" and no "Exception in thread" on
+stderr: a thread ended while printing its exception leaves a line cut short, which the
+parser of ``exitsafe.testing`` does not take for one.  A case whose ``protected_unclean``
+names a limitation of exitsafe is an expected failure (not strict: the limitation shows
+in a few runs in a hundred for some); an unexpected pass says it is gone.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +21,21 @@ from .cases import CASES, Case
 from .conftest import environment_for, versions
 
 PROTECTED = [case for case in CASES if case.protected is not None]
+FORBIDDEN = ("Traceback", "Exception in thread")
+
+
+def clean(result: ExitResult) -> bool:
+    return result.clean and not any(text in result.stderr for text in FORBIDDEN)
 
 
 @pytest.mark.parametrize("version", versions())
 @pytest.mark.parametrize("case", PROTECTED, ids=[case.id for case in PROTECTED])
 def test_protected_program_exits_cleanly_every_time(
-    case: Case, version: str, tmp_path: Path
+    case: Case, version: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     env = environment_for(version, case)
+    if case.protected_unclean:
+        request.applymarker(pytest.mark.xfail(reason=case.protected_unclean, strict=False))
 
     def one(attempt: int) -> ExitResult:
         cwd = tmp_path / f"run-{attempt + 1}"
@@ -35,11 +49,22 @@ def test_protected_program_exits_cleanly_every_time(
         )
 
     # Two runs at a time (independent processes, each in its own directory): the 20 runs
-    # of every case and interpreter fit in CI's time that way.
+    # of every case and interpreter fit in CI's time that way.  An expected failure stops
+    # at the first pair with an unclean run.
+    results: list[ExitResult] = []
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(one, range(case.protected_runs)))
+        if not case.protected_unclean:
+            results = list(pool.map(one, range(case.protected_runs)))
+        for first in range(0, case.protected_runs if case.protected_unclean else 0, 2):
+            batch = range(first, min(first + 2, case.protected_runs))
+            results += pool.map(one, batch)
+            if not all(map(clean, results[-len(batch):])):
+                break
     for attempt, result in enumerate(results):
-        assert result.clean, (
+        printed = [text for text in FORBIDDEN if text in result.stderr]
+        assert clean(result), (
             f"{case.protected} on CPython {version}, run {attempt + 1} of "
-            f"{case.protected_runs}: {result.summary()}\n\n{result.report()}"
+            f"{case.protected_runs}: {result.summary()}"
+            + (f" (stderr has {', '.join(map(repr, printed))})" if printed else "")
+            + f"\n\n{result.report()}"
         )

@@ -15,7 +15,7 @@ import pytest
 
 from exitsafe.cli import main
 from exitsafe.testing import ExitResult, run_command
-from exitsafe.testing._diagnose import HINTS
+from exitsafe.testing._hints import HINTS
 
 from .catalogue import CASES, PROGRAMS, Case, build_lab, build_spin, missing
 

@@ -112,9 +112,9 @@ def test_daemon_thread_unwound_in_native_code(tmp_path: Path) -> None:
     assert first.startswith(
         "NOT CLEAN [thread-in-native]: a daemon thread 'inference-pool' was unwound inside native"
     )
-    assert "with handle.borrow():" in (diagnosis.hint or "")
+    assert "`exitsafe.quiesce()`" in (diagnosis.hint or "")
     assert "exitsafe.worker(thread, stop=stop_event, uses=[handle])" in (diagnosis.hint or "")
-    assert diagnosis.doc == "threads.md#workers"
+    assert diagnosis.doc == "threads.md#quiescing-the-threads-left-exitsafequiesce"
     # the program's own stderr line before the fatal error is shown by default
     assert "  terminate called without an active exception" in result.report()
 

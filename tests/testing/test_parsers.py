@@ -207,6 +207,34 @@ def test_faulthandler_dump_with_two_threads() -> None:
     assert "more noise" not in fatal.text
 
 
+#: CPython 3.14+: faulthandler adds the crashing thread's C stack after the Python stacks.
+SEGV_WITH_C_STACK = """\
+Fatal Python error: Segmentation fault
+
+Current thread 0x00007fd0532a6200 [python] (most recent call first):
+  File "/usr/lib/python3.14/ctypes/__init__.py", line 624 in string_at
+  File "crash.py", line 3 in <module>
+
+Current thread's C stack trace (most recent call first):
+  Binary file "/venv/bin/python", at _Py_DumpStack+0x4a [0x49b2f9]
+  Binary file "/usr/lib/x86_64-linux-gnu/libc.so.6", at +0x406b0 [0x7fd0532e76b0]
+  Binary file "/usr/lib/x86_64-linux-gnu/libffi.so.8", at ffi_call+0x155 [0x7fd052eaafe5]
+  <truncated rest of calls>
+
+Extension modules: _ctypes (total: 1)
+"""
+
+
+def test_the_c_stack_of_cpython_3_14_is_part_of_the_block() -> None:
+    (fatal,) = parse_fatal_errors(SEGV_WITH_C_STACK + "work done\n")
+    (thread,) = fatal.threads
+    assert [f.function for f in thread.frames] == ["string_at", "<module>"]
+    assert thread.notes == ()  # (the C stack is not the Python thread's)
+    assert fatal.extension_modules == ("_ctypes",)
+    assert "ffi_call+0x155" in fatal.text
+    assert "work done" not in fatal.text
+
+
 def test_py_fatal_error_during_finalization() -> None:
     (fatal,) = parse_fatal_errors(PY_FATAL_AT_SHUTDOWN)
     assert fatal.message.startswith("_enter_buffered_busy: could not acquire lock")

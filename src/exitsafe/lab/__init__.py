@@ -1,4 +1,4 @@
-"""exitsafe lab: a native test runtime and the scenario catalogue S1-S11.
+"""exitsafe lab: a native test runtime and the scenario catalogue S1-S13.
 
 The lab is imported only on demand (``import exitsafe`` never imports it, nor
 cffi).  Its parts:

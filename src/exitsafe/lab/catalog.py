@@ -1,4 +1,4 @@
-"""The scenario catalogue S1-S11: what each scenario is, and what each of its two programs must do.
+"""The scenario catalogue S1-S13: what each scenario is, and what each of its two programs must do.
 
 Every scenario has two standalone programs in `exitsafe.lab.scenarios`:
 ``sN_unprotected.py`` (the binding written the usual way) must fail as
@@ -68,7 +68,7 @@ class Failure:
 class Scenario:
     """One catalogue entry.
 
-    :ivar id: ``"S1"`` ... ``"S10"``.
+    :ivar id: ``"S1"`` ... ``"S13"``.
     :ivar title: the situation, in a line.
     :ivar short: the situation in a few words, for tables.
     :ivar failure: what the unprotected program must do.
@@ -292,6 +292,28 @@ CATALOG: Tuple[Scenario, ...] = (
         ),
         protected_by="quiesce: the call in flight is waited for, later calls park",
         leaks_when_leaking={"instances": 1, "devices": 1},
+    ),
+    Scenario(
+        id="S12",
+        short="thread inside a stateless native call",
+        title="a daemon thread is inside a stateless native function (no object) at exit",
+        failure=Failure(
+            "fatal",
+            "abort: the runtime is shut down under a running call",
+            fatal="rt_shutdown() while rt_filter is running on another thread",
+        ),
+        protected_by="quiesce: the thread parks between two calls, before the binding's exit "
+        "handler",
+        protected_trace=("quiesce threads=1 parked=1 running=0",),
+    ),
+    Scenario(
+        id="S13",
+        short="thread blocked in a native wait",
+        title="a non-daemon thread is blocked in a native call that only a wake ends",
+        failure=Failure("hang", "hang: the interpreter joins the blocked thread for ever"),
+        protected_by="worker wake: the blocked call returns, the thread ends, then the release",
+        leaks_when_leaking={"instances": 1, "devices": 1},
+        protected_trace=('name="worker events" outcome=hook_ran',),
     ),
 )
 

@@ -1,6 +1,6 @@
 """``exitsafe demo``: run the scenario catalogue without and with exitsafe, and show the table.
 
-For every selected scenario (all of S1-S11 by default) both programs run in
+For every selected scenario (all of S1-S13 by default) both programs run in
 fresh processes, in parallel: the unprotected one must fail the way the
 catalogue says, the protected one must exit 0 with exactly the leaks its
 exit policy allows.  Progress goes to stderr; the table (or, with
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="exitsafe demo",
         description=(
-            "Run the scenario catalogue (S1-S11) without and with exitsafe, each in a "
+            "Run the scenario catalogue (S1-S13) without and with exitsafe, each in a "
             "fresh process, and show what happened."
         ),
     )

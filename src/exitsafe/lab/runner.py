@@ -43,6 +43,7 @@ _SCRUBBED = (
     "EXITSAFE_STEP_TIMEOUT",
     "EXITSAFE_TEARDOWN_TIMEOUT",
     "EXITSAFE_LEDGER",
+    "EXITSAFE_QUIESCE",  # (it would quiesce the unprotected programs too: S12 would not fail)
     "EXITSAFE_LAB_LEAK_EXITCODE",
     "EXITSAFE_LAB_LEAK_REPORT",
 )

@@ -78,6 +78,9 @@ int rt_device_lose(rt_device *device);
 int rt_device_program(rt_device *device);
 int rt_device_run(rt_device *device, unsigned int ms);
 int rt_device_running(rt_device *device);
+int rt_device_wait(rt_device *device);
+int rt_device_wake(rt_device *device);
+int rt_device_waiting(rt_device *device);
 
 rt_buffer *rt_buffer_create(rt_device *device, size_t size);
 int rt_buffer_release(rt_buffer *buffer);
@@ -89,6 +92,9 @@ rt_catalog *rt_catalog_create(void);
 int rt_catalog_release(rt_catalog *catalog);
 int rt_catalog_count(rt_catalog *catalog);
 const char *rt_catalog_name(rt_catalog *catalog, int index);
+
+int rt_filter(unsigned int ms);
+int rt_filters_running(void);
 
 int rt_logger_register(rt_log_fn fn, unsigned int interval_us);
 int rt_logger_unregister(void);

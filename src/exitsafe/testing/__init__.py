@@ -24,15 +24,9 @@ from __future__ import annotations
 
 from ._children import ChildProcess
 from ._decode import NtStatus
-from ._diagnose import Diagnosis
-from ._result import (
-    AuditFinding,
-    CheckResult,
-    ExitNotClean,
-    ExitResult,
-    ExitResults,
-    assert_clean_exit,
-)
+from ._diagnosis import Diagnosis
+from ._records import AuditFinding, CheckResult
+from ._result import ExitNotClean, ExitResult, ExitResults, assert_clean_exit
 from ._runner import run, run_command
 
 __all__ = [

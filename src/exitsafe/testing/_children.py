@@ -96,7 +96,9 @@ class ChildProcess:
 
 
 @dataclass
-class _Seen:
+class SeenProcess:
+    """A process of the run's session as ``/proc`` showed it."""
+
     pid: int
     ppid: Optional[int]
     argv: tuple[str, ...]
@@ -126,9 +128,9 @@ def _cmdline(pid: int) -> tuple[str, ...]:
     return tuple(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)
 
 
-def session_processes(session: int) -> list[_Seen]:
+def session_processes(session: int) -> list[SeenProcess]:
     """The processes of ``session`` other than its leader (Linux; elsewhere empty)."""
-    found: list[_Seen] = []
+    found: list[SeenProcess] = []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -148,18 +150,18 @@ def session_processes(session: int) -> list[_Seen]:
                     exit_signal = signal.Signals(number).name
                 except ValueError:
                     exit_signal = f"SIG{number}"
-        found.append(_Seen(int(entry), ppid, _cmdline(int(entry)), state, exit_signal))
+        found.append(SeenProcess(int(entry), ppid, _cmdline(int(entry)), state, exit_signal))
     return found
 
 
-def _depth(seen: _Seen, by_pid: dict[int, _Seen]) -> int:
+def _depth(seen: SeenProcess, by_pid: dict[int, SeenProcess]) -> int:
     depth, ppid, guard = 0, seen.ppid, 0
     while ppid in by_pid and guard < 64:
         depth, ppid, guard = depth + 1, by_pid[ppid].ppid, guard + 1
     return depth
 
 
-def dump_and_list(session: int, dump: bool) -> list[_Seen]:
+def dump_and_list(session: int, dump: bool) -> list[SeenProcess]:
     """At a timeout: list the session's other processes and, with ``dump``, send each one
     still running ``SIGABRT`` (deepest first) so faulthandler writes its stacks, waiting
     up to `CHILD_DUMP_GRACE` for each to end."""
@@ -184,7 +186,7 @@ def dump_and_list(session: int, dump: bool) -> list[_Seen]:
 
 
 def collect(
-    run_dir: Optional[Path], root_pid: int, seen_at_timeout: Sequence[_Seen]
+    run_dir: Optional[Path], root_pid: int, seen_at_timeout: Sequence[SeenProcess]
 ) -> list[ChildProcess]:
     """The run's other processes: every one the start-up hook recorded and every one
     found in the session at a timeout, each with what happened to it."""

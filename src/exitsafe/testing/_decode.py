@@ -82,7 +82,7 @@ def decode_signal(returncode: Optional[int]) -> Optional[str]:
 
     Returns:
         The signal's name; `"SIG<N>"` for a number this system has no name for; `None`
-        when the process was not killed by a signal.
+            when the process was not killed by a signal.
     """
     if returncode is None or returncode >= 0 or PLATFORM == "win32":
         return None

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import IO, Literal, Mapping, Optional, Sequence, Union, overload
 
 from . import _children
-from ._result import CheckResult, ExitResult, ExitResults
+from ._records import CheckResult
+from ._result import ExitResult, ExitResults
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -240,14 +241,41 @@ def _run_process(
     run_dir: Optional[str],
     audit: bool,
 ) -> ExitResult:
+    started = time.monotonic()
+    proc = _start(argv, env, cwd)
+    ended = _wait(proc, started, timeout, dump_on_timeout)
+    returncode = proc.returncode
+    assert returncode is not None
+    children = _children.collect(
+        None if run_dir is None else Path(run_dir), proc.pid, ended.left_at_timeout
+    )
+    exit_phase, audit_state = _read_run_files(run_dir, proc.pid, audit)
+    return ExitResult.from_output(
+        argv,
+        returncode,
+        ended.readers[0].text(),
+        ended.readers[1].text(),
+        duration=ended.duration,
+        timed_out=ended.timed_out,
+        timeout=timeout,
+        children=children,
+        audited=audit,
+        audit_state=audit_state,
+        exit_phase=exit_phase,
+    )
+
+
+def _start(
+    argv: Sequence[str], env: dict[str, str], cwd: Optional[StrPath]
+) -> subprocess.Popen[bytes]:
+    """Start the program in a new session (POSIX) or process group (Windows), its output
+    captured."""
     kwargs: dict[str, object] = {}
     if os.name == "posix":
         kwargs["start_new_session"] = True
     else:
         kwargs["creationflags"] = _CREATE_NEW_PROCESS_GROUP
-    started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
-    proc = subprocess.Popen(
+    proc: subprocess.Popen[bytes] = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -256,8 +284,30 @@ def _run_process(
         cwd=None if cwd is None else os.fspath(cwd),
         **kwargs,  # type: ignore[call-overload]
     )
+    return proc
+
+
+@dataclasses.dataclass
+class _Ended:
+    """How the wait for a program ended."""
+
+    readers: tuple[_Reader, _Reader]
+    duration: float
+    timed_out: bool
+    left_at_timeout: list[_children.SeenProcess]
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    started: float,
+    timeout: Optional[float],
+    dump_on_timeout: bool,
+) -> _Ended:
+    """Wait for the program and for the end of its output, within ``timeout`` seconds from
+    ``started``; past it, dump and kill its process group."""
+    deadline = None if timeout is None else started + timeout
     timed_out = False
-    left_at_timeout: list[_children._Seen] = []
+    left_at_timeout: list[_children.SeenProcess] = []
     try:
         readers = (_Reader(proc.stdout), _Reader(proc.stderr))
         try:
@@ -287,38 +337,27 @@ def _run_process(
         _kill_group(proc)  # interrupted (KeyboardInterrupt ...): leave nothing running
         proc.wait()
         raise
-    returncode = proc.returncode
-    assert returncode is not None
-    children = _children.collect(
-        None if run_dir is None else Path(run_dir), proc.pid, left_at_timeout
-    )
+    return _Ended(readers, duration, timed_out, left_at_timeout)
+
+
+def _read_run_files(run_dir: Optional[str], pid: int, audit: bool) -> tuple[str, str]:
+    """What the start-up hook and the audit left in the run directory for the program:
+    (its ``exit-<pid>.txt``, its ``audit-<pid>.state`` as ``"<group> <R or D>"``)."""
     exit_phase = ""
     if run_dir is not None:
         try:
-            exit_phase = (Path(run_dir) / f"exit-{proc.pid}.txt").read_text("ascii").strip()
+            exit_phase = (Path(run_dir) / f"exit-{pid}.txt").read_text("ascii").strip()
         except (OSError, ValueError):
             exit_phase = ""
     audit_state = ""
     if run_dir is not None and audit:
         try:
-            raw = (Path(run_dir) / f"audit-{proc.pid}.state").read_bytes()
+            raw = (Path(run_dir) / f"audit-{pid}.state").read_bytes()
             audit_state = raw.decode("ascii", "replace")[:-1].strip() + " " + raw[-1:].decode(
                 "ascii", "replace")
         except (OSError, IndexError):
             audit_state = ""
-    return ExitResult.from_output(
-        argv,
-        returncode,
-        readers[0].text(),
-        readers[1].text(),
-        duration=duration,
-        timed_out=timed_out,
-        timeout=timeout,
-        children=children,
-        audited=audit,
-        audit_state=audit_state,
-        exit_phase=exit_phase,
-    )
+    return exit_phase, audit_state
 
 
 @overload
@@ -399,7 +438,7 @@ def run_command(
 
     Returns:
         An [`ExitResult`][exitsafe.testing.ExitResult] when `repeat` is 1, else an
-        [`ExitResults`][exitsafe.testing.ExitResults] with one result per run.
+            [`ExitResults`][exitsafe.testing.ExitResults] with one result per run.
 
     Raises:
         OSError: the command could not be started (`FileNotFoundError` for a missing
@@ -505,7 +544,7 @@ def run(
 
     Returns:
         An [`ExitResult`][exitsafe.testing.ExitResult]; for `repeat > 1` an
-        [`ExitResults`][exitsafe.testing.ExitResults].
+            [`ExitResults`][exitsafe.testing.ExitResults].
 
     Raises:
         TypeError: not exactly one of `code`, `script` and `module` was given, or `args` is

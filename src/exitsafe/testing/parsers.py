@@ -46,6 +46,11 @@ _THREAD = re.compile(
     r"(?: \[(?P<name>[^\]]*)\])? \(most recent call first\):\s*$"
 )
 _STACK = re.compile(r"^Stack \(most recent call first\):\s*$")
+#: CPython 3.14+'s faulthandler follows the Python stacks with the C stack of the crashing
+#: thread ("Current thread's C stack trace (most recent call first):", then indented
+#: ``Binary file "...", at symbol+0x...`` lines, or ``<cannot get C stack on this system>``):
+#: part of the block, not one of its threads.
+_C_STACK = re.compile(r"^.*\bC stack trace \(most recent call first\):\s*$")
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>-?\d+|\?+),? in (?P<func>.*?)\s*$')
 _EXTENSIONS = re.compile(r"^Extension modules: (?P<mods>.*?)(?: \(total: \d+\))?\s*$")
 _UNRAISABLE = re.compile(r"^Exception ignored(?P<rest>.*)$")
@@ -265,6 +270,7 @@ def _parse_fatal(lines: Sequence[str], start: int) -> tuple[FatalError, int]:
     runtime_state: Optional[str] = None
     extensions: list[str] = []
     threads: list[_ThreadBuilder] = []
+    c_stack = False  # in the C stack that 3.14+ prints after the Python stacks
     index = start + 1
     while index < len(lines):
         line = lines[index]
@@ -272,7 +278,14 @@ def _parse_fatal(lines: Sequence[str], start: int) -> tuple[FatalError, int]:
         thread = threads[-1] if threads else None
         header = _THREAD.match(line)
         frame = _FRAME.match(line) if thread is not None else None
-        if header is not None:
+        if c_stack and stripped and (
+            line.startswith((" ", "\t")) or (stripped.startswith("<") and stripped.endswith(">"))
+        ):
+            pass  # one line of the C stack: kept in the block's text only
+        elif _C_STACK.match(line):
+            c_stack = True
+        elif header is not None:
+            c_stack = False
             threads.append(_ThreadBuilder(header["id"], bool(header["current"]), header["name"]))
         elif _STACK.match(line):
             threads.append(_ThreadBuilder(None, True, None))
@@ -324,7 +337,7 @@ def parse_fatal_errors(text: str) -> list[FatalError]:
 
     Returns:
         One [`FatalError`][exitsafe.testing.parsers.FatalError] per `Fatal Python error` /
-        `Windows fatal exception` block, with the thread stacks that follow it.
+            `Windows fatal exception` block, with the thread stacks that follow it.
     """
     lines = text.splitlines()
     out = []
@@ -433,7 +446,7 @@ def untangle(text: str) -> str:
 
     Returns:
         The same text, with ``"Exception in thread exitsafe: thread ...\nname:"`` made
-        ``"exitsafe: thread ...\nException in thread name:"``.
+            ``"exitsafe: thread ...\nException in thread name:"``.
     """
     if "exitsafe: " not in text:
         return text
@@ -466,7 +479,7 @@ def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
 
     Returns:
         One [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport] per block, whose
-        `context` is ``"thread NAME"`` and `object` the thread's name.
+            `context` is ``"thread NAME"`` and `object` the thread's name.
     """
     lines = text.splitlines()
     out = []

@@ -319,7 +319,7 @@ def summarize(steps: Sequence[TeardownStep]) -> list[RegistryTeardown]:
 
     Returns:
         One [`RegistryTeardown`][exitsafe.testing.trace.RegistryTeardown] per registry
-        teardown.
+            teardown.
     """
     done: list[_Builder] = []
     open_: dict[str, _Builder] = {}

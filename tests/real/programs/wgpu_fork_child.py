@@ -5,8 +5,9 @@ The parent creates an adapter, a device and a buffer, then calls ``os.fork()``. 
 child does nothing with the GPU and ends with ``sys.exit(0)``: its interpreter
 finalizes and runs the finalizers of the objects it inherited from the parent -- the
 wgpu-py ``__del__`` methods call ``wgpuBufferRelease`` / ``wgpuDeviceRelease`` on driver
-objects whose threads do not exist in the child, and the release waits forever for
-them.  The parent waits for the child, so the whole program hangs.
+objects whose threads do not exist in the child: the release waits forever for them
+(the parent waits for the child, so the whole program hangs) or the driver aborts the
+child (SIGABRT; the parent prints ``child exited with -6``).
 (``os._exit(0)`` in the child instead of ``sys.exit(0)`` exits cleanly.)
 """
 

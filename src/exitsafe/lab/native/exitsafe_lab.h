@@ -76,6 +76,14 @@ int rt_device_program(rt_device *device);
 int rt_device_run(rt_device *device, unsigned int ms);
 /* How many rt_device_run calls are in progress on the device right now. */
 int rt_device_running(rt_device *device);
+/* Block until rt_device_wake is called on the device (an event pump's wait), then return
+   1 ("woken"); once woken, every later wait returns 1 at once.  Releasing the device while
+   a thread waits on it aborts. */
+int rt_device_wait(rt_device *device);
+/* Wake every thread waiting on the device, for good. */
+int rt_device_wake(rt_device *device);
+/* How many threads are blocked in rt_device_wait on the device right now. */
+int rt_device_waiting(rt_device *device);
 
 rt_buffer *rt_buffer_create(rt_device *device, size_t size);
 int rt_buffer_release(rt_buffer *buffer);
@@ -87,6 +95,12 @@ rt_catalog *rt_catalog_create(void);
 int rt_catalog_release(rt_catalog *catalog);
 int rt_catalog_count(rt_catalog *catalog);
 const char *rt_catalog_name(rt_catalog *catalog, int index);
+
+/* A stateless native function (no object, like an image filter): works for `ms`
+   milliseconds.  rt_shutdown() while a call is in progress aborts. */
+int rt_filter(unsigned int ms);
+/* How many rt_filter calls are in progress right now (allowed at any time). */
+int rt_filters_running(void);
 
 int rt_logger_register(rt_log_fn fn, unsigned int interval_us);
 int rt_logger_unregister(void);

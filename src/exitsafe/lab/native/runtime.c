@@ -62,6 +62,8 @@ struct rt_object {
     int program;
     int submits;
     int running;         /* rt_device_run calls in progress */
+    int waiters;         /* threads blocked in rt_device_wait */
+    int woken;           /* rt_device_wake was called: every wait returns at once */
     /* buffer */
     size_t size;
     unsigned char *data;
@@ -84,6 +86,8 @@ static const uint32_t KIND_MAGIC[KIND_COUNT] = {MAGIC_INSTANCE, MAGIC_DEVICE, MA
 static const char *const CATALOG_ENTRIES[] = {"lab-cpu", "lab-gpu", "lab-npu"};
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Signalled (with g_lock) when a device is woken: rt_device_wait waits on it. */
+static pthread_cond_t g_wake = PTHREAD_COND_INITIALIZER;
 static int g_torn_down = RT_LIVE;
 static const char *g_teardown_what = "";
 static pid_t g_load_pid;
@@ -92,6 +96,7 @@ static int g_live[KIND_COUNT];
 static int g_inherited;
 static struct shared_table *g_shared;
 static int g_initialized;
+static int g_filters; /* rt_filter calls in progress */
 
 /* Every object ever created (the graveyard included): an open-addressing set
  * of addresses, so a pointer that is not ours is reported, not dereferenced. */
@@ -369,6 +374,12 @@ static void logger_stop_and_join(void);
 int rt_shutdown(void) {
     lock();
     check_runtime("rt_shutdown");
+    if (g_filters > 0) {
+        int n = g_filters;
+        unlock();
+        fatal("rt_shutdown() while rt_filter is running on another thread (%d call(s) in "
+              "progress)", n);
+    }
     unlock();
     logger_stop_and_join();
     lock();
@@ -427,6 +438,11 @@ int rt_device_release(rt_device *device) {
         fatal("device #%llu released while rt_device_run is running on it (%d call(s) in "
               "progress on another thread)", o->id, o->running);
     }
+    if (o->waiters) {
+        unlock();
+        fatal("device #%llu released while rt_device_wait is blocked on it (%d thread(s) "
+              "waiting)", o->id, o->waiters);
+    }
     int lost = o->lost;
     int program = o->program;
     int (*release)(int) = g_cc_release;
@@ -474,6 +490,33 @@ int rt_device_running(rt_device *device) {
     lock();
     struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_running", 0);
     int n = o->running;
+    unlock();
+    return n;
+}
+
+int rt_device_wait(rt_device *device) {
+    lock();
+    struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_wait", 0);
+    o->waiters++;
+    while (!o->woken) pthread_cond_wait(&g_wake, &g_lock);
+    o->waiters--;
+    unlock();
+    return 1;
+}
+
+int rt_device_wake(rt_device *device) {
+    lock();
+    struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_wake", 0);
+    o->woken = 1;
+    pthread_cond_broadcast(&g_wake);
+    unlock();
+    return RT_OK;
+}
+
+int rt_device_waiting(rt_device *device) {
+    lock();
+    struct rt_object *o = check_object(device, RT_KIND_DEVICE, "rt_device_waiting", 0);
+    int n = o->waiters;
     unlock();
     return n;
 }
@@ -572,6 +615,30 @@ const char *rt_catalog_name(rt_catalog *catalog, int index) {
     if (index < 0 || index >= (int)(sizeof CATALOG_ENTRIES / sizeof CATALOG_ENTRIES[0]))
         return NULL;
     return CATALOG_ENTRIES[index];
+}
+
+/* ---- stateless functions ------------------------------------------------------ */
+
+int rt_filter(unsigned int ms) {
+    lock();
+    check_runtime("rt_filter");
+    g_filters++;
+    unlock();
+    struct timespec slice = {0, 1000000}; /* 1 ms */
+    for (unsigned int i = 0; i < ms; i++) {
+        nanosleep(&slice, NULL);
+    }
+    lock();
+    g_filters--;
+    unlock();
+    return RT_OK;
+}
+
+int rt_filters_running(void) {
+    lock();
+    int n = g_filters;
+    unlock();
+    return n;
 }
 
 /* ---- logger ----------------------------------------------------------------- */
@@ -700,6 +767,8 @@ static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
 
 static void atfork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
+    pthread_cond_init(&g_wake, NULL);
+    g_filters = 0; /* the threads inside rt_filter do not exist in the child */
     /* Everything alive now was created by an ancestor: inherited, not ours. */
     for (int k = 0; k < KIND_COUNT; k++) {
         g_inherited += g_live[k];

@@ -1,4 +1,4 @@
-"""The scenario programs: for each of S1-S11, the binding written the usual way
+"""The scenario programs: for each of S1-S13, the binding written the usual way
 (``sN_unprotected.py``) and the same binding protected by exitsafe
 (``sN_protected.py``).
 

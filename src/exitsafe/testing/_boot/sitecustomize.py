@@ -10,8 +10,10 @@ imports this module at start-up, before the program.  It:
 * in every process but the first one, sends faulthandler's output to
   ``fault-<pid>.log`` in the run directory, so a child's crash or hang dump is attributed
   to its pid (the first process keeps writing it on stderr);
-* loads exitsafe's audit module from its file (``EXITSAFE_AUDIT``; and the list of threads
-  alive at exit), which imports only the standard library;
+* loads exitsafe's audit package from its files (``EXITSAFE_AUDIT``; and the list of
+  threads alive at exit), which imports only the standard library;
+* imports exitsafe when ``EXITSAFE_QUIESCE`` asks for the threads to be quiesced at exit
+  (a program that never imports exitsafe gets it too);
 * then imports the ``sitecustomize`` this one shadows, if there is one, and removes its
   own directory from ``sys.path``.
 
@@ -36,6 +38,12 @@ def _boot() -> None:
         _load_audit(here)
     except Exception:
         pass
+    asked = os.environ.get("EXITSAFE_QUIESCE", "").strip().lower()
+    if asked not in ("", "0", "false", "no", "off"):
+        try:
+            import exitsafe  # noqa: F401  (its import reads EXITSAFE_QUIESCE)
+        except Exception:
+            pass
     _chain(here)
 
 
@@ -101,8 +109,10 @@ def _record(run_dir: str) -> None:
         os.register_at_fork(after_in_child=after_fork)
 
 
-def _load(name: str, path: str) -> object:
-    """Load the module at ``path`` as ``name`` (with its bytecode cache), cheaply."""
+def _load(name: str, path: str, package: bool = False) -> object:
+    """Load the module at ``path`` as ``name`` (with its bytecode cache), cheaply; with
+    ``package``, ``path`` is a package's ``__init__.py``, whose modules then import as
+    ``name.<module>``."""
     import importlib.machinery
     import types
 
@@ -110,7 +120,13 @@ def _load(name: str, path: str) -> object:
     module = types.ModuleType(name)
     module.__file__ = path
     module.__loader__ = loader
-    module.__spec__ = importlib.machinery.ModuleSpec(name, loader, origin=path)
+    module.__spec__ = importlib.machinery.ModuleSpec(
+        name, loader, origin=path, is_package=package
+    )
+    if package:
+        module.__path__ = [os.path.dirname(path)]
+        module.__package__ = name
+        module.__spec__.submodule_search_locations = module.__path__
     sys.modules[name] = module
     loader.exec_module(module)
     return module
@@ -119,8 +135,8 @@ def _load(name: str, path: str) -> object:
 def _load_audit(here: str) -> None:
     if not (os.environ.get("EXITSAFE_AUDIT") or os.environ.get("EXITSAFE_TRACE")):
         return
-    path = os.path.join(os.path.dirname(os.path.dirname(here)), "_audit.py")
-    module = _load("exitsafe_boot_audit", path)
+    path = os.path.join(os.path.dirname(os.path.dirname(here)), "_audit", "__init__.py")
+    module = _load("exitsafe_boot_audit", path, package=True)
     module.boot()  # type: ignore[attr-defined]
 
 

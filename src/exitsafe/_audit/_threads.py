@@ -1,0 +1,214 @@
+"""The threads alive at exit: one ``thread`` trace line each, with its whole stack and the
+locks its frames hold, so that a thread unwound or stopped later can be named.
+
+They are listed when the exit begins (``threading._shutdown``, registered by
+`list_at_shutdown` once ``threading`` is imported: `when_imported`) and after the exit
+hooks (`list_threads`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ._emit import Bare, emit
+from ._state import state
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Callable, Optional
+
+#: Frames of a thread's stack written in its ``thread`` line.
+THREAD_FRAMES = 16
+#: Lock types whose state a thread line reports: (module, type name).
+_LOCKS = frozenset({
+    ("_thread", "lock"), ("_thread", "RLock"), ("threading", "_RLock"),
+    ("fastrlock.rlock", "FastRLock"), ("_multiprocessing", "SemLock"),
+})
+
+
+class _AfterImport:
+    """A ``sys.meta_path`` entry that runs ``callback(module)`` once ``name`` is imported
+    (and then leaves ``sys.meta_path``): nothing is imported early for it."""
+
+    def __init__(self, name: str, callback: Callable[[Any], None]) -> None:
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenLoader(spec.loader, self.callback)  # type: ignore[assignment]
+        return spec
+
+
+class _ThenLoader:
+    """A loader that runs the real one, then a callback; anything else is the real one's."""
+
+    def __init__(self, loader: Any, callback: Callable[[Any], None]) -> None:
+        self._loader = loader
+        self._callback = callback
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        try:
+            module.__loader__ = self._loader
+            module.__spec__.loader = self._loader
+        except AttributeError:
+            pass
+        self._loader.exec_module(module)
+        try:
+            self._callback(module)
+        except Exception:
+            pass
+
+
+def when_imported(name: str, callback: Callable[[Any], None]) -> None:
+    module = sys.modules.get(name)
+    if module is not None:
+        callback(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+def list_at_shutdown(threading: Any) -> None:
+    """List the threads when the exit begins too (``threading._shutdown``, before the
+    interpreter joins the non-daemon threads): a hang in an exit handler comes before the
+    list at the end of the exit hooks."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        register(lambda: list_threads("shutdown"))
+
+
+def list_threads(when: str = "exit") -> None:
+    """Write one ``thread`` trace line per thread still alive besides this one (once per
+    ``when``: ``"shutdown"`` as the exit begins, ``"exit"`` after the exit hooks), with its
+    whole stack and the locks its frames hold."""
+    if state.threads_listed or (when == "shutdown" and state.phase_written):
+        return
+    if when == "exit":
+        state.threads_listed = True
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return
+    try:
+        frames = sys._current_frames()
+        me = threading.get_ident()
+        for thread in threading.enumerate():
+            ident = thread.ident
+            if ident is None or ident == me or not thread.is_alive():
+                continue
+            frame = frames.get(ident)
+            emit(
+                "thread",
+                ident=Bare(f"0x{ident:016x}"),
+                name=thread.name,
+                daemon=bool(thread.daemon),
+                frame=None if frame is None else _frame_text(frame),
+                target=_target_text(thread),
+                stack=None if frame is None else _stack_text(frame),
+                holds=None if frame is None else _held_locks(frame, ident),
+                when=when,
+            )
+    except Exception:
+        pass
+
+
+def _frame_text(frame: FrameType) -> str:
+    code = frame.f_code
+    return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
+
+
+def _stack_text(frame: FrameType) -> str:
+    parts: list[str] = []
+    current: Optional[FrameType] = frame
+    while current is not None and len(parts) < THREAD_FRAMES:
+        parts.append(_frame_text(current))
+        current = current.f_back
+    if current is not None:
+        parts.append("...")
+    return " <- ".join(parts)
+
+
+def _lock_state(obj: object, ident: int) -> Optional[str]:
+    """How ``obj``, a lock, is held: ``"locked"``, ``"held by this thread"``, or ``None``."""
+    cls = type(obj)
+    key = (getattr(cls, "__module__", ""), cls.__name__)
+    if key not in _LOCKS:
+        inner = getattr(obj, "__dict__", {}).get("_lock") if key == (
+            "threading", "Condition") else None
+        return None if inner is None else _lock_state(inner, ident)
+    if key == ("_thread", "RLock") or key == ("threading", "_RLock"):
+        text = repr(obj)
+        if "owner=" in text:
+            try:
+                owner = int(text.split("owner=", 1)[1].split()[0])
+            except ValueError:
+                return None
+            return "held by this thread" if owner == ident else None
+        return None
+    if key == ("fastrlock.rlock", "FastRLock"):
+        return None  # no way to tell its owner from another thread
+    try:
+        return "locked" if obj.locked() else None  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
+def _held_locks(frame: FrameType, ident: int) -> Optional[str]:
+    """The locks the names of ``frame`` and the frames below it refer to that are held
+    (by this thread, when the lock type tells; else locked by someone)."""
+    found: list[str] = []
+    seen: set[int] = set()
+    current: Optional[FrameType] = frame
+    depth = 0
+    while current is not None and depth < 32:
+        code = current.f_code
+        try:
+            local = dict(current.f_locals)
+        except Exception:
+            local = {}
+        scopes = (local, current.f_globals)
+        for name in (*code.co_varnames, *code.co_names, *code.co_freevars, *code.co_cellvars):
+            for scope in scopes:
+                value = scope.get(name)
+                if value is None or id(value) in seen:
+                    continue
+                candidates = [(name, value)]
+                owned = getattr(value, "__dict__", None)
+                if isinstance(owned, dict):  # self._lock, module.lock
+                    candidates += [(f"{name}.{attr}", owned[attr]) for attr in code.co_names
+                                   if attr in owned]
+                for label, candidate in candidates:
+                    if id(candidate) in seen:
+                        continue
+                    seen.add(id(candidate))
+                    held = _lock_state(candidate, ident)
+                    if held is not None:
+                        kind = f"{type(candidate).__module__}.{type(candidate).__name__}"
+                        found.append(f"{label} ({kind}, {held})")
+        current = current.f_back
+        depth += 1
+    return "; ".join(found) if found else None
+
+
+def _target_text(thread: Any) -> Optional[str]:
+    target = getattr(thread, "_target", None)
+    if target is None:
+        return None
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    return None if name is None else str(name)

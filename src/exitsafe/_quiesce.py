@@ -1,0 +1,504 @@
+"""Quiescing other threads at exit: each is stopped for good at its next safe point,
+before anything is released, with no code of exitsafe's in those threads.
+
+[`exitsafe.quiesce`][exitsafe.quiesce] asks for it (`request`).  When the main thread
+finishes, once the interpreter has joined its non-daemon threads and before any
+``atexit`` callback runs (the end of ``threading._shutdown``, hooked by
+`exitsafe._early`), `run` installs a profile function on every thread (CPython 3.12+:
+``threading.setprofile_all_threads``; 3.9-3.11: ``_PyEval_SetProfile`` on each thread
+state, through ``ctypes``).  A thread to quiesce that reaches a *safe point* parks there:
+it blocks for good, every signal masked, and never runs Python code again.  A safe point
+is a function call (Python or C) or the return from a C function made from a frame
+whose whole stack is the program's own code: no frame of an installed package (a
+library may hold its own lock there, h5py's ``phil`` for one) and no frame of the
+standard library but the ones that only start a thread's target), and no finalizer
+(``__del__``, which may run inside a garbage collection).  So a thread parks *between* two
+calls into a native library, never inside one and never inside a library.
+
+A thread parks holding whatever it holds in the program's own code: a lock it took with
+``with lock:`` stays taken for good, so a hook or a release function that takes the same
+lock would wait for ever (give it a ``timeout``).  A thread that an ``atexit`` callback
+joins must not be quiesced: name the threads to quiesce, or stop that one in an
+``on_early_exit`` hook.
+
+`run` then waits, at most the bound given, until every thread to quiesce is parked,
+gone, or *idle*: its innermost frame in the standard library (a ``queue.get``, an
+``Event.wait``), or the program's code blocked in a standard-library C function
+(``time.sleep``, ``select``, a socket's ``recv``), found by reading the call in flight
+from the frame's code.  An idle thread is harmless: whatever it does next goes through
+a call, where it parks.  A thread that is none of these when the bound is hit is still
+*running* (inside a native library, or somewhere exitsafe cannot tell): the exit
+teardown then releases nothing (every handle ends ``leaked_in_use``, the detail naming
+the thread), since it may be using any of it.
+
+Borrows held by a thread that parks end as it parks: it never resumes, so what it
+borrowed may be released under its frozen frames.  A thread holding exitsafe's lock is
+never parked (it leaves the section first).  The teardown's own step workers are never
+quiesced.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+
+from . import _process, _report, _sync, _threads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import CodeType, FrameType
+    from typing import Any, Iterable, Optional
+
+__all__ = ["request", "requested", "run", "still_running"]
+
+#: Kinds of code (see `_kind`).
+OWN, STDLIB, PACKAGE, STARTER = 0, 1, 2, 3
+
+#: The frames of the standard library that only start a thread's target: a thread
+#: whose stack holds nothing else of the standard library may park.
+_STARTERS = {
+    ("threading", "_bootstrap"),
+    ("threading", "_bootstrap_inner"),
+    ("threading", "run"),
+    ("thread", "_worker"),  # concurrent.futures.thread
+    ("thread", "run"),
+}
+
+_PARK_EVENTS = {"call", "c_call", "c_return"}
+
+#: The standalone programs of ``exitsafe demo`` (``exitsafe.lab.scenarios``), relative to
+#: exitsafe's directory: the program's own code when they run, not exitsafe's (nor, once
+#: installed, a package's).
+_LAB_PROGRAMS = "lab/scenarios/"
+
+#: ``None``: not asked for; else the idents to quiesce (empty: every other thread) and
+#: the bound in seconds.
+_request: list[Optional[tuple[frozenset[int], float]]] = [None]
+#: The threads quiesced in this exit: ident -> True once parked.
+_targets: dict[int, bool] = {}
+#: The threads still running when the bound was hit: ident -> where (for the ledger).
+_running: dict[int, str] = {}
+_kinds: dict[CodeType, int] = {}
+_paths: list[tuple[tuple[str, ...], str]] = []
+#: The C trampoline of the profile function on CPython 3.9-3.11 (kept alive).
+_trampoline: list[Any] = []
+
+
+def request(threads: Iterable[Any], timeout: float) -> None:
+    """Quiesce ``threads`` (``threading.Thread`` objects or idents; none: every thread
+    but the exiting one) at exit, as well as those asked for before, waiting at most
+    ``timeout`` seconds."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    bound = float(timeout)
+    if not 0 < bound < float("inf"):
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+    idents = set()
+    for thread in threads:
+        if isinstance(thread, int) and not isinstance(thread, bool):
+            idents.add(thread)
+            continue
+        ident = getattr(thread, "ident", None)
+        if not isinstance(ident, int):
+            raise TypeError(
+                "quiesce() takes threading.Thread objects (started) or thread idents, got "
+                f"{type(thread).__name__}" + (" (not started)" if ident is None
+                                              and hasattr(thread, "start") else "")
+                + "; write quiesce() for every thread, or quiesce(thread, ...)"
+            )
+        idents.add(ident)
+    before = _request[0]
+    if before is not None and (not before[0] or not idents):
+        chosen: frozenset[int] = frozenset()  # (every thread was or is asked for)
+    else:
+        chosen = frozenset(idents | (before[0] if before is not None else set()))
+    _request[0] = (chosen, bound)
+
+
+def requested() -> bool:
+    return _request[0] is not None
+
+
+def still_running() -> dict[int, str]:
+    """The threads that were neither parked, gone nor idle when the bound was hit:
+    ident -> a description (name, and where it was)."""
+    return dict(_running)
+
+
+def run(exclude: Iterable[int] = ()) -> None:
+    """Quiesce the requested threads (once per exit; never raises)."""
+    asked = _request[0]
+    if asked is None or _targets:
+        return
+    idents, timeout = asked
+    me = _thread.get_ident()
+    try:
+        alive = set(sys._current_frames())
+        wanted = (idents & alive) if idents else alive
+        for ident in wanted - {me} - set(exclude):
+            _targets[ident] = False
+        if not _targets:
+            return
+        from time import perf_counter
+
+        started = perf_counter()
+        _prepare()
+        _install()
+        _wait(timeout)
+        if _running:
+            _process.set_threads_running(
+                "still running after quiescing the threads: " + "; ".join(_running.values())
+            )
+        _log_result((perf_counter() - started) * 1000)
+    except Exception as exc:  # never into threading._shutdown: see _exit.run_early_phase
+        _report.log().error("exitsafe: quiescing the threads failed: %s", repr(exc))
+
+
+# ---------------------------------------------------------------------- in each thread
+
+
+def _on_event(frame: FrameType, event: str, arg: object) -> None:
+    if event not in _PARK_EVENTS:
+        return
+    me = _thread.get_ident()
+    if _targets.get(me) is not False or _sync.reentered():
+        return
+    if event == "call":
+        # Never at the entry of a library's function: a library's native code (a Cython
+        # wrapper such as h5py's with_phil) may have called it holding the library's lock,
+        # with no Python frame of its own in between.  The standard library's functions
+        # are entered from the program's code (an Event.set(), a queue's put()).
+        if _kind(frame.f_code) == PACKAGE or not _own_stack(frame.f_back):
+            return
+    elif not _own_stack(frame):
+        return
+    _targets[me] = True
+    _end_borrows()
+    _threads.park()
+
+
+def _prepare() -> None:
+    """Import and compute now, on the exiting thread, everything the profile function and
+    the wait use: a first import inside the profile function, in whichever thread gets
+    there first, could deadlock on the import lock with this thread's own (seen on
+    CPython 3.13.0 with ``sysconfig``)."""
+    import ast  # noqa: F401  (_calling_stdlib)
+    import linecache  # noqa: F401  (_call_source)
+
+    from . import _gate  # noqa: F401  (_end_borrows)
+
+    if not _paths:
+        _paths.append(_library_paths())
+
+
+def _end_borrows() -> None:
+    """End the borrows this thread holds: it never resumes."""
+    from ._gate import borrow_exit  # (imported by _prepare before any thread gets here)
+
+    held = _threads.held()
+    while held:
+        try:
+            borrow_exit(held[-1])
+        except Exception as exc:  # (a release it let go of failed: logged, not raised here)
+            _report.log().error("exitsafe: ending a parked thread's borrow: %s", repr(exc))
+            if held:
+                held.pop()
+
+
+def _own_stack(frame: Optional[FrameType]) -> bool:
+    """Whether a thread at ``frame`` may park: every frame is the program's own (or only
+    starts the thread), and none is a finalizer (a ``__del__`` may run inside a garbage
+    collection, which a parked thread would never finish)."""
+    while frame is not None:
+        code = frame.f_code
+        kind = _kind(code)
+        if kind == PACKAGE or kind == STDLIB or code.co_name == "__del__":
+            return False
+        frame = frame.f_back
+    return True
+
+
+# ---------------------------------------------------------------------- kinds of code
+
+
+def _kind(code: CodeType) -> int:
+    kind = _kinds.get(code)
+    if kind is None:
+        kind = _kinds[code] = _kind_of_file(code.co_filename, code.co_name)
+    return kind
+
+
+def _kind_of_file(filename: str, function: str = "") -> int:
+    if not _paths:
+        _paths.append(_library_paths())
+    if filename.startswith("<frozen "):
+        return STDLIB
+    if filename.startswith("<"):  # <string>, <stdin>: the program's
+        return OWN
+    normalized = filename.replace("\\", "/")
+    stdlib, exitsafe_dir = _paths[0]
+    if normalized.startswith(exitsafe_dir + _LAB_PROGRAMS):
+        return OWN  # (the lab's scenario programs are programs, wherever exitsafe is)
+    if "/site-packages/" in normalized or "/dist-packages/" in normalized:
+        return PACKAGE
+    if normalized.startswith(exitsafe_dir):
+        return STDLIB  # (exitsafe's own code: never a place to park)
+    if any(normalized.startswith(p) for p in stdlib):
+        stem = normalized.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        return STARTER if (stem, function) in _STARTERS else STDLIB
+    return OWN
+
+
+def _library_paths() -> tuple[tuple[str, ...], str]:
+    import os
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    stdlib = {paths.get("stdlib", ""), paths.get("platstdlib", "")}
+    stdlib.add(os.path.dirname(os.__file__))
+    here = os.path.dirname(os.path.abspath(__file__)).replace("\\", "/") + "/"
+    return tuple(p.replace("\\", "/") + "/" for p in stdlib if p), here
+
+
+def _module_kind(module_name: Optional[str]) -> int:
+    """The kind of the code of module ``module_name`` (a built-in one: the standard
+    library's)."""
+    if not module_name:
+        return OWN
+    top = module_name.split(".")[0]
+    if top in ("ctypes", "_ctypes"):
+        return PACKAGE  # (a gateway to foreign code: a call through it is not idle)
+    if top in sys.builtin_module_names or module_name in sys.builtin_module_names:
+        return STDLIB
+    module = sys.modules.get(module_name) or sys.modules.get(top)
+    filename = getattr(module, "__file__", None)
+    if not filename:  # (frozen, or __main__, whose __file__ is gone once the script ended)
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        return STDLIB if origin in ("frozen", "built-in") else OWN
+    kind = _kind_of_file(filename)
+    return STDLIB if kind == STARTER else kind
+
+
+# ---------------------------------------------------------------------- installing
+
+
+def _install() -> None:
+    import threading
+
+    set_all = getattr(threading, "setprofile_all_threads", None)  # CPython 3.12+
+    if set_all is not None:
+        hook = threading.getprofile()
+        mine = sys.getprofile()
+        set_all(_on_event)
+        threading.setprofile(hook)  # (threads started from now on: as they were)
+        sys.setprofile(mine)  # (this thread: as it was)
+        return
+    _install_with_ctypes()
+
+
+def _install_with_ctypes() -> None:
+    """CPython 3.9-3.11: what ``threading.setprofile_all_threads`` does on 3.12, through
+    the C API (``_PyEval_SetProfile`` on each thread state of this interpreter)."""
+    import ctypes
+
+    api = ctypes.pythonapi
+    # The event's argument is a pointer, not an object: a "return" by an exception passes
+    # NULL, which ctypes cannot make an object of (the callback would fail, and the
+    # thread with "SystemError: error return without exception set").
+    trace_func = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.py_object, ctypes.py_object, ctypes.c_int, ctypes.c_void_p
+    )
+    events = ("call", "exception", "line", "return", "c_call", "c_exception", "c_return")
+
+    def trampoline(obj: object, frame: Any, what: int, arg: object) -> int:
+        try:
+            _on_event(frame, events[what], None)
+        except BaseException:  # (a profile function's error would be printed per call)
+            pass  # parking cannot fail but for an interrupt: the thread goes on
+        return 0
+
+    callback = trace_func(trampoline)
+    _trampoline.append(callback)
+    api.PyInterpreterState_Get.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
+    api.PyThreadState_Next.restype = ctypes.c_void_p
+    api.PyThreadState_Next.argtypes = [ctypes.c_void_p]
+    api.PyThreadState_Get.restype = ctypes.c_void_p
+    api._PyEval_SetProfile.argtypes = [ctypes.c_void_p, trace_func, ctypes.py_object]
+    api._PyEval_SetProfile.restype = ctypes.c_int
+    current = api.PyThreadState_Get()
+    state = api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Get())
+    while state:
+        if state != current:
+            api._PyEval_SetProfile(state, callback, None)
+        state = api.PyThreadState_Next(state)
+
+
+# ---------------------------------------------------------------------- waiting
+
+
+def _wait(timeout: float) -> None:
+    from time import monotonic, sleep
+
+    deadline = monotonic() + timeout
+    pause = 0.0005
+    while True:
+        frames = sys._current_frames()
+        busy = {
+            ident: frames[ident]
+            for ident, parked in _targets.items()
+            if not parked and ident in frames and not _idle(frames[ident])
+        }
+        if not busy or monotonic() >= deadline:
+            break
+        sleep(pause)
+        pause = min(pause * 2, 0.01)
+    for ident, frame in busy.items():
+        _running[ident] = f"{_threads.thread_name(ident)} at {_where(frame)}"
+    busy.clear()  # (the other threads' frames: not kept)
+    frames.clear()
+
+
+def _idle(frame: FrameType) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` is outside every library's
+    code (native or not) and can only leave its wait through a call (where it parks)."""
+    inner = _kind(frame.f_code)
+    below: Optional[FrameType] = frame
+    while below is not None:
+        if _kind(below.f_code) == PACKAGE:
+            return False
+        below = below.f_back
+    if inner == STDLIB:
+        return True
+    if inner == STARTER:
+        return False  # (about to call the target: it parks there)
+    return _calling_stdlib(frame)
+
+
+def _calling_stdlib(frame: FrameType) -> bool:
+    """Whether the call in flight in ``frame`` (of the program's code) is to the standard
+    library: read from the source of the instruction running, its callee resolved
+    through modules only (nothing of the program's is called or read but names)."""
+    source = _call_source(frame)
+    if source is None:
+        return False
+    import ast
+
+    tree: ast.AST
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError:
+        try:
+            tree = ast.parse(source.strip())
+        except SyntaxError:
+            return False
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    return bool(calls) and all(_callee_kind(call.func, frame) == STDLIB for call in calls)
+
+
+def _call_source(frame: FrameType) -> Optional[str]:
+    import linecache
+
+    code = frame.f_code
+    positions = getattr(code, "co_positions", None)  # CPython 3.11+
+    if positions is not None:
+        try:
+            line, end, col, end_col = list(positions())[frame.f_lasti // 2]
+        except (IndexError, ValueError):
+            return None
+        if None in (line, end, col, end_col):
+            return None
+        lines = [linecache.getline(code.co_filename, n) for n in range(line, end + 1)]
+        if not lines or not lines[0]:
+            return None
+        if line == end:
+            return lines[0][col:end_col]
+        return lines[0][col:] + "".join(lines[1:-1]) + lines[-1][:end_col]
+    return linecache.getline(code.co_filename, frame.f_lineno) or None
+
+
+def _callee_kind(node: Any, frame: FrameType) -> int:
+    """The kind of the code a call's callee expression names: resolved through names
+    and modules; at the first object that is not a module, the module of its type."""
+    import ast
+
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return OWN
+    found, obj = _lookup(node.id, frame)
+    if not found:
+        return OWN
+    # The last module the name goes through: an extension's function may say nothing of
+    # its own module (cv2.GaussianBlur.__module__ is None), and its type's is builtins.
+    through: Optional[str] = None
+    for name in reversed(names):
+        if type(obj).__name__ != "module":
+            break
+        through = getattr(obj, "__name__", None)
+        obj = getattr(obj, name, None)
+    if type(obj).__name__ == "module":
+        return _module_kind(getattr(obj, "__name__", None))
+    if not callable(obj):
+        return _module_kind(getattr(type(obj), "__module__", None))
+    module = getattr(obj, "__module__", None)
+    if isinstance(module, str):
+        return _module_kind(module)
+    owner = getattr(obj, "__self__", None)  # (a C method: its object; a C function: its module)
+    if type(owner).__name__ == "module":
+        return _module_kind(getattr(owner, "__name__", None))
+    if owner is not None:
+        return _module_kind(getattr(type(owner), "__module__", None))
+    if through is not None:
+        return _module_kind(through)
+    return PACKAGE  # (a C function that says nothing of its module: not the stdlib's)
+
+
+def _lookup(name: str, frame: FrameType) -> tuple[bool, object]:
+    for namespace in (frame.f_locals, frame.f_globals):
+        try:
+            return True, namespace[name]
+        except KeyError:
+            continue
+    import builtins
+
+    if hasattr(builtins, name):
+        return True, getattr(builtins, name)
+    return False, None
+
+
+def _where(frame: FrameType) -> str:
+    code = frame.f_code
+    return f"{code.co_name} ({code.co_filename}:{frame.f_lineno})"
+
+
+def _log_result(ms: float) -> None:
+    parked = sum(1 for p in _targets.values() if p)
+    if _running:
+        _report.log().warning(
+            "exitsafe: %d thread(s) still running at exit after quiescing (%s): nothing "
+            "is released (every handle leaked_in_use)",
+            len(_running),
+            "; ".join(_running.values()),
+        )
+    from . import _config
+
+    if _config.trace_enabled():
+        from ._ledger import trace_line
+
+        _report.emit(
+            trace_line(
+                "quiesce", threads=len(_targets), parked=parked, running=len(_running),
+                ms=f"{ms:.3f}",
+            )
+        )
+
+
+def after_fork_in_child() -> None:
+    """A forked child has its own exit; its parent's threads do not exist there."""
+    _targets.clear()
+    _running.clear()
+    _process.set_threads_running(None)

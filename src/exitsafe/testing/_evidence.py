@@ -1,0 +1,114 @@
+"""What the diagnosis rules read off a result besides its fields: the threads alive at
+exit (from the ``thread`` trace lines), and frames and stacks as the details show them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from .parsers import Frame, ThreadStack
+
+if TYPE_CHECKING:
+    from ._result import ExitResult
+
+
+@dataclass(frozen=True)
+class LateThread:
+    """A thread still alive when exitsafe's exit teardown (or the last exit hook) ran,
+    from the ``thread`` trace line."""
+
+    ident: str
+    name: str
+    daemon: bool
+    frame: Optional[str]
+    target: Optional[str]
+    stack: Optional[str] = None
+    holds: Optional[str] = None
+
+    def label(self) -> str:
+        kind = "daemon thread" if self.daemon else "thread"
+        return f"{kind} {self.name!r} ({self.ident})"
+
+
+def late_threads(result: ExitResult) -> list[LateThread]:
+    """The threads the trace listed as alive at the end of the exit teardown (or, when
+    the exit never got there, as the exit began: ``when="shutdown"``)."""
+    lines = [s for s in result.trace if s.event == "thread"]
+    at_exit = [s for s in lines if s.get("when") in (None, "exit")]
+    out = []
+    for step in at_exit or lines:
+        if step.event == "thread":
+            out.append(
+                LateThread(
+                    ident=(step.get("ident") or "").lower(),
+                    name=step.get("name") or "?",
+                    daemon=step.get("daemon") == "true",
+                    frame=step.get("frame"),
+                    target=step.get("target"),
+                    stack=step.get("stack"),
+                    holds=step.get("holds"),
+                )
+            )
+    return out
+
+
+def frame_text(frame: Frame) -> str:
+    line = "?" if frame.line is None else str(frame.line)
+    return f"{frame.function} ({frame.file}:{line})"
+
+
+def file_name(frame: Frame) -> str:
+    return frame.file.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def bottom_user_frame(thread: ThreadStack) -> Optional[Frame]:
+    """The outermost frame that is not the threading machinery: the thread's target."""
+    for frame in reversed(thread.frames):
+        if not frame.file.replace("\\", "/").endswith(("/threading.py", "/thread.py")):
+            return frame
+    return None
+
+
+def is_main_stack(thread: ThreadStack) -> bool:
+    return any(f.function == "<module>" for f in thread.frames) or (
+        any(f.function == "_shutdown" and f.file.endswith("threading.py") for f in thread.frames)
+    )
+
+
+def stderr_before(result: ExitResult, count: int = 5) -> list[str]:
+    """The program's own last stderr lines before the first fatal-error block (trace and
+    exitsafe lines left out)."""
+    lines = result.stderr.splitlines()
+    end = len(lines)
+    for index, line in enumerate(lines):
+        if line.startswith(("Fatal Python error", "Windows fatal exception")):
+            end = index
+            break
+    own = [
+        line
+        for line in lines[:end]
+        if line.strip() and not line.startswith("exitsafe: ")
+    ]
+    return own[-count:]
+
+
+def library_of(frames: Sequence[Frame]) -> Optional[str]:
+    for frame in frames:
+        path = frame.file.replace("\\", "/")
+        if "-packages/" in path:
+            top = path.split("-packages/", 1)[1].split("/", 1)[0]
+            return top[:-3] if top.endswith(".py") else top
+    return None
+
+
+def stack_lines(frames: Sequence[Frame], indent: str = "    ", limit: int = 12) -> list[str]:
+    lines = [f"{indent}{frame_text(f)}" for f in frames[:limit]]
+    if len(frames) > limit:
+        lines.append(f"{indent}... {len(frames) - limit} more frame(s)")
+    return lines
+
+
+def trace_stack_lines(stack: Optional[str], indent: str = "    ") -> list[str]:
+    if not stack:
+        return [f"{indent}(no stack recorded)"]
+    return [f"{indent}{part}" for part in stack.split(" <- ")]

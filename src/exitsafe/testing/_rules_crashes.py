@@ -1,0 +1,134 @@
+"""The diagnosis rules of a crash: ``crash-in-teardown`` and ``hang-in-teardown`` (the
+teardown cut short in a step), ``native-fatal`` (a native library's own check stopped the
+process), ``crash-after-teardown`` and ``crash-at-exit``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from ._diagnosis import Diagnosis, make_diagnosis
+from ._evidence import frame_text, late_threads, library_of, stderr_before
+from .parsers import NativeFatal
+
+if TYPE_CHECKING:
+    from ._result import ExitResult
+
+
+def teardown_cut(result: ExitResult) -> Optional[Diagnosis]:
+    for registry in result.registries:
+        if registry.reason is None or registry.finished:
+            continue
+        done = len(registry.steps)
+        nxt = done + 1
+        of = "?" if registry.planned is None else str(registry.planned)
+        started = [s for s in result.trace if s.event == "step-begin"
+                   and s.registry == registry.registry and s.index == nxt]
+        handle = ""
+        if started:
+            handle = f" ({started[-1].action or 'release'} {started[-1].kind}"
+            handle += f" {started[-1].name!r})"
+        details = [f"registry {registry.registry!r}: {done} of {of} steps completed"]
+        if registry.steps:
+            details.append(f"last step that ended: {registry.steps[-1].describe()}")
+        fatal = result.fatal_error
+        if fatal is not None and fatal.top_frames:
+            # the frames above exitsafe's own: the release function and what it called
+            own = []
+            for frame in fatal.top_frames:
+                if "/exitsafe/" in frame.file.replace("\\", "/"):
+                    break
+                own.append(frame_text(frame))
+            if own:
+                details.append("in " + " <- ".join(own[:4]))
+        if result.timed_out:
+            return make_diagnosis(
+                "hang-in-teardown",
+                f"hang inside exitsafe's teardown, in step {nxt}/{of}{handle}",
+                details,
+            )
+        if result.signal or result.ntstatus or result.fatal_error is not None:
+            return make_diagnosis(
+                "crash-in-teardown",
+                f"crash inside exitsafe's teardown, in step {nxt}/{of}{handle}",
+                details,
+            )
+    return None
+
+
+def native_fatal(result: ExitResult) -> Optional[Diagnosis]:
+    lines: Sequence[NativeFatal] = result.native_fatal
+    if not lines or result.timed_out:
+        return None
+    if result.signal not in (None, "SIGABRT") or (result.ntstatus is not None and not (
+        "BUFFER_OVERRUN" in result.ntstatus.name or "ABORT" in result.ntstatus.name
+    )):
+        return None  # a crash: the crash rules say where, and quote the line
+    first = lines[0]
+    details = [f"{line.source}: {line.line}" for line in lines[1:4]]
+    frames = result.fatal_error.top_frames if result.fatal_error is not None else ()
+    if frames:
+        details.append(f"the Python frame it came from: {frame_text(frames[0])}")
+    threads = late_threads(result)
+    for thread in threads[:4]:
+        where = f", in {thread.frame}" if thread.frame else ""
+        details.append(f"alive at exit: {thread.label()}{where}")
+    hint = "native-fatal"
+    if first.line.startswith("QThread: Destroyed"):
+        hint = "native-fatal-qthread"
+    how = "aborted" if result.signal == "SIGABRT" or result.fatal_error is not None else (
+        f"ended with {result.exit_description}"
+    )
+    return make_diagnosis(
+        "native-fatal",
+        f"a native library {how} on its own check ({first.source}): {first.line}",
+        details,
+        hint,
+    )
+
+
+def _crashed(result: ExitResult) -> bool:
+    return bool(result.signal or result.ntstatus) or (
+        result.fatal_error is not None and not result.timed_out
+    )
+
+
+def crash_after(result: ExitResult) -> Optional[Diagnosis]:
+    if not _crashed(result) or result.timed_out:
+        return None
+    registries = [r for r in result.registries if r.reason is not None]
+    fatal = result.fatal_error
+    before = stderr_before(result, 3)
+    frames = fatal.top_frames if fatal is not None else ()
+    library = library_of(frames)
+    findings = result.audit
+    details = []
+    if before:
+        details.append("the program's last stderr lines: " + " | ".join(before))
+    if frames:
+        details.append(f"top Python frame: {frame_text(frames[0])}")
+    if fatal is not None and fatal.extension_modules:
+        details.append("extension modules loaded: " + ", ".join(fatal.extension_modules[:8]))
+    running = result.audit_running
+    if running is not None:
+        details.append(f"the native release running when it crashed (audit): {running.describe()}")
+    elif findings:
+        details.append(f"last native release recorded by the audit: {findings[-1].describe()}")
+    crash = result.exit_description.split(" (")[0]
+    where = f" in {library}" if library else ""
+    if registries and all(r.finished for r in registries):
+        return make_diagnosis(
+            "crash-after-teardown",
+            f"crash after exitsafe's teardown finished: native code{where} ran while the"
+            f" interpreter finalized ({crash})",
+            details,
+        )
+    if not registries and (
+        (fatal is not None and (fatal.during_finalization or not fatal.top_frames))
+        or any(f.function == "__del__" for f in frames)
+    ):
+        return make_diagnosis(
+            "crash-at-exit",
+            f"crash at exit{where} ({crash}), with no exitsafe teardown traced",
+            details,
+        )
+    return None

@@ -1,0 +1,101 @@
+"""The diagnosis rules about threads: ``thread-in-native`` (a daemon thread unwound, or
+hung, inside native code while the interpreter finalized) and ``thread-exception`` (a
+thread's uncaught exception)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from ._diagnosis import Diagnosis, make_diagnosis
+from ._evidence import frame_text, is_main_stack, late_threads
+
+if TYPE_CHECKING:
+    from ._result import ExitResult
+
+#: Lines a C++ runtime prints when a thread is unwound through a frame that cannot be
+#: unwound (``pthread_exit``'s forced unwind through ``noexcept`` or ``catch (...)``).
+_FORCED_UNWIND = (
+    "terminate called without an active exception",
+    "FATAL: exception not rethrown",
+    "terminate called after throwing an instance of 'abi::__forced_unwind'",
+)
+
+
+def thread_in_native(result: ExitResult) -> Optional[Diagnosis]:
+    text = result.stderr
+    unwound = next((m for m in _FORCED_UNWIND if m in text), None)
+    threads = [t for t in late_threads(result) if t.daemon] or late_threads(result)
+    fatal = result.fatal_error
+    if unwound is None or not (result.signal == "SIGABRT" or fatal is not None):
+        return None
+    details = [f"the C++ runtime printed: {unwound!r}"]
+    for thread in threads:
+        where = f", last Python frame: {thread.frame}" if thread.frame else ""
+        details.append(f"thread {thread.name!r} ({thread.ident}){where}")
+    main = fatal.current_thread if fatal is not None else None
+    if main is not None and main.frames:
+        details.append(
+            f"meanwhile the finalizing thread was in {frame_text(main.frames[0])}, which"
+            " let the thread run again (a native call that releases the GIL)"
+        )
+    if not threads:
+        details.append(
+            "run it with exitsafe run (or import exitsafe with EXITSAFE_TRACE=1) to name"
+            " the thread: the start-up hook lists the threads alive at exit"
+        )
+    name = f" {threads[0].name!r}" if len(threads) == 1 else ""
+    return make_diagnosis(
+        "thread-in-native",
+        f"a daemon thread{name} was unwound inside native code while the interpreter"
+        " finalized (C++ forced unwind: abort)",
+        details,
+    )
+
+
+def thread_hung_in_native(result: ExitResult) -> Optional[Diagnosis]:
+    # 3.14+: a thread that wakes during finalization hangs instead of being unwound; the
+    # main thread is then stuck in native code with no Python frame left.
+    fatal = result.fatal_error
+    threads = [t for t in late_threads(result) if t.daemon] or late_threads(result)
+    if not (result.timed_out and fatal is not None and fatal.threads):
+        return None
+    main = next((t for t in fatal.threads if not t.frames), None)
+    others = [t for t in fatal.threads if t.frames and t is not main]
+    if (
+        main is None
+        or not others
+        or any(is_main_stack(t) for t in fatal.threads)
+        or not (result.registries_finished or threads)
+    ):
+        return None
+    details = []
+    for stack in others:
+        known: Optional[str] = stack.name or next(
+            (t.name for t in threads if t.ident == (stack.thread_id or "").lower()), None
+        )
+        label = f"{known!r} ({stack.thread_id})" if known else str(stack.thread_id)
+        details.append(f"thread {label}, last Python frame: {frame_text(stack.frames[0])}")
+    return make_diagnosis(
+        "thread-in-native",
+        "the interpreter hung while finalizing, with a thread still inside native"
+        " code (since Python 3.14 such a thread hangs instead of being unwound)",
+        details,
+    )
+
+
+def thread_exception(result: ExitResult) -> Optional[Diagnosis]:
+    reports = list(result.thread_exceptions) + [
+        r for r in result.unraisable if "thread started by" in r.context
+    ]
+    if not reports:
+        return None
+    first = reports[0]
+    name = first.object or first.where
+    details = [f"thread {r.object or r.where}: {r.describe()}" for r in reports[1:4]]
+    exc = first.exc_type or "an exception"
+    message = f": {first.message}" if first.message else ""
+    return make_diagnosis(
+        "thread-exception",
+        f"thread {name!r} ended with an uncaught exception ({exc}{message})",
+        details,
+    )
