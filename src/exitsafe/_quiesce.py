@@ -79,6 +79,11 @@ _targets: dict[int, bool] = {}
 #: The threads still running when the bound was hit: ident -> where (for the ledger).
 _running: dict[int, str] = {}
 _kinds: dict[CodeType, int] = {}
+#: The call instructions of this interpreter (CALL, CALL_FUNCTION_EX... ; see _prepare).
+_CALL_OPS: set[int] = set()
+_code_bytes: dict[CodeType, bytes] = {}
+#: The inline cache's opcode (3.11+), -1 before.
+_CACHE = -1
 _paths: list[tuple[tuple[str, ...], str]] = []
 #: The C trampoline of the profile function on CPython 3.9-3.11 (kept alive).
 _trampoline: list[Any] = []
@@ -166,9 +171,13 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
     if event == "call":
         # Never at the entry of a library's function: a library's native code (a Cython
         # wrapper such as h5py's with_phil) may have called it holding the library's lock,
-        # with no Python frame of its own in between.  The standard library's functions
-        # are entered from the program's code (an Event.set(), a queue's put()).
-        if _kind(frame.f_code) == PACKAGE or not _own_stack(frame.f_back):
+        # with no Python frame of its own in between.  Nor at the entry of a function the
+        # caller did not call itself (a deallocation's weakref callback, a subscript or an
+        # attribute's native code): only a call instruction of the program's own frame.
+        caller = frame.f_back
+        if _kind(frame.f_code) == PACKAGE or caller is None or not _at_a_call(caller):
+            return
+        if not _own_stack(caller):
             return
     elif not _own_stack(frame):
         return
@@ -177,13 +186,37 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
     _threads.park()
 
 
+def _at_a_call(frame: FrameType) -> bool:
+    """Whether ``frame`` is executing a call instruction (its callee was called by it, not
+    by native code running on its behalf)."""
+    code = frame.f_code
+    raw = _code_bytes.get(code)
+    if raw is None:
+        raw = _code_bytes[code] = code.co_code  # (a copy on 3.11+: read once per code)
+    at = frame.f_lasti
+    if not 0 <= at < len(raw):
+        return False
+    while at > 0 and raw[at] == _CACHE:  # (3.11-3.12: the call's inline cache entries)
+        at -= 2
+    return raw[at] in _CALL_OPS
+
+
 def _prepare() -> None:
     """Import and compute now, on the exiting thread, everything the profile function and
     the wait use: a first import inside the profile function, in whichever thread gets
     there first, could deadlock on the import lock with this thread's own (seen on
     CPython 3.13.0 with ``sysconfig``)."""
     import ast  # noqa: F401  (_calling_stdlib)
+    import dis
     import linecache  # noqa: F401  (_call_source)
+
+    global _CACHE
+    _CACHE = dis.opmap.get("CACHE", -1)
+    if not _CALL_OPS:
+        _CALL_OPS.update(
+            op for name, op in dis.opmap.items()
+            if name.startswith("CALL") and "INTRINSIC" not in name
+        )
 
     from . import _gate  # noqa: F401  (_end_borrows)
 

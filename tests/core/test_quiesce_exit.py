@@ -519,3 +519,34 @@ def test_a_thread_whose_calls_end_by_exceptions_parks_quietly(tmp_path):
     assert_clean(run)
     assert "Error" not in run.stderr, run.describe()
     assert trace_fields(run.stderr, "quiesce")["parked"] == "1"
+
+
+def test_a_call_the_caller_did_not_make_is_no_safe_point():
+    # A weakref callback run by a deallocation (as h5py's object registry's, under h5py's
+    # lock) is entered from a frame that is not at a call instruction.
+    import sys as _sys
+    import weakref
+
+    from exitsafe import _quiesce
+
+    _quiesce._prepare()
+    seen: list[bool] = []
+
+    class Target:
+        pass
+
+    def callback(_ref):
+        seen.append(_quiesce._at_a_call(_sys._getframe(1)))
+
+    def called():
+        seen.append(_quiesce._at_a_call(_sys._getframe(1)))
+
+    def body():
+        called()  # a call instruction
+        target = Target()
+        ref = weakref.ref(target, callback)
+        target = None  # the callback runs from a store, not a call
+        assert ref() is None
+
+    body()
+    assert seen == [True, False]
