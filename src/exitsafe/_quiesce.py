@@ -372,25 +372,18 @@ def _install_with_ctypes() -> None:
 
 
 def _wait(timeout: float) -> None:
-    from time import monotonic, sleep
-
-    deadline = monotonic() + timeout
-    pause = 0.0005
-    while True:
+    def busy() -> dict[int, FrameType]:
         frames = sys._current_frames()
-        busy = {
+        return {
             ident: frames[ident]
             for ident, parked in _targets.items()
             if not parked and ident in frames and not _idle(frames[ident])
         }
-        if not busy or monotonic() >= deadline:
-            break
-        sleep(pause)
-        pause = min(pause * 2, 0.01)
-    for ident, frame in busy.items():
+
+    still: dict[int, FrameType] = _threads.poll(busy, timeout)
+    for ident, frame in still.items():
         _running[ident] = f"{_threads.thread_name(ident)} at {_where(frame)}"
-    busy.clear()  # (the other threads' frames: not kept)
-    frames.clear()
+    still.clear()  # (the other threads' frames: not kept)
 
 
 def _idle(frame: FrameType) -> bool:

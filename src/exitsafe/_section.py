@@ -100,9 +100,7 @@ class _SectionsWait:
         self.registry = registry
 
     def __call__(self) -> None:
-        from time import monotonic, sleep
-
-        from . import _config, _process
+        from . import _config, _process, _threads
         from ._teardown import IN_FLIGHT_WAIT
 
         reg = self.registry
@@ -110,14 +108,10 @@ class _SectionsWait:
         # Under a step timeout this hook runs on a worker abandoned at that bound: it
         # decides a little before, so that what it found is what the ledger says.
         bound = step * 0.8 if step is not None else IN_FLIGHT_WAIT
-        deadline = monotonic() + bound
-        pause = 0.0005
-        while True:
-            busy = [g.name for (r, _), g in list(_gates.items()) if r is reg and g.borrowed]
-            if not busy or monotonic() >= deadline:
-                break
-            sleep(pause)
-            pause = min(pause * 2, 0.01)
+        busy: list[str] = _threads.poll(
+            lambda: [g.name for (r, _), g in list(_gates.items()) if r is reg and g.borrowed],
+            bound,
+        )
         if busy:
             detail = (
                 f"still inside native section(s) {', '.join(busy)} after {bound:.3g} s "

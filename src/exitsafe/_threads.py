@@ -138,6 +138,23 @@ class StillRunning(Exception):
     """A step that bounds itself ran out of time (a worker that did not stop)."""
 
 
+def poll(busy: Callable[[], Any], bound: float) -> Any:
+    """Call ``busy()`` until what it returns is empty or ``bound`` seconds have passed,
+    pausing between calls (0.5 ms, doubling up to 10 ms); return its last result (what
+    was still busy at the bound).  For waits with nothing to wait on: threads to park,
+    sections to end."""
+    from time import monotonic, sleep
+
+    deadline = monotonic() + bound
+    pause = 0.0005
+    while True:
+        found = busy()
+        if not found or monotonic() >= deadline:
+            return found
+        sleep(pause)
+        pause = min(pause * 2, 0.01)
+
+
 def joinable(thread: Any) -> Optional[str]:
     """How to wait for ``thread``: ``"join"`` (``join(timeout)`` and ``is_alive()``: a
     ``threading.Thread``, a ``multiprocessing.Process``), ``"wait"`` (``wait(ms)`` and
