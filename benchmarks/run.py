@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/run.py
 import cffi
 
 import exitsafe
-from benchmarks import calls, hot_path, memory, startup, svgplot, teardown, threads
+from benchmarks import calls, hot_path, memory, scaling, startup, svgplot, teardown, threads
 from benchmarks._util import Bar, Config, Section, Table, progress
 
 HERE = Path(__file__).resolve().parent
@@ -39,6 +39,7 @@ SECTIONS: Dict[str, Callable[[Config], Section]] = {
     "import": startup.run_import,
     "exit": startup.run_exit,
     "calls": calls.run,
+    "scaling": scaling.run,
 }
 SCHEMA = 1
 

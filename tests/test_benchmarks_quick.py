@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("hot_path", "teardown", "memory", "threads", "import", "exit", "calls")
+SECTIONS = ("hot_path", "teardown", "memory", "threads", "import", "exit", "calls", "scaling")
 
 pytestmark = pytest.mark.skipif(
     not (ROOT / "benchmarks" / "run.py").exists(), reason="benchmarks/ not in this checkout"
@@ -78,7 +78,7 @@ def test_every_section_ran(quick_run: dict[str, Any]) -> None:
     assert set(results["section_seconds"]) == set(SECTIONS)
     for title in (
         "Hot path", "Teardown", "Memory", "Threads", "Import time", "Process exit",
-        "Automatic borrow",
+        "Automatic borrow", "Building a chain", "Creating registries", "Writing the ledger file",
     ):
         assert title in quick_run["stdout"]
     assert "Bars (DESIGN.md)" in quick_run["stdout"]
@@ -179,3 +179,18 @@ def test_parse_importtime() -> None:
         ("exitsafe.lifetime", 30, 50, 1),
         ("exitsafe", 40, 90, 0),
     ]
+
+
+def test_scaling_section(quick_run: dict[str, Any]) -> None:
+    data = quick_run["json"]["sections"]["scaling"]
+    (core,) = data["cores"]  # (the quick run measures the core it runs)
+    for order in ("with", "forward", "reverse", "random"):
+        rows = data["chain"][core][order]
+        assert len(rows) >= 2 and all(_is_number(r["per_edge_s"]) for r in rows)
+    assert all(_is_number(r["per_registry_s"]) for r in data["registries"][core])
+    assert all(
+        _is_number(r["ratio_vs_json_dumps"]) and r["bytes"] > 0 for r in data["ledger"][core]
+    )
+    for row in data["exit"][core].values():
+        assert set(row) == {"plain", "cffi_gc", "exitsafe"}
+        assert all(_is_number(v["cpu_s"]) for v in row.values())

@@ -112,6 +112,33 @@ def test_instruction_chart_and_table_are_the_committed_run() -> None:
             assert f"{value:,.0f}" in page, f"{name}: {value:,.0f} is not on the page"
 
 
+def test_steady_state_and_scaling_tables_are_the_committed_runs() -> None:
+    """The performance page shows benchmarks/results/steady.json (``python -m
+    benchmarks.steady``) and the headline figures of benchmarks/results/scaling.json
+    (``python -m benchmarks.scaling``)."""
+    import json
+
+    page = (DOCS / "performance.md").read_text(encoding="utf-8")
+    steady = json.loads((ROOT / "benchmarks/results/steady.json").read_text("utf-8"))
+    for ledger, rows in steady["results"].items():
+        for name, row in rows.items():
+            for value in row.values():
+                assert f"{value:,.0f}" in page, f"{ledger} {name}: {value:,.0f} is not on the page"
+    data = json.loads((ROOT / "benchmarks/results/scaling.json").read_text("utf-8"))["data"]
+    for core in data["cores"]:
+        reverse = data["chain"][core]["reverse"][-1]
+        shown = [
+            f"{reverse['seconds']:.3f} s",
+            f"{data['registries'][core][-1]['seconds']:.3f} s",
+            f"{data['ledger'][core][-1]['seconds']:.2f} s",
+            f"+{data['exit'][core]['1000000']['exitsafe']['added_per_object_s'] * 1e6:.2f} µs"
+            if core == "compiled"
+            else f"+{data['exit'][core]['1000000']['exitsafe']['added_per_object_s'] * 1e6:.1f} µs",
+        ]
+        for figure in shown:
+            assert figure in page, f"scaling ({core}): {figure} is not on the page"
+
+
 def test_every_generated_diagram_is_used_or_announced() -> None:
     pages = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md"))
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")

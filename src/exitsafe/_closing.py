@@ -12,7 +12,7 @@ from __future__ import annotations
 import _thread
 import sys
 
-from . import _collection, _config, _hooks, _record, _sync, _threads
+from . import _collection, _config, _hooks, _process, _record, _sync, _threads
 from ._core import speedups
 from ._ledger import Outcome
 from ._phase import CLOSED, TEARING
@@ -165,11 +165,14 @@ def _close(state: Any, nodes: list[Record], elsewhere: set[Record], decided: Dec
     # In the order the teardown decided, then whatever it never reached.
     trash: list[object] = []
     position: Optional[int] = 0
+    # The process ends: the handles recorded in C leave the garbage collector's lists (the
+    # interpreter's last collections would traverse each of them several times).
+    untrack = _process.process_ending()
     while speedups is not None and position is not None:
         # The loop below, with the common records made in C (decided is not changed).
         position = _sync.locked_quietly(
             speedups.record_exit_outcomes, state, decided, position, CHUNK, elsewhere,
-            state.finish, trash,
+            state.finish, trash, untrack,
         )
         trash.clear()
     records: list[tuple[Record, tuple[str, Optional[str]]]] = (

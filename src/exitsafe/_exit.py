@@ -175,9 +175,14 @@ def write_ledger(path: str) -> None:
     untouched; the file is written through a temporary file in the same directory, of
     this call alone (two writes at once, from two threads, never share one: each replaces
     the file with a complete ledger), which never outlives this call.
+
+    One line per entry (`exitsafe._ledger.write_json`), encoded at C speed: a 10^6-entry
+    ledger takes about a second.  Each registry's part is read in one locked moment
+    (`RegistryState.ledger_file_part`), one registry at a time.
     """
-    import json
     import stat
+
+    from . import _ledger
 
     target = os.path.realpath(path)
     try:
@@ -196,16 +201,13 @@ def write_ledger(path: str) -> None:
             kind,
         )
         return
-    data = {
-        "pid": os.getpid(),
-        "python": sys.version.split()[0],
-        "registries": [s.as_json() for s in _process.states()],
-    }
+    head = {"pid": os.getpid(), "python": sys.version.split()[0]}
+    parts = (s.ledger_file_part() for s in _process.states())  # one registry at a time
     try:
         fd, tmp = _new_temporary(target)
         try:
             with open(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1)
+                _ledger.write_json(fh, head, parts)
             os.replace(tmp, target)
         finally:
             if os.path.lexists(tmp):

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import sys
 
+from ._core import speedups
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any, Optional
+    from collections.abc import Iterable, Iterator
+    from typing import Any, Optional, TextIO
 
     Record = tuple[int, str, Optional[str], str, Optional[str], bool]
 
@@ -178,6 +180,16 @@ class LedgerEntry:
         return f"<exitsafe.lowlevel.LedgerEntry {self.registry}:{self.name} {self.outcome}{detail}>"
 
 
+#: The fewest records a trim drops: with a small ``ledger_limit`` (``0``: counts only) the
+#: ledger still trims once per this many outcomes, not on every release.
+MIN_TRIM = 1024
+
+
+def trim_chunk(limit: int) -> int:
+    """How many records a ledger with this ``limit`` drops per trim (see `Ledger`)."""
+    return max(MIN_TRIM, limit // 4)
+
+
 class Ledger:
     """One registry's outcomes: the newest ``limit`` records and exact counts of all.
 
@@ -185,14 +197,22 @@ class Ledger:
     under it.  ``limit=None`` keeps every record; ``0`` keeps none (counts only).
     Counts are derived when asked for: the records kept, plus the counts of the
     records the limit dropped, so that `add` (on every release) only appends.
+
+    The records may exceed ``limit`` by up to `trim_chunk` records (the ``cap``): a trim
+    then drops the oldest at once, counting their outcomes in C (the compiled core's
+    ``count_outcomes``: a few instructions per record), so that trimming costs O(1) per
+    record and happens once per `trim_chunk` outcomes in steady state.  Readers never see
+    the excess: `entries` returns the newest ``limit`` records.
     """
 
     __slots__ = ("_dropped", "_dropped_counts", "_late", "cap", "limit", "records")
 
     def __init__(self, limit: Optional[int]) -> None:
         self.limit = limit
-        #: Records kept until there are more than this many, then trimmed to ``limit``.
-        self.cap = sys.maxsize if limit is None else 2 * limit
+        #: Records kept until there are more than this many, then trimmed to ``limit``
+        #: (one trim per `trim_chunk` records).  The release hot paths compare with it
+        #: too (the registry's ``cap``), then call `trim`.
+        self.cap = sys.maxsize if limit is None else limit + trim_chunk(limit) - 1
         #: The records, oldest first.  The registry's release hot path appends to it
         #: directly (under the lock), then calls :meth:`trim` when it exceeds ``cap``.
         self.records: list[Record] = []
@@ -223,38 +243,59 @@ class Ledger:
             self.trim()
 
     def trim(self) -> None:
-        """Keep the newest ``limit`` records, counting the dropped ones (under the lock)."""
+        """Keep the newest ``limit`` records, counting the dropped ones (under the lock).
+
+        O(1) per dropped record, in C: the outcomes of the dropped slice are counted in one
+        pass, and the slice is deleted in one step.  An exception between two of its steps
+        (an interrupt under a tracer) leaves the records and the counts in agreement: the
+        counts are made on a copy, and the handler completes the trim once it began.
+        """
         records = self.records
         limit = self.limit
         assert limit is not None
-        drop = len(records) - limit
-        counts = self._dropped_counts
-        for record in records[:drop]:
-            outcome = record[3]
-            counts[outcome] = counts.get(outcome, 0) + 1
-        del records[:drop]
-        self._dropped += drop
+        size = len(records)
+        drop = size - limit
+        if drop <= 0:
+            return
+        counts = dict(self._dropped_counts)
+        add_counts(counts, records, drop)
+        dropped = self._dropped + drop
+        try:
+            self._dropped_counts = counts
+            self._dropped = dropped
+            del records[:drop]
+        except BaseException:
+            self._dropped_counts = counts
+            self._dropped = dropped
+            if len(records) == size:
+                del records[:drop]
+            raise
 
     def entries(self, registry: str) -> list[LedgerEntry]:
         """The kept records, oldest first (at most ``limit``), as entries."""
         return self.entries_of(registry, list(self.records))
 
-    def entries_of(self, registry: str, records: list[Record]) -> list[LedgerEntry]:
-        """``records`` (a copy of the records) as entries, the newest ``limit``."""
+    def newest(self, records: list[Record]) -> list[Record]:
+        """The newest ``limit`` of ``records`` (a copy of the records): what the ledger
+        shows."""
         limit = self.limit
         if limit is not None and len(records) > limit:
-            records = records[len(records) - limit :]
+            return records[len(records) - limit :]
+        return records
+
+    def entries_of(self, registry: str, records: list[Record]) -> list[LedgerEntry]:
+        """``records`` (a copy of the records) as entries, the newest ``limit``."""
         return [
             LedgerEntry(
                 registry, seq, kind, name if name is not None else f"{kind}#{seq}", outcome,
                 detail, at_exit,
             )
-            for seq, kind, name, outcome, detail, at_exit in records
+            for seq, kind, name, outcome, detail, at_exit in self.newest(records)
         ]
 
     def counts(self) -> dict[str, int]:
         """How many handles ended in each outcome (exact, never truncated)."""
-        return counts_of(self.records, self._dropped_counts)
+        return counts_of(list(self.records), self._dropped_counts)
 
     def snapshot(self) -> tuple[list[Record], dict[str, int]]:
         """A copy of the records and of the dropped records' counts, taken at one moment
@@ -263,17 +304,121 @@ class Ledger:
 
     @property
     def dropped(self) -> int:
-        """How many records the limit dropped (their counts are still exact)."""
-        return self._dropped
+        """How many records the ledger no longer shows: those the limit dropped and those
+        beyond the limit not yet trimmed (their counts are still exact)."""
+        limit = self.limit
+        excess = 0 if limit is None else max(0, len(self.records) - limit)
+        return self._dropped + excess
 
 
-def counts_of(records: Iterable[Record], dropped_counts: dict[str, int]) -> dict[str, int]:
+def counts_of(records: list[Record], dropped_counts: dict[str, int]) -> dict[str, int]:
     """Outcome counts of ``records`` plus those of the records the limit dropped."""
     counts = dict(dropped_counts)
-    for record in records:
-        outcome = record[3]
-        counts[outcome] = counts.get(outcome, 0) + 1
+    add_counts(counts, records, len(records))
     return counts
+
+
+def add_counts(counts: dict[str, int], records: list[Record], stop: int) -> None:
+    """Add the outcomes of ``records[:stop]`` to ``counts``, in C: the compiled core's
+    ``count_outcomes`` (a few instructions per record), or, in pure Python (whose records
+    are tuples), one ``list.count`` per distinct outcome (a handful) over the outcomes in
+    one list, rather than a dict update per record."""
+    if speedups is not None:
+        speedups.count_outcomes(records, stop, counts)
+        return
+    from _operator import itemgetter  # (a builtin module: imported at the first count)
+
+    outcomes = list(map(itemgetter(3), records[:stop]))
+    for outcome in dict.fromkeys(outcomes):
+        counts[outcome] = counts.get(outcome, 0) + outcomes.count(outcome)
+
+
+# ---------------------------------------------------------------------- ledger file
+
+#: The fields of an entry in the ledger file, in the order written (`LedgerEntry.as_dict`).
+ENTRY_FIELDS = LedgerEntry.__slots__
+
+#: Entries joined and written at once by `write_json`.
+FILE_CHUNK = 8192
+
+
+def entry_lines(registry: str, records: Iterable[Record]) -> Iterator[str]:
+    """The JSON text of the entries of ``records``, one line (one object) each.
+
+    Equal, once parsed, to ``LedgerEntry.as_dict()`` of each entry (as ``json.dumps``
+    writes it); written by hand with the C string encoder, because ``json.dump`` with an
+    indent takes the pure-Python encoder (a 10^6-entry ledger took 15 s).  A record with
+    an unexpected field type is encoded by ``json.dumps``.
+    """
+    import json
+    from json.encoder import encode_basestring_ascii as text
+
+    dumps = json.dumps
+    quoted_registry = text(registry)
+    known: dict[object, str] = {None: "null"}  # kinds and outcomes, encoded once each
+    for seq, kind, name, outcome, detail, at_exit in records:
+        kind_text = known.get(kind)
+        if kind_text is None and type(kind) is str:
+            kind_text = known[kind] = text(kind)
+        outcome_text = known.get(outcome)
+        if outcome_text is None and type(outcome) is str:
+            outcome_text = known[outcome] = text(outcome)
+        if (
+            kind_text is None
+            or outcome_text is None
+            or type(seq) is not int
+            or type(at_exit) is not bool
+            or not (name is None or type(name) is str)
+            or not (detail is None or type(detail) is str)
+        ):
+            entry = LedgerEntry(
+                registry, seq, kind, name if name is not None else f"{kind}#{seq}", outcome,
+                detail, at_exit,
+            )
+            yield dumps(entry.as_dict())
+            continue
+        # (a name left None is "<kind>#<seq>": the kind's JSON text, its quote moved)
+        yield (
+            f'{{"at_exit": {"true" if at_exit else "false"}, '
+            f'"detail": {"null" if detail is None else text(detail)}, '
+            f'"kind": {kind_text}, '
+            f'"name": {text(name) if name is not None else f"{kind_text[:-1]}#{seq}{chr(34)}"}, '
+            f'"outcome": {outcome_text}, "registry": {quoted_registry}, "seq": {seq}}}'
+        )
+
+
+def write_json(
+    out: TextIO, head: dict[str, Any], registries: Iterable[tuple[dict[str, Any], list[Record]]]
+) -> None:
+    """Write the ledger file: ``head`` with a ``"registries"`` list, one object per
+    registry (its fields, then its ``"entries"``), one entry per line.
+
+    The result parses to ``{**head, "registries": [{**fields, "entries": [entry dict,
+    ...]}, ...]}``, what ``json.dump`` of the same data gives; ``fields`` must hold
+    ``"name"`` and not ``"entries"``, and ``records`` are the entries' records.
+    """
+    import json
+    from itertools import islice
+
+    dumps = json.dumps
+    opening = dumps({**head, "registries": []})
+    assert opening.endswith("[]}")
+    out.write(opening[:-2] + "\n")
+    first = True
+    for fields, records in registries:
+        text = dumps({**fields, "entries": []})
+        assert text.endswith("[]}")
+        out.write(("" if first else ",\n") + text[:-2])
+        first = False
+        lines = entry_lines(fields["name"], records)
+        chunk = list(islice(lines, FILE_CHUNK))
+        separator = "\n"
+        while chunk:
+            out.write(separator + ",\n".join(chunk))
+            separator = ",\n"
+            chunk = list(islice(lines, FILE_CHUNK))
+        out.write("\n]}" if records else "]}")
+    out.write("\n]}\n")
 
 
 # ---------------------------------------------------------------------- trace grammar

@@ -67,6 +67,20 @@ class PurePythonLiveTable(dict):  # type: ignore[type-arg]
         found = [e() if type(e) is _weakref else e for e in self.values()]
         return [n for n in found if n is not None]
 
+    def since(self, seq: int) -> list[Node]:
+        """The handles and hooks still here and alive created after creation number
+        ``seq``, oldest first: the newest entries, found without listing the others (for
+        the graph's index of dependents, `exitsafe._graph`).  Entries are added under the
+        lock in the order of their numbers, so they are the dict's last ones."""
+        found = []
+        for key in reversed(self):  # (a dict in insertion order: creation order)
+            if key <= seq:
+                break
+            found.append(self[key])
+        found.reverse()
+        nodes = [e() if type(e) is _weakref else e for e in found]
+        return [n for n in nodes if n is not None]
+
 
 LiveTable: Any = speedups.LiveTable if speedups is not None else PurePythonLiveTable
 

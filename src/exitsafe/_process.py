@@ -17,7 +17,11 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
 
-_registries: list[Any] = []  # weak references to registries' states, oldest first
+#: Weak references to registries' states, oldest first (some may be dead).
+_registries: list[Any] = []
+#: `register` drops the dead references once `_registries` grows to this length, then
+#: sets it to twice the live ones plus 16: O(1) amortized per registry.
+_prune_at: list[int] = [16]
 #: Registries with hooks, kept alive until their teardown (a hook is owned by its
 #: registry: dropping the registry object must not drop the hook).
 _kept: dict[int, Any] = {}
@@ -35,11 +39,14 @@ def register(state: Any) -> bool:
     """Remember a registry's ``state`` (weakly) for the exit teardown.
 
     Returns ``False`` when the exit teardown has already finished: the registry then
-    starts closed.
+    starts closed.  O(1) amortized: the dead references are dropped in bulk, once they
+    are as many as the live ones (plus 16).
     """
 
     def add() -> bool:
-        _registries[:] = [r for r in _registries if r() is not None]
+        if len(_registries) >= _prune_at[0]:
+            _registries[:] = [r for r in _registries if r() is not None]
+            _prune_at[0] = 2 * len(_registries) + 16
         _registries.append(_weakref(state))
         return _exit_phase[0] != "exited"
 

@@ -740,6 +740,64 @@ LiveTable_nodes(LiveTableObject *self, PyObject *Py_UNUSED(ignored))
     }
 }
 
+/* since(seq): the handles and hooks whose creation number is above `seq`, oldest first.
+ * The table is in creation order (a record is appended under exitsafe's lock when it
+ * takes its number), so they are its tail: found without walking the rest (the graph's
+ * index of dependents catches up with the handles created since its last look). */
+static Py_ssize_t
+live_count_since(LiveTableObject *self, Py_ssize_t seq)
+{
+    Py_ssize_t count = 0;
+    for (LiveLink *l = self->head.prev; l != &self->head && NODE_OF(l)->seq > seq; l = l->prev) {
+        count++;
+    }
+    return count;
+}
+
+static PyObject *
+LiveTable_since(LiveTableObject *self, PyObject *arg)
+{
+    Py_ssize_t seq = PyLong_AsSsize_t(arg);
+    if (seq == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    for (;;) {
+        LINK_LOCK();
+        Py_ssize_t count = live_count_since(self, seq);
+        LINK_UNLOCK();
+        PyObject *list = PyList_New(count); /* (may run a collection: counted again) */
+        if (list == NULL) {
+            return NULL;
+        }
+        LINK_LOCK();
+        if (live_count_since(self, seq) != count) {
+            LINK_UNLOCK();
+            Py_DECREF(list);
+            continue;
+        }
+        Py_ssize_t i = 0; /* newest first, then reversed */
+        for (LiveLink *l = self->head.prev; l != &self->head && NODE_OF(l)->seq > seq;
+             l = l->prev) {
+            PyObject *node = (PyObject *)NODE_OF(l);
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
+            if (!PyUnstable_TryIncRef(node)) { /* being destroyed elsewhere: see nodes() */
+                continue;
+            }
+#else
+            Py_INCREF(node);
+#endif
+            PyList_SET_ITEM(list, i++, node);
+        }
+        LINK_UNLOCK();
+        Py_SET_SIZE(list, i);
+        if (PyList_Reverse(list) < 0) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        return list;
+    }
+}
+
 /* hold(node): nothing to do here: a record is linked in place until it ends or is
  * deallocated, and one whose collection began but which has not ended is still referenced
  * (by its release in progress, or resurrected by its finalizer), so it stays linked.  The
@@ -764,6 +822,9 @@ static PyMethodDef LiveTable_methods[] = {
      "discard(node)\n--\n\nRemove a handle or hook if present."},
     {"nodes", (PyCFunction)LiveTable_nodes, METH_NOARGS,
      "nodes()\n--\n\nThe handles and hooks not yet ended, oldest first."},
+    {"since", (PyCFunction)LiveTable_since, METH_O,
+     "since(seq)\n--\n\nThe handles and hooks created after creation number seq, oldest "
+     "first."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1109,6 +1170,90 @@ static PyTypeObject RecordType = {
     .tp_doc = "A ledger record (seq, kind, name, 'released' or 'released_at_exit', None, "
               "at_exit), untracked.",
 };
+
+/* Add `length` to counts[outcome]. */
+static int
+add_count(PyObject *counts, PyObject *outcome, Py_ssize_t length)
+{
+    PyObject *old = PyDict_GetItemWithError(counts, outcome); /* borrowed */
+    if (old == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    Py_ssize_t before = old == NULL ? 0 : PyLong_AsSsize_t(old);
+    if (before == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *value = PyLong_FromSsize_t(before + length);
+    if (value == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(counts, outcome, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* count_outcomes(records: list, stop: int, counts: dict) -> None
+ *
+ * exitsafe._ledger's count of the outcomes of records[:stop] into counts (Ledger.trim, on
+ * the records it drops): a compiled record's outcome is read from its flag, a tuple's is its
+ * item 3 (anything else is indexed), and a run of one outcome is added to the dict at once,
+ * so that a trim costs a few instructions per record. */
+static PyObject *
+count_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "count_outcomes(records: list, stop, counts: dict)");
+        return NULL;
+    }
+    PyObject *records = args[0], *counts = args[2];
+    Py_ssize_t stop = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (stop == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *run = NULL; /* the outcome of the current run (a strong reference) */
+    Py_ssize_t length = 0;
+    for (Py_ssize_t i = 0; i < stop && i < PyList_GET_SIZE(records); i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        PyObject *outcome;
+        if (Py_TYPE(record) == &RecordType && released_str != NULL) {
+            outcome = ((RecordObject *)record)->at_exit ? released_at_exit_str : released_str;
+            Py_INCREF(outcome);
+        }
+        else if (PyTuple_CheckExact(record) && PyTuple_GET_SIZE(record) > 3) {
+            outcome = PyTuple_GET_ITEM(record, 3);
+            Py_INCREF(outcome);
+        }
+        else {
+            Py_INCREF(record); /* (indexing it may run code) */
+            outcome = PySequence_GetItem(record, 3);
+            Py_DECREF(record);
+            if (outcome == NULL) {
+                Py_XDECREF(run);
+                return NULL;
+            }
+        }
+        if (outcome == run) {
+            Py_DECREF(outcome);
+            length++;
+            continue;
+        }
+        if (run != NULL && add_count(counts, run, length) < 0) {
+            Py_DECREF(run);
+            Py_DECREF(outcome);
+            return NULL;
+        }
+        Py_XSETREF(run, outcome);
+        length = 1;
+    }
+    if (run != NULL) {
+        int rc = add_count(counts, run, length);
+        Py_DECREF(run);
+        if (rc < 0) {
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
 
 /* Record `released` for n (claimed by this thread) in its registry; the caller holds the
  * lock.  Each parent loses a dependent; those left with no owner, dependent or borrow
@@ -2811,7 +2956,7 @@ cffi_learned(PyObject *module, PyObject *args)
 
 /* ------------------------------------------------------------------ the exit teardown */
 
-static PyObject *str_release;
+static PyObject *str_release, *str_facade;
 
 /* release_steps(order, start, decided, default_policy, elsewhere, released) -> (index, exc)
  *
@@ -2899,9 +3044,10 @@ release_steps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static int record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
                       int fast_registry, int check_elsewhere, PyObject *elsewhere,
-                      PyObject *finish, PyObject *trash);
+                      PyObject *finish, PyObject *trash, int untrack);
 
-/* record_exit_outcomes(registry, decided, position, count, elsewhere, finish, trash)
+/* record_exit_outcomes(registry, decided, position, count, elsewhere, finish, trash,
+ *                      untrack=False)
  *     -> the next position, or None when every outcome is recorded
  *
  * The end of a teardown (exitsafe._closing._close), in one of its sections: for `count`
@@ -2911,14 +3057,25 @@ static int record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObjec
  * handle released by the teardown itself is recorded here (state, ledger record, its
  * parents' dependent counts, what it drops into `trash`); every other outcome, a hook, or a
  * registry with unusual fields calls `finish` (Registry._finish).  The caller holds the
- * lock. */
+ * lock.
+ *
+ * `untrack` (the process ends: exitsafe._process.process_ending()): each handle recorded
+ * here also leaves the garbage collector's lists.  It has ended and holds nothing but its
+ * registry's state and strings (its raw object, release function and parents went to the
+ * trash; its policy, taint, timeout and affinity are None or a string), so no garbage
+ * cycle can go through it unless through its class or its registry's: only handles of
+ * the class track() makes (no __dict__, no slot of a subclass) in a registry whose facade
+ * is exitsafe.Registry itself (which has no __dict__ either) are untracked.  The
+ * interpreter's last collections then skip them instead of traversing each of them
+ * several times on the way out (they are freed by their reference counts as before). */
 static PyObject *
 record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyDict_CheckExact(args[1]) || !PyList_CheckExact(args[6])) {
+    if ((nargs != 7 && nargs != 8) || !PyDict_CheckExact(args[1])
+        || !PyList_CheckExact(args[6])) {
         PyErr_SetString(PyExc_TypeError,
                         "record_exit_outcomes(registry, decided: dict, position, count, "
-                        "elsewhere, finish, trash: list)");
+                        "elsewhere, finish, trash: list, untrack=False)");
         return NULL;
     }
     PyObject *regobj = args[0], *decided = args[1], *elsewhere = args[4], *finish = args[5];
@@ -2935,6 +3092,21 @@ record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int fast_registry = is_fast_registry(regobj) && LOAD(((RegistryObject *)regobj)->phase)
                                                       != PHASE_OPEN;
     int check_elsewhere = PyAnySet_Check(elsewhere) && PySet_GET_SIZE(elsewhere) > 0;
+    int untrack = 0;
+    if (nargs == 8 && fast_registry && handle_type != NULL && facade_type != NULL) {
+        untrack = PyObject_IsTrue(args[7]);
+        if (untrack < 0) {
+            return NULL;
+        }
+        if (untrack) {
+            PyObject *facade = PyObject_GetAttr(regobj, str_facade);
+            if (facade == NULL) {
+                return NULL;
+            }
+            untrack = Py_TYPE(facade) == facade_type;
+            Py_DECREF(facade);
+        }
+    }
     PyObject *op, *value;
     for (Py_ssize_t done = 0; done < count; done++) {
         if (!PyDict_Next(decided, &position, &op, &value)) {
@@ -2950,7 +3122,7 @@ record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *outcome = PyTuple_GET_ITEM(value, 0);
         PyObject *detail = PyTuple_GET_ITEM(value, 1);
         int rc = record_one(regobj, op, outcome, detail, fast_registry, check_elsewhere,
-                            elsewhere, finish, trash);
+                            elsewhere, finish, trash, untrack);
         Py_DECREF(op);
         Py_DECREF(value);
         if (rc < 0) {
@@ -2960,11 +3132,34 @@ record_exit_outcomes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(position);
 }
 
+/* Whether an ended handle's kind and optional fields are None, strings or numbers only:
+ * nothing through which a garbage cycle could go (see record_exit_outcomes). */
+static int
+holds_only_values(NodeObject *n)
+{
+    if (n->kind == NULL || !PyUnicode_CheckExact(n->kind)) {
+        return 0;
+    }
+    NodeExtra *x = LOAD_ACQUIRE(n->extra);
+    if (x == NULL) {
+        return 1;
+    }
+    PyObject *fields[5] = {x->name, x->policy, x->timeout, x->taint, x->affinity};
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = fields[i];
+        if (v != NULL && v != Py_None && !PyUnicode_CheckExact(v) && !PyFloat_CheckExact(v)
+            && !PyLong_CheckExact(v)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* One outcome of record_exit_outcomes. */
 static int
 record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
            int fast_registry, int check_elsewhere, PyObject *elsewhere, PyObject *finish,
-           PyObject *trash)
+           PyObject *trash, int untrack)
 {
     int mine = 1;
     if (check_elsewhere) {
@@ -3022,6 +3217,10 @@ record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
         Py_XDECREF(old_raw); /* (each also held by the trash list) */
         Py_XDECREF(old_fn);
         Py_DECREF(parents);
+        if (untrack && Py_TYPE(op) == handle_type && n->parents != NULL
+            && PyTuple_GET_SIZE(n->parents) == 0 && holds_only_values(n)) {
+            PyObject_GC_UnTrack(op); /* (see record_exit_outcomes) */
+        }
         return 0;
     }
     PyObject *fargs[6] = {op, outcome, detail, Py_True, trash, mine ? Py_True : Py_False};
@@ -3426,6 +3625,8 @@ static PyMethodDef module_methods[] = {
      "The teardown's common steps, from an index of its order (see exitsafe._teardown.run)."},
     {"record_exit_outcomes", (PyCFunction)(void (*)(void))record_exit_outcomes, METH_FASTCALL,
      "Record a teardown's outcomes in a section (see exitsafe._closing._close)."},
+    {"count_outcomes", (PyCFunction)(void (*)(void))count_outcomes, METH_FASTCALL,
+     "Add the outcomes of records[:stop] to counts (see exitsafe._ledger.Ledger.trim)."},
     {"setup_pointers", setup_pointers, METH_VARARGS,
      "Connect the compiled pointer release to the adapters' address table (once)."},
     {"setup_cffi", setup_cffi, METH_VARARGS,
@@ -3476,7 +3677,9 @@ PyInit__speedups(void)
         || !(kw_exit_policy = intern("exit_policy")) || !(kw_name = intern("name"))
         || !(kw_timeout = intern("timeout")) || !(kw_affinity = intern("affinity"))
         || !(kw_registry = intern("registry")) || !(kw_lib = intern("lib"))
-        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes")) || !(str_wrapped = intern("__wrapped__")) || !(str_release = intern("release")) || !(kind_names = PyTuple_Pack(1, kw_kind))
+        || !(str_CData = intern("CData")) || !(str_argtypes = intern("argtypes"))
+        || !(str_wrapped = intern("__wrapped__")) || !(str_release = intern("release"))
+        || !(str_facade = intern("facade")) || !(kind_names = PyTuple_Pack(1, kw_kind))
         || !(kind_deps_names = PyTuple_Pack(2, kw_kind, kw_depends_on))) {
         return NULL;
     }

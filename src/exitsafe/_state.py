@@ -83,6 +83,7 @@ class RegistryState(_StateBase):
     __slots__ = (
         "__weakref__",
         "closing",
+        "dependents",
         "exit_policy",
         "facade",
         "gate",
@@ -131,6 +132,9 @@ class RegistryState(_StateBase):
         self.hooks = Hooks()
         self.gate = BorrowGate()
         self.closing = Closing()
+        #: The graph's index of dependents (`exitsafe._graph.Dependents`), made when an
+        #: edge against the creation order first needs it (`dependents_index`).
+        self.dependents: Optional[_graph.Dependents] = None
 
     # ------------------------------------------------------------------ registration
 
@@ -195,9 +199,16 @@ class RegistryState(_StateBase):
         seq = self.seq = self.seq + 1
         _record.number(node, seq)
         _record.count_parents(node)
-        for child in after:
-            _graph.add_edge(child, node, self.live.nodes)
-            _record.add_parent(child, node)
+        if after:
+            # (a renumbering must rank the hook too, which joins the live table last)
+            def every_node() -> list[Record]:
+                nodes: list[Record] = self.live.nodes()
+                nodes.append(node)
+                return nodes
+
+            for child in after:
+                _graph.add_edge(child, node, every_node)
+                _record.add_parent(child, node)
         if node._role == HOOK:
             self.live.add(node, True)  # owned by the registry until teardown
             self.hooks.added()
@@ -253,6 +264,14 @@ class RegistryState(_StateBase):
         for parent in new:
             _graph.add_edge(node, parent, self.live.nodes)
             _record.add_parent(node, parent)
+
+    def dependents_index(self) -> _graph.Dependents:
+        """The graph's index of dependents, made on first need (the caller holds the lock
+        and brings it up to date: `exitsafe._graph.dependents_of`)."""
+        index = self.dependents
+        if index is None:
+            index = self.dependents = _graph.Dependents()
+        return index
 
     def registered_after_close(self, node: Record) -> None:
         """Record ``node``, registered once the teardown began, ``leaked_after_close``
@@ -448,22 +467,30 @@ class RegistryState(_StateBase):
         return counts
 
     def as_json(self) -> dict[str, Any]:
-        """The ledger file's part for this registry.  Its counts and entries are made from
-        one copy of the records, taken in one locked moment (read apart, threads still
-        registering during the exit made them disagree), so the counts always sum to the
-        entries plus ``dropped_entries``."""
+        """The ledger file's part for this registry (see `ledger_file_part`), its entries
+        as dicts."""
+        fields, records = self.ledger_file_part()
+        fields["entries"] = [e.as_dict() for e in self.ledger.entries_of(self.name, records)]
+        return fields
+
+    def ledger_file_part(self) -> tuple[dict[str, Any], list[Any]]:
+        """This registry in the ledger file: its fields (all but ``"entries"``) and the
+        records of its entries (`exitsafe._ledger.write_json` writes them).  Its counts
+        and entries are made from one copy of the records, taken in one locked moment
+        (read apart, threads still registering during the exit made them disagree), so
+        the counts always sum to the entries plus ``dropped_entries``."""
         ledger = self.ledger
         records, dropped_counts = self.read(ledger.snapshot)
-        entries = ledger.entries_of(self.name, records)
         counts = counts_of(records, dropped_counts)
-        return {
+        shown = ledger.newest(records)
+        fields = {
             "name": self.name,
             "counts": counts,
             "late_requests": ledger.late_requests,
-            "dropped_entries": sum(counts.values()) - len(entries),
+            "dropped_entries": sum(counts.values()) - len(shown),
             "parked_threads": self.gate.parked,
-            "entries": [e.as_dict() for e in entries],
         }
+        return fields, shown
 
 
 def _emit_late_release(

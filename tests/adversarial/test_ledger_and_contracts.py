@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from exitsafe import _exit
+from exitsafe import _exit, _ledger
 
 from ..support import assert_clean, run_program
 
@@ -147,13 +147,13 @@ def test_two_ledger_writes_at_once_never_collide(tmp_path, monkeypatch, caplog):
     # even create it (and a writer's clean-up could delete the other's file).
     target = tmp_path / "ledger.json"
     both_writing = threading.Barrier(2, timeout=30)
-    real_dump = json.dump
+    real_write = _ledger.write_json
 
-    def dump_when_both_write(*args, **kwargs):
+    def write_when_both_write(*args, **kwargs):
         both_writing.wait()
-        return real_dump(*args, **kwargs)
+        return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(json, "dump", dump_when_both_write)
+    monkeypatch.setattr(_ledger, "write_json", write_when_both_write)
     errors: list[BaseException] = []
 
     def write() -> None:

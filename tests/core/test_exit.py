@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from exitsafe.lowlevel import CORE
+
 from ..support import Run, assert_clean
 from ..support import run_program as _run
 
@@ -372,3 +374,65 @@ def test_step_timeouts_hold_at_exit_on_every_version(tmp_path):
     else:
         assert got["early"][0] == "released_at_exit"
         assert order == ["after-one", "early"]
+
+
+def test_handles_released_at_exit_leave_the_garbage_collector_when_nothing_can_cycle(tmp_path):
+    """At the process's exit, the compiled core takes the handles it released out of the
+    garbage collector's lists (the interpreter's last collections would traverse each of
+    them several times): only those that can be in no garbage cycle any more (the plain
+    handle class, a registry of the plain class, no callable policy, no affinity).  A
+    garbage cycle through such a handle is still collected; an explicit teardown while the
+    process goes on changes nothing.  The pure-Python core untracks nothing."""
+    run = _run(
+        """
+        import atexit, gc, os, threading
+
+        def after_exit_teardown():  # (registered before exitsafe's: runs after it)
+            tracked = {name: gc.is_tracked(h) for name, h in handles.items()}
+            os.write(1, (json.dumps(tracked, sort_keys=True) + "\\n").encode())
+
+        atexit.register(after_exit_teardown)
+        import json
+        import exitsafe
+
+        def release(raw):
+            pass
+
+        class MyRegistry(exitsafe.Registry):
+            pass
+
+        class Holder:
+            def __del__(self):
+                os.write(1, b"holder collected\\n")
+
+        gc.disable()  # (the cycle below is left to the collections of the exit)
+        closed = exitsafe.Registry("closed-before")
+        handles = {
+            "plain": exitsafe.track(1, release),
+            "named": exitsafe.track(2, release, kind="device", name="dev", timeout=5.0),
+            "policy": exitsafe.track(3, release, exit_policy=lambda info: "release"),
+            "affinity": exitsafe.track(4, release, affinity="main"),
+            "subclass-registry": MyRegistry("mine").track(5, release),
+            "closed-before": closed.track(6, release),
+        }
+        closed.teardown()
+        holder = Holder()
+        holder.me, holder.handle = holder, exitsafe.track(7, release)
+        del holder
+        """,
+        tmp_path,
+        prelude=False,
+    )
+    assert_clean(run)
+    lines = run.stdout.splitlines()
+    tracked = json.loads(lines[0])
+    compiled = CORE == "compiled"
+    assert tracked == {
+        "plain": not compiled,
+        "named": not compiled,
+        "policy": True,
+        "affinity": True,
+        "subclass-registry": True,
+        "closed-before": True,
+    }
+    assert lines[1:] == ["holder collected"]
