@@ -517,7 +517,8 @@ def guard(
     from_releases: bool = False,
 ) -> lowlevel.Guarded:
     """Wrap `fn` for native code: the wrapper returns `default` without calling `fn` once the
-    registry's teardown has begun.
+    registry's teardown has begun, except for the calls made inside a borrowed native call
+    that the teardown waits for (they are part of that call).
 
     See [`Guarded`][exitsafe.lowlevel.Guarded] for the thread rules.  For cffi and ctypes callbacks
     [`exitsafe.cffi.callback`][exitsafe.cffi.callback] /

@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 
 from ._phase import TEARING as _TEARING
+from ._threads import borrowing_in
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,11 +21,15 @@ class Guarded:
     the moment teardown begins (at exit, or an explicit [`exitsafe.teardown`][exitsafe.teardown])
     every call returns `default` without calling `fn`, on whatever thread the native code
     calls from, so a native thread that calls back late finds a harmless no-op; that includes
-    a release the teardown runs that logs through the callback.  With `from_releases=True`,
-    while the teardown runs, a call made on its own thread (or on the worker thread running
-    one of its steps) still reaches `fn`: a release calling back on purpose (SQLite's
-    `xDestroy` when the connection closes, freeing what the program attached), while the
-    interpreter is whole.  Once the teardown is over every call returns `default`.
+    a release the teardown runs that logs through the callback.  Two kinds of call still
+    reach `fn` while the teardown runs (the interpreter is whole then): a call made on a
+    thread inside a [`borrow`][exitsafe.Handle.borrow] of one of the registry's handles
+    (the teardown waits for that call to end: its callbacks are part of it, a comparison
+    function called by `qsort`, a read callback called by a decoder), and, with
+    `from_releases=True`, a call made on the teardown's own thread (or on the worker thread
+    running one of its steps): a release calling back on purpose (SQLite's `xDestroy` when
+    the connection closes, freeing what the program attached).  Once the teardown is over
+    every call returns `default`.
     Exceptions raised by `fn` propagate unchanged.  The check reads the registry's state and
     no module global, so it stays safe while the interpreter finalizes modules.
 
@@ -50,6 +55,7 @@ class Guarded:
 
     #: Read through the instance: no module global is needed while the interpreter finalizes.
     _get_ident = staticmethod(_thread.get_ident)
+    _borrowing_in = staticmethod(borrowing_in)
     _tearing = _TEARING
 
     def __init__(
@@ -89,13 +95,15 @@ class Guarded:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = self._state
         phase = state.phase
-        if phase and not (
-            self._from_releases
-            and phase == self._tearing
-            and self._get_ident() in state.gate.allowed
-        ):
+        if phase and not (phase == self._tearing and self._lets_through(state)):
             return self.default
         return self.__wrapped__(*args, **kwargs)
+
+    def _lets_through(self, state: Any) -> bool:
+        """While the teardown runs: whether this call is part of what it waits for."""
+        if self._from_releases and self._get_ident() in state.gate.allowed:
+            return True
+        return self._borrowing_in(state)
 
     def __repr__(self) -> str:
         state = "active" if self.active else "silenced"

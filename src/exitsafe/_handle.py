@@ -189,8 +189,13 @@ class Handle(Record):
         """Mark the handle in use for the duration of a `with` block; the block gets `raw`.
 
         While borrowed, the native release never runs: a release request waits for the borrow
-        to end, and a teardown leaks the handle (and what it depends on) rather than release it
-        under a running call.  Borrows may nest and come from several threads.
+        to end, and a teardown waits for the borrows in flight on other threads (bounded by
+        the step timeout, or 5 s), then releases the handle; one still borrowed at the bound,
+        or borrowed by the teardown's own thread, is leaked (`leaked_in_use`, and what it
+        depends on `leaked_dependent`) rather than released under a running call.  Once the
+        teardown began, a new borrow on another thread does not enter: a daemon thread is
+        parked, a non-daemon one gets `HandleClosedError` (see the threads page).  Borrows
+        may nest and come from several threads.
 
         Returns:
             A context manager whose `__enter__` returns [`raw`][exitsafe.Handle.raw].

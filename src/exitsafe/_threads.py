@@ -60,6 +60,16 @@ def forget_held(node: Node) -> None:
             pass
 
 
+def borrowing_in(state: object) -> bool:
+    """Whether the calling thread is borrowing a handle of the registry whose state is
+    ``state``: it is inside a call that registry's teardown waits for."""
+    try:
+        stack: list[Node] = _local.held
+    except AttributeError:
+        return False
+    return any(node._registry is state for node in stack)
+
+
 def held_here(node: Node) -> int:
     """How many borrows of ``node`` the calling thread holds."""
     try:

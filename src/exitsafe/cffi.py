@@ -517,9 +517,10 @@ def callback(
 
     Guard: once the registry's teardown has begun, every call returns `default` without
     calling `fn` (as [`exitsafe.guard`][exitsafe.guard] does), on whatever thread the native
-    code calls from; with `from_releases=True`, the calls a release makes on the teardown's
-    own thread while the teardown runs (a destructor callback such as SQLite's `xDestroy`)
-    still reach `fn`.
+    code calls from, except, while the teardown runs, the calls made inside a borrowed native
+    call it waits for (a comparison function called by `qsort`); with `from_releases=True`,
+    the calls a release makes on the teardown's own thread (a destructor callback such as
+    SQLite's `xDestroy`) also still reach `fn`.
 
     Lifetime: the callback cdata (and its libffi trampoline) is referenced by exitsafe until
     you release the handle; dropping the handle does not free it, since C may still hold

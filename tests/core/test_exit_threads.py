@@ -556,3 +556,49 @@ def test_without_a_wake_action_the_blocked_worker_keeps_the_exit_waiting(tmp_pat
     run = run_program(BLOCKED_IN_RECV.replace("WORKER", ""), tmp_path, timeout=5)
     assert run.hung and "main done" in run.stdout
     assert run.order == []
+
+
+CALLBACK_INSIDE_A_BORROWED_CALL = """
+    import time
+
+    inside, began = threading.Event(), threading.Event()
+
+    def compare(x):
+        return x * 10
+
+    cmp = exitsafe.guard(compare, default=-1)  # what the native code calls back
+    array = exitsafe.track("array", lambda raw: record("array released"), name="array")
+    exitsafe.on_teardown(began.set, before=[array], name="teardown began")
+
+    def native_sort(raw, callback):  # a native call that calls back, as qsort does
+        record(f"first call: {callback(1)}")
+        inside.set()
+        began.wait(30)
+        time.sleep(0.05)  # well inside the teardown's wait for this borrow
+        record(f"call during the teardown: {callback(2)}")
+
+    def sorter():
+        with array.borrow() as raw:
+            native_sort(raw, cmp)
+        record("borrow ended")
+
+    threading.Thread(target=sorter, daemon=True).start()
+    inside.wait(30)
+"""
+
+
+def test_a_callback_made_inside_a_borrowed_call_is_not_silenced_while_the_teardown_waits(
+    tmp_path,
+):
+    # The teardown waits for the borrow in flight; the native call's callbacks are part of
+    # it and reach the function (a silenced comparison function left qsort's output
+    # unsorted, a silenced read callback truncated a libarchive stream: second adoption).
+    # After the teardown, calls get the default again.
+    run = run_program(CALLBACK_INSIDE_A_BORROWED_CALL, tmp_path)
+    assert_clean(run)
+    assert run.order == [
+        "first call: 10",
+        "call during the teardown: 20",
+        "borrow ended",
+        "array released",
+    ]
