@@ -31,8 +31,10 @@ from ._core import speedups
 from ._errors import ExitsafeError, HandleClosedError
 from ._handle import Handle, enter_borrow, exit_borrow
 from ._lookup import register_lookup, resolve
-from ._process import keep_forever
+from ._process import keep_forever, process_ending
 from ._registry import state_of
+from ._report import log_if_loaded
+from ._threads import running_elsewhere, thread_name
 from ._usage import describe, release_not_callable
 
 TYPE_CHECKING = False
@@ -154,7 +156,7 @@ class _LibraryCloser:
         # Another live pin of the same object (a newer one, or one of another registry)
         # keeps it open: its own close closes it later.
         still_pinned = self.adapter._forget_pin(self.key, self, lib)
-        if not self.close:
+        if not self.close or (not still_pinned and _threads_may_be_inside(lib)):
             # Never unloaded by exitsafe's doing: keep the object and one extra loader
             # reference for the life of the process (one per library, however many
             # pins of it ended: a program pinning and releasing it in a loop keeps one).
@@ -663,3 +665,23 @@ def _unwrapped(release: object) -> object:
             break
         release = inner
     return release
+
+
+def _threads_may_be_inside(lib: object) -> bool:
+    """In the process's exit, whether another thread may still be running code of ``lib``:
+    then its pin keeps it loaded, as with ``close=False``, since unmapping the library under
+    a thread inside one of its functions (a call with no handle to borrow, such as a
+    constructor) crashes it.  Said on exitsafe's logger.  Outside an exit, never."""
+    if not process_ending():
+        return False
+    running = running_elsewhere()
+    if not running:
+        return False
+    logger = log_if_loaded()
+    if logger is not None:
+        logger.info(
+            "exitsafe: %r kept loaded at exit: %s still running and may be inside it",
+            lib,
+            ", ".join(repr(thread_name(ident)) for ident in running),
+        )
+    return True

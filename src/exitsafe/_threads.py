@@ -120,6 +120,22 @@ def is_daemon_thread() -> bool:
     return threading is None or bool(threading.current_thread().daemon)
 
 
+#: The idents of the threads parked for good (by a borrow refused in the exit, by quiesce).
+_parked: set[int] = set()
+
+
+def running_elsewhere() -> list[int]:
+    """The idents of the other threads that may still run Python or native code: every
+    thread with a Python frame but this one and the parked ones.  A thread idle in a wait
+    counts (it may wake); a native thread that never entered Python is not seen."""
+    me = _get_ident()
+    return [
+        ident
+        for ident in sys._current_frames()
+        if ident != me and ident not in _parked
+    ]
+
+
 def park() -> NoReturn:
     """Block the calling thread until the process ends.  Never returns.
 
@@ -130,6 +146,7 @@ def park() -> NoReturn:
     import holds the import locks that the main thread's finalization still takes (a
     hang at exit, seen on CPython 3.15).
     """
+    _parked.add(_get_ident())  # (a set's add: nothing imported, no lock of exitsafe)
     try:
         if hasattr(_signal, "pthread_sigmask"):
             _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
@@ -343,6 +360,7 @@ def thread_name(ident: int) -> str:
 def after_fork_in_child() -> None:
     """The parent's other threads do not exist in a child: their queues go."""
     pending.clear()
+    _parked.clear()
 
 
 def name_of(fn: Callable[..., Any]) -> Optional[str]:

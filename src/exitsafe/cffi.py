@@ -457,8 +457,12 @@ def pin(
         registry: the registry to pin it in; `None`: the default registry.
         close: `True` (the default): `ffi.dlclose(lib)` runs, and the extra reference is
             dropped, when the pin is released: explicitly (deferred until its last dependent
-            is released) or at teardown, where libraries go last.  `False`: the library
-            stays loaded for the life of the process.
+            is released) or at teardown, where libraries go last.  In the process's exit,
+            while another thread may still be running (any thread with a Python frame,
+            not parked), the library is kept loaded instead, as with `False`, and
+            exitsafe's logger says so: a thread inside one of its functions would crash
+            when its code is unmapped.  `False`: the library stays loaded for the life of
+            the process.
         name: the display name; default `"library#<n>"`.
         timeout: seconds the close may take at teardown before it is abandoned; `None`: the
             registry's step timeout.

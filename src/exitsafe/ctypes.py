@@ -445,9 +445,12 @@ def pin(
             is released (explicitly after its last dependent, or at teardown, where
             libraries go last) `lib._handle` is closed (`dlclose` / `FreeLibrary`) and the
             extra reference dropped; do not close it yourself, and do not use the `CDLL`
-            after that.  `False`: the binding keeps closing its library on its own
-            schedule; the pin holds its extra loader reference for the life of the
-            process, so the code stays mapped whatever the binding closes.
+            after that.  In the process's exit, while another thread may still be running
+            (any thread with a Python frame, not parked), the library is kept loaded
+            instead, as with `False`, and exitsafe's logger says so.  `False`: the binding
+            keeps closing its library on its own schedule; the pin holds its extra loader
+            reference for the life of the process, so the code stays mapped whatever the
+            binding closes.
         name: the display name; default `"library#<n>"`.
         timeout: seconds the close may take at teardown before it is abandoned; `None`: the
             registry's step timeout.

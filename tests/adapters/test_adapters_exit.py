@@ -336,3 +336,43 @@ adopt(catalog, exit_policy="leak", neutralize="_handle")
     assert_clean(proc)
     assert "release catalog" not in proc.stderr
     assert "outcome=leaked_policy" in proc.stderr
+
+
+# ------------------------------------------------------------ a thread inside a pinned library
+
+THREAD_INSIDE_A_PINNED_LIBRARY = CFFI_PRELUDE + """
+import logging, threading, time
+import exitsafe.cffi as es
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+path = os.path.realpath(os.environ["TOY_SO"])
+
+def mapped():
+    with open("/proc/self/maps") as maps:
+        return any(line.rstrip().endswith(path) for line in maps)
+
+inside = threading.Event()
+
+@ffi.callback("int(int)")
+def wait_in_the_library(x):
+    # called by toy_call: returns into the library's code once it is unmapped (or after 2 s)
+    inside.set()
+    end = time.monotonic() + 2
+    while mapped() and time.monotonic() < end:
+        time.sleep(0.001)
+    return x
+
+pin = es.pin(ffi, lib)  # close=True: the library is unloaded at the end of the exit's teardown
+threading.Thread(target=lib.toy_call, args=(wait_in_the_library, 1), daemon=True).start()
+inside.wait(30)
+"""
+
+
+def test_a_pinned_library_stays_loaded_at_exit_while_a_thread_may_be_inside_it(
+    tmp_path, toy_copy
+):
+    # A daemon thread inside a handle-less call of the library (nothing to borrow) when the
+    # exit's teardown ends the pin: unloading the library under it crashed the thread
+    # (second adoption: libarchive, 14 of 20 runs).  The pin keeps it loaded, and says so.
+    proc = run(THREAD_INSIDE_A_PINNED_LIBRARY, tmp_path, toy_copy)
+    assert_clean(proc)
+    assert "kept loaded at exit: 'Thread-1" in proc.stderr, proc.stderr
