@@ -211,6 +211,43 @@ class Handle(Record):
         """
         return Borrow(self)
 
+    def borrowing(self) -> Any:
+        """A view of [`raw`][exitsafe.Handle.raw] whose every use borrows this handle.
+
+        For an object that threads use through code you do not change (a writer a daemon
+        thread calls `write()` on, a file a worker indexes): hand them the view instead of
+        the object, and each method call, attribute access, `[]`, `len`, `in`, iteration
+        step, call or `with` made through it runs inside [`borrow`][exitsafe.Handle.borrow].
+        So a release waits for the call in flight, the exit teardown waits for it (bounded)
+        and then parks a daemon thread at its next call instead of closing the object
+        under it.  A callable result (a method, a function the object holds) comes back as
+        a call that borrows; a result that belongs to the same library as the object (its
+        type's top-level module: an h5py `Dataset` from an h5py `File`) as a view borrowing
+        this same handle; anything else (a number, an array) as it is.
+
+        The view is not the object: `isinstance` and identity see the view; pass
+        `handle.raw` where a function needs the object itself (the view forwards every
+        attribute, `raw` included, to the object).
+
+        Returns:
+            The view (a new one each call; views hold no state of their own).
+
+        Raises:
+            HandleClosedError: the handle is no longer usable (also at each later use
+                through the view, as `borrow()` raises).
+
+        Example:
+            ```python
+            writer = exitsafe.adopt(cv2.VideoWriter(path, fourcc, 30, size),
+                                    close="release").borrowing()
+            threading.Thread(target=lambda: [writer.write(f) for f in frames()],
+                             daemon=True).start()
+            ```
+        """
+        from ._view import view_of
+
+        return view_of(self)
+
     def detach(self) -> Any:
         """Stop owning the object without releasing it; return `raw`.
 

@@ -272,9 +272,9 @@ REGISTRY_API = {
     "teardown_timeout", "tearing_down", "track", "worker",
 }
 HANDLE_API = {
-    "add_dependency", "borrow", "borrowed", "created_on_main_thread", "depends_on", "detach",
-    "inherited", "kind", "name", "owners", "raw", "registry", "release", "retain", "state",
-    "thread_id",
+    "add_dependency", "borrow", "borrowed", "borrowing", "created_on_main_thread", "depends_on",
+    "detach", "inherited", "kind", "name", "owners", "raw", "registry", "release", "retain",
+    "state", "thread_id",
 }
 
 
