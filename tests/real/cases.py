@@ -115,6 +115,9 @@ class Case:
     #: exitsafe found by the case): its test is then an expected failure with this reason,
     #: and an unexpected pass says the limitation is gone
     protected_unclean: Optional[str] = None
+    #: other protected versions (another recipe for the same program): each must exit
+    #: cleanly ``protected_runs`` times of as many, never an expected failure
+    also_protected: Tuple[str, ...] = ()
 
     def missing_system_library(self) -> Optional[str]:
         """Why the case cannot run on this machine's system libraries, or ``None``."""
@@ -193,6 +196,8 @@ CASES = [
         summary="daemon thread writing an adopted h5py file at exit: the teardown closes it "
                 "under the writer (its exception printed, or a hang on h5py's lock)",
         protected="h5py_daemon_writer_protected.py",
+        # the declared recipe: the writer thread is given a borrowing view of the file
+        also_protected=("h5py_daemon_writer_borrowing.py",),
         # Found here and fixed in exitsafe._quiesce: a library's function entered from its
         # native code (h5py's Cython with_phil wrapper, holding h5py's lock) was taken for a
         # safe point; sysconfig was first imported inside the profile function (a deadlock

@@ -17,10 +17,16 @@ import pytest
 
 from exitsafe.testing import ExitResult, run
 
-from .cases import CASES, Case
+from .cases import CASES, PROGRAMS, Case
 from .conftest import environment_for, versions
 
-PROTECTED = [case for case in CASES if case.protected is not None]
+#: (case, protected program): its ``protected`` one, then each of ``also_protected``
+PROTECTED = [
+    (case, program)
+    for case in CASES
+    if case.protected is not None
+    for program in (case.protected, *case.also_protected)
+]
 FORBIDDEN = ("Traceback", "Exception in thread")
 
 
@@ -29,19 +35,25 @@ def clean(result: ExitResult) -> bool:
 
 
 @pytest.mark.parametrize("version", versions())
-@pytest.mark.parametrize("case", PROTECTED, ids=[case.id for case in PROTECTED])
+@pytest.mark.parametrize(
+    ("case", "program"),
+    PROTECTED,
+    ids=[case.id if program == case.protected else f"{case.id}[{program}]"
+         for case, program in PROTECTED],
+)
 def test_protected_program_exits_cleanly_every_time(
-    case: Case, version: str, tmp_path: Path, request: pytest.FixtureRequest
+    case: Case, program: str, version: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     env = environment_for(version, case)
-    if case.protected_unclean:
-        request.applymarker(pytest.mark.xfail(reason=case.protected_unclean, strict=False))
+    unclean = case.protected_unclean if program == case.protected else None
+    if unclean:
+        request.applymarker(pytest.mark.xfail(reason=unclean, strict=False))
 
     def one(attempt: int) -> ExitResult:
         cwd = tmp_path / f"run-{attempt + 1}"
         cwd.mkdir()
         return run(
-            script=case.protected_script,
+            script=PROGRAMS / program,
             python=env.python,
             timeout=case.timeout,
             cwd=cwd,
@@ -53,9 +65,9 @@ def test_protected_program_exits_cleanly_every_time(
     # at the first pair with an unclean run.
     results: list[ExitResult] = []
     with ThreadPoolExecutor(max_workers=2) as pool:
-        if not case.protected_unclean:
+        if not unclean:
             results = list(pool.map(one, range(case.protected_runs)))
-        for first in range(0, case.protected_runs if case.protected_unclean else 0, 2):
+        for first in range(0, case.protected_runs if unclean else 0, 2):
             batch = range(first, min(first + 2, case.protected_runs))
             results += pool.map(one, batch)
             if not all(map(clean, results[-len(batch):])):
@@ -63,7 +75,7 @@ def test_protected_program_exits_cleanly_every_time(
     for attempt, result in enumerate(results):
         printed = [text for text in FORBIDDEN if text in result.stderr]
         assert clean(result), (
-            f"{case.protected} on CPython {version}, run {attempt + 1} of "
+            f"{program} on CPython {version}, run {attempt + 1} of "
             f"{case.protected_runs}: {result.summary()}"
             + (f" (stderr has {', '.join(map(repr, printed))})" if printed else "")
             + f"\n\n{result.report()}"
