@@ -127,8 +127,9 @@ HINTS: dict[str, tuple[str, str]] = {
     "thread-exception": (
         "a thread ended with an uncaught exception (at exit: the runtime it called was"
         " finalized under it); stop the thread before the objects it uses are released:"
-        " `exitsafe.quiesce()` parks it between two calls at exit, or declare it:"
-        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        " `exitsafe.quiesce()` parks it between two calls at exit, or give it a borrowing"
+        " view of the object (`obj = exitsafe.adopt(obj, close=\"close\").borrowing()`), or"
+        " declare it: `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
         "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "atexit-error": (
@@ -165,11 +166,12 @@ HINTS: dict[str, tuple[str, str]] = {
     "lost-output-thread": (
         "data the program meant to write was not complete when it exited, and a daemon"
         " thread was still running then: if that thread writes, closing the writer is not"
-        " enough (it would close under a write in flight): declare the writer, `handle ="
-        " exitsafe.adopt(writer, close=\"close\")`, and stop the thread before it is closed,"
-        " with `exitsafe.quiesce()` (the thread parks between two writes) or"
-        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
-        "threads.md#quiescing-the-threads-left-exitsafequiesce",
+        " enough (it would close under a write in flight): give the thread a borrowing"
+        " view of the writer, `writer = exitsafe.adopt(writer, close=\"close\").borrowing()`"
+        " (the close waits for the write in flight, then the thread parks), or stop the"
+        " thread before it is closed, with `exitsafe.quiesce()` (it parks between two"
+        " writes) or `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        "threads.md#objects-threads-use-handleborrowing",
     ),
     "audit": (
         "each of these finalizers ran in an order nobody chose; declare the object with"
