@@ -51,7 +51,7 @@ class Guarded:
         TypeError: `fn` is not callable, or `registry` is not a [`Registry`][exitsafe.Registry].
     """
 
-    __slots__ = ("__wrapped__", "_from_releases", "_registry", "_state", "default")
+    __slots__ = ("__wrapped__", "_from_releases", "_state", "default")
 
     #: Read through the instance: no module global is needed while the interpreter finalizes.
     _get_ident = staticmethod(_thread.get_ident)
@@ -84,13 +84,12 @@ class Guarded:
         self.__wrapped__ = fn
         self.default = default
         self._from_releases = from_releases
-        self._registry = registry
         self._state = state_of(registry)
 
     @property
     def active(self) -> bool:
         """``True`` until teardown begins; then calls return ``default``."""
-        return not self._registry.tearing_down
+        return not self._state.phase
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = self._state
