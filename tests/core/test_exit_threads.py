@@ -602,3 +602,38 @@ def test_a_callback_made_inside_a_borrowed_call_is_not_silenced_while_the_teardo
         "borrow ended",
         "array released",
     ]
+
+
+BORROWED_CALL_THAT_NEVER_RETURNS = """
+    inside = threading.Event()
+    runtime = exitsafe.track("runtime", lambda raw: record("runtime released"), name="runtime")
+    session = exitsafe.track(
+        "session", lambda raw: record("session released"), name="session", depends_on=[runtime]
+    )
+
+    def stuck():
+        with session.borrow():
+            inside.set()
+            threading.Event().wait()  # a native call that never returns
+
+    threading.Thread(target=stuck, daemon=True, name="stuck").start()
+    inside.wait(30)
+"""
+
+
+def test_a_borrowed_call_that_never_returns_is_leaked_after_the_bound_and_the_exit_goes_on(
+    tmp_path,
+):
+    # The teardown waits for the borrow in flight, bounded by the step timeout; at the
+    # bound the handle, and what it depends on, are leaked (never released under the call),
+    # the process exits 0, and the ledger says why.
+    run = run_program(
+        BORROWED_CALL_THAT_NEVER_RETURNS, tmp_path, ledger=True,
+        env={"EXITSAFE_STEP_TIMEOUT": "0.3"},
+    )
+    assert_clean(run)
+    assert run.order == []  # nothing released under the running call
+    got = {e["name"]: e for e in run.ledger()["registries"][0]["entries"]}
+    assert got["session"]["outcome"] == "leaked_in_use"
+    assert got["session"]["detail"] == "still borrowed on another thread after 0.3 s"
+    assert got["runtime"]["outcome"] == "leaked_dependent"
