@@ -108,8 +108,8 @@ def borrow_enter(node: Record, borrow: Optional[Borrow] = None) -> Any:
     ``borrow``, the context manager, is marked open in the same section."""
     state = node._registry
     if state.phase == _CLOSED:  # every handle ended; no lock after close (late_request)
-        if node._releaser and process_ending() and _threads.is_daemon_thread():
-            _park(node)  # it ended in the exit (see _refuse)
+        if _ended_in_the_exit(node) and _threads.is_daemon_thread():
+            _park(node)  # (see _refuse)
         raise HandleClosedError(closed_message(node))
     if _reentered():
         # A finalizer interrupted a section of this thread: no other thread can change
@@ -205,12 +205,10 @@ def _refuse(node: Record) -> None:
     always.
     """
     if node._state > RELEASING:
-        # A teardown leaves its ident on what it settled until it records them, then
-        # ENDED_AT_EXIT; a release outside a teardown leaves 0.
-        ended_in_the_exit = bool(node._releaser) and process_ending()
+        in_the_exit = _ended_in_the_exit(node)
     else:
-        ended_in_the_exit = True  # not ended: the teardown is still to reach it
-    if not ended_in_the_exit or not _threads.is_daemon_thread():
+        in_the_exit = True  # not ended: the teardown is still to reach it
+    if not in_the_exit or not _threads.is_daemon_thread():
         raise HandleClosedError(
             f"{closed_message(node)}: the teardown of registry {node._registry.name!r} began"
             if node._state <= RELEASING
@@ -230,14 +228,22 @@ def refuse_raw(node: Record) -> NoReturn:
     released before, or whose last owner let go while dependents keep it alive, or the
     teardown of one registry while the program goes on.
     """
-    state = node._registry
     if node._state > RELEASING:
-        in_the_exit = bool(node._releaser) and process_ending()
+        in_the_exit = _ended_in_the_exit(node)
     else:
-        in_the_exit = node._state == RELEASING and bool(state.phase) and process_ending()
+        in_the_exit = (
+            node._state == RELEASING and bool(node._registry.phase) and process_ending()
+        )
     if in_the_exit and _threads.is_daemon_thread():
         _park(node, "raw")
     raise HandleClosedError(closed_message(node))
+
+
+def _ended_in_the_exit(node: Record) -> bool:
+    """Whether ``node``, ended, was ended by the teardown of the process's exit: a teardown
+    leaves its ident on what it settled until it records them, then ENDED_AT_EXIT; a release
+    outside a teardown leaves 0."""
+    return bool(node._releaser) and process_ending()
 
 
 def _park(node: Record, where: str = "borrow()") -> NoReturn:
