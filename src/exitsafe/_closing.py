@@ -100,9 +100,21 @@ def teardown(state: Any, reason: str) -> None:
 
 def _leave_if_asked() -> None:
     """``exitsafe._steps.leave_if_asked`` if a step ever ran on a worker (else nothing)."""
-    steps = sys.modules.get("exitsafe._steps")
+    steps = loaded_steps()
     if steps is not None:
         steps.leave_if_asked()
+
+
+def loaded_steps() -> Any:
+    """``exitsafe._steps`` once imported, else ``None``: no step ever ran on a worker.
+
+    Half-imported (another registry's teardown on another thread importing it first) is not
+    imported yet: no step of it ran (reading its functions then raised AttributeError, seen
+    under load)."""
+    steps = sys.modules.get("exitsafe._steps")
+    if steps is None or getattr(getattr(steps, "__spec__", None), "_initializing", False):
+        return None
+    return steps
 
 
 def _tear_down(state: Any, reason: str) -> bool:
@@ -221,7 +233,7 @@ def after_fork_in_child(state: Any) -> None:
     abandoned = state.phase == TEARING and state.closing.thread != me
     # Forked by a worker running one of that teardown's timed steps (a hook or a release
     # function that forks): the child must not run that step again.
-    steps = sys.modules.get("exitsafe._steps")
+    steps = loaded_steps()
     stepping = steps.running_here() if abandoned and steps is not None else None
     if abandoned:
         state.reopen()

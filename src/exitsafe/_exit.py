@@ -104,7 +104,7 @@ def run_early_phase(reason: str) -> None:
         _early.report(exc)
     # An early hook called exitsafe.exit() on its worker thread (a hook with a timeout):
     # the early phase is over, the exit is carried out here (see _steps).
-    steps = sys.modules.get("exitsafe._steps")
+    steps = _closing.loaded_steps()
     if steps is not None:  # (not imported: no step ever ran on a worker)
         steps.leave_if_asked()
 
@@ -157,7 +157,7 @@ def leave(code: Optional[int] = 0) -> NoReturn:
     ``exitsafe._steps.hand_back_exit``).
     """
     status = _children.status_of(code)
-    steps = sys.modules.get("exitsafe._steps")
+    steps = _closing.loaded_steps()
     if steps is not None:  # (not imported: no step ever ran on a worker)
         steps.hand_back_exit(status)  # returns only if this thread is no such worker
     try:
@@ -266,7 +266,7 @@ def install_early_phase() -> None:
 def quiesce_threads() -> None:
     """Quiesce the threads `exitsafe.quiesce` asked for (once; never raises), none of
     the teardown's own step workers."""
-    steps = sys.modules.get("exitsafe._steps")
+    steps = _closing.loaded_steps()
     _quiesce.run(steps.worker_idents() if steps is not None else ())
 
 
@@ -299,7 +299,7 @@ def _after_fork_in_child() -> None:
     _process.set_ending(False)
     for state in _process.states():
         _closing.after_fork_in_child(state)
-    steps = sys.modules.get("exitsafe._steps")
+    steps = _closing.loaded_steps()
     if steps is not None:  # not imported: no worker was ever started
         steps.after_fork_in_child()
     _threads.after_fork_in_child()

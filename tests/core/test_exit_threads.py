@@ -637,3 +637,61 @@ def test_a_borrowed_call_that_never_returns_is_leaked_after_the_bound_and_the_ex
     assert got["session"]["outcome"] == "leaked_in_use"
     assert got["session"]["detail"] == "still borrowed on another thread after 0.3 s"
     assert got["runtime"]["outcome"] == "leaked_dependent"
+
+
+TEARDOWN_WHILE_ANOTHER_THREAD_IMPORTS_THE_STEP_RUNNER = """
+    import importlib.abc, importlib.util
+
+    importing, go = threading.Event(), threading.Event()
+
+    class SlowSteps(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        # exitsafe._steps, loaded slowly: its module stays half-imported until `go`
+        def find_spec(self, name, path, target=None):
+            if name != "exitsafe._steps":
+                return None
+            sys.meta_path.remove(self)
+            self.real = importlib.util.find_spec(name)
+            return importlib.util.spec_from_loader(name, self)
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            importing.set()
+            go.wait(30)
+            module.__file__ = self.real.origin
+            self.real.loader.exec_module(module)
+
+    assert "exitsafe._steps" not in sys.modules
+    sys.meta_path.insert(0, SlowSteps())
+    reg = exitsafe.Registry("shared")
+    reg.track("db", lambda raw: record("db released"), name="db")
+
+    def teardown(who):
+        try:
+            reg.teardown()
+            record(f"{who}: teardown returned")
+        except Exception as exc:
+            record(f"{who}: {type(exc).__name__}: {exc}")
+
+    first = threading.Thread(target=teardown, args=("first",))
+    first.start()
+    importing.wait(30)  # the first teardown is importing the step runner
+    second = threading.Thread(target=teardown, args=("second",))
+    second.start()
+    second.join(0.5)  # it finds the teardown running on the first thread
+    go.set()
+    first.join(30)
+    second.join(30)
+"""
+
+
+def test_a_teardown_meeting_the_step_runner_half_imported_by_another_thread_waits(tmp_path):
+    # Two threads tear down the same registry; the first imports exitsafe._steps, and the
+    # second, finding the teardown running there, looked the half-imported module up
+    # (AttributeError, seen under load).  It waits for the first instead.
+    run = run_program(TEARDOWN_WHILE_ANOTHER_THREAD_IMPORTS_THE_STEP_RUNNER, tmp_path)
+    assert_clean(run)
+    assert sorted(run.order) == ["db released", "first: teardown returned",
+                                 "second: teardown returned"]
+    assert run.order.index("db released") < run.order.index("second: teardown returned")
