@@ -27,6 +27,7 @@ from types import BuiltinFunctionType, FunctionType, MethodType
 
 from . import _sync
 from ._adopt import ClaimTable, hook_after_leak, registry_arg
+from ._closing import loaded_steps
 from ._core import speedups
 from ._errors import ExitsafeError, HandleClosedError
 from ._handle import Handle, enter_borrow, exit_borrow
@@ -674,7 +675,9 @@ def _threads_may_be_inside(lib: object) -> bool:
     constructor) crashes it.  Said on exitsafe's logger.  Outside an exit, never."""
     if not process_ending():
         return False
-    running = running_elsewhere()
+    steps = loaded_steps()  # (the teardown's idle step workers run no code of the library)
+    workers = steps.idle_worker_idents() if steps is not None else set()
+    running = [ident for ident in running_elsewhere() if ident not in workers]
     if not running:
         return False
     logger = log_if_loaded()

@@ -53,6 +53,16 @@ _stepping: dict[int, _Worker] = {}
 _exits: dict[int, int] = {}
 
 
+#: The threads of every worker alive (started, not stopped), busy or not.
+_workers: set[int] = set()
+
+
+def idle_worker_idents() -> set[int]:
+    """The threads of the workers running no step now: they run no code but exitsafe's
+    (a worker abandoned in an overrunning step is busy: it may be inside a library)."""
+    return _workers - set(_stepping)
+
+
 def worker_idents() -> set[int]:
     """The threads of the standby and busy step workers (never quiesced: they run the
     teardown's steps)."""
@@ -112,6 +122,8 @@ class _Worker:
         thread = threading.Thread(target=self._loop, name="exitsafe-teardown-step", daemon=True)
         thread.start()
         self.ident: Optional[int] = thread.ident
+        if thread.ident is not None:
+            _workers.add(thread.ident)
 
     def _loop(self) -> None:
         me = _thread.get_ident()
@@ -119,6 +131,7 @@ class _Worker:
             self._go.acquire()
             task = self._task
             if task is None:
+                _workers.discard(me)
                 return
             fn, arg, subject = task
             generation = self._generation = _sync.generation
@@ -236,6 +249,7 @@ def after_fork_in_child() -> None:
     _running.clear()
     _stepping.clear()  # (the parent's steps: their callers do not exist here)
     _exits.clear()
+    _workers.clear()
     if mine is not None:  # forked by a step on this worker: it ends the child (_loop)
         _running[_thread.get_ident()] = mine
         _standby.clear()

@@ -376,3 +376,27 @@ def test_a_pinned_library_stays_loaded_at_exit_while_a_thread_may_be_inside_it(
     proc = run(THREAD_INSIDE_A_PINNED_LIBRARY, tmp_path, toy_copy)
     assert_clean(proc)
     assert "kept loaded at exit: 'Thread-1" in proc.stderr, proc.stderr
+
+
+def test_a_pinned_library_is_unloaded_at_exit_when_only_the_teardowns_workers_remain(
+    tmp_path, toy_copy
+):
+    # A step with a time limit ran on one of the teardown's worker threads, which stays in
+    # standby: that thread runs no code of the library, so the pin still unloads it, in
+    # order, after the handle (the library's destructor speaks before the process ends).
+    proc = run(
+        CFFI_PRELUDE
+        + """
+import logging
+import exitsafe.cffi as es
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+pin = es.pin(ffi, lib)
+ctx = es.track(ffi, lib.toy_ctx_new(), lib.toy_ctx_free, timeout=30)  # a timed step
+""",
+        tmp_path,
+        toy_copy,
+        TOY_REPORT="1",
+    )
+    assert_clean(proc)
+    assert "kept loaded at exit" not in proc.stderr, proc.stderr
+    assert toy_lines(proc) == ["new ctx 1", "free ctx 1", "unloaded with 0 live objects"]
