@@ -467,3 +467,24 @@ def test_a_trace_line_written_into_another_line_is_untangled() -> None:
     assert untangle("plain text, exitsafe: not a trace line\n") == (
         "plain text, exitsafe: not a trace line\n"
     )
+
+
+def test_trace_lines_written_between_the_lines_of_a_traceback_are_stepped_over() -> None:
+    # The exiting thread lists the other threads (whole trace lines) while one of them
+    # prints its uncaught exception: the block is still read whole (CI, CPython 3.14).
+    interleaved = (
+        "Exception in thread report-query:\n"
+        'exitsafe: thread ident=0x1 name="report-query" daemon=false\n'
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 3, in report\n'
+        'exitsafe: thread ident=0x2 name="MainThread" daemon=false\n'
+        "    connection.query()\n"
+        "RuntimeError: Connection already closed!\n"
+    )
+    result = ExitResult.from_output(["app"], 0, "", interleaved)
+    (report,) = result.thread_exceptions
+    assert (report.exc_type, report.message) == ("RuntimeError", "Connection already closed!")
+    assert "exitsafe:" not in report.traceback
+    assert [s.get("name") for s in result.trace if s.event == "thread"] == [
+        "report-query", "MainThread",
+    ]

@@ -370,16 +370,16 @@ def _parse_exception(
 ) -> tuple[ExceptionReport, int]:
     """Read a traceback (optional) and an exception line from ``lines[start]``; the block
     as printed begins at ``lines[header]``."""
-    index = start
+    index = _past_trace_lines(lines, start)
     traceback: list[str] = []
     exc_type: Optional[str] = None
     message = ""
     if index < len(lines) and lines[index].startswith(_TRACEBACK):
         traceback.append(lines[index])
-        index += 1
+        index = _past_trace_lines(lines, index + 1)
         while index < len(lines) and lines[index].startswith((" ", "\t")):
             traceback.append(lines[index])
-            index += 1
+            index = _past_trace_lines(lines, index + 1)
     if index < len(lines) and not _FATAL.match(lines[index]):
         match = _EXCEPTION_LINE.match(lines[index])
         if match and not lines[index].startswith(("Exception ignored", "exitsafe: ")):
@@ -396,6 +396,15 @@ def _parse_exception(
         ),
         index,
     )
+
+
+def _past_trace_lines(lines: Sequence[str], index: int) -> int:
+    """The first line from ``index`` on that is not one of exitsafe's trace lines: another
+    thread (the exiting one) may write whole trace lines between the lines of a traceback
+    that a thread is printing (a thread listing at exit, seen on CPython 3.14 in CI)."""
+    while index < len(lines) and _TRACE_LINE.match(lines[index]):
+        index += 1
+    return index
 
 
 def parse_unraisable(text: str) -> list[ExceptionReport]:
@@ -434,6 +443,10 @@ _TRACE_EVENTS = (
 _TRACE_INSIDE = re.compile(
     r"exitsafe: (?:" + "|".join(re.escape(e) for e in _TRACE_EVENTS) + r") [a-z_]+="
 )
+
+
+#: A whole line of exitsafe's trace (any event: ``exitsafe: EVENT key=value ...``).
+_TRACE_LINE = re.compile(r"exitsafe: [a-z][a-z_-]* [a-z_]+=")
 
 
 def untangle(text: str) -> str:
