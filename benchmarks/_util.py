@@ -315,3 +315,35 @@ def profile_table(title: str, prof: Dict[str, Any], rows: int = 10) -> Table:
             f"{entry['tottime_per_op_ns']:,.0f}",
         )
     return table
+
+
+#: The live objects both exit measurements end with (``benchmarks.startup``, in wall time;
+#: ``benchmarks.scaling``, in CPU time and instructions): ``keep``, ``n`` of the kind
+#: ``mode`` names (``"plain"``, ``"cffi_gc"`` or ``"exitsafe"``), both set before this code.
+EXIT_HANDLES = """
+import cffi
+
+import exitsafe
+
+ffi = cffi.FFI()
+ptr = ffi.cast("void *", 0x1234)
+
+
+def release(raw):
+    pass
+
+
+class Plain:
+    __slots__ = ("__weakref__", "raw")
+
+    def __init__(self, raw):
+        self.raw = raw
+
+
+if mode == "plain":
+    keep = [Plain(ptr) for _ in range(n)]
+elif mode == "cffi_gc":
+    keep = [ffi.gc(ptr, release) for _ in range(n)]
+else:
+    keep = [exitsafe.track(ptr, release) for _ in range(n)]
+"""

@@ -36,7 +36,7 @@ import tempfile
 import textwrap
 from typing import Any, Dict, List, Optional, Sequence
 
-from ._util import Bar, Config, Section, Table, clean_env, progress
+from ._util import EXIT_HANDLES, Bar, Config, Section, Table, clean_env, progress
 
 #: Targets (CPU seconds, and per-unit growth for linearity).
 BAR_CHAIN_S = 1.0  # a 10^4 chain, any order
@@ -100,30 +100,17 @@ CHILD = textwrap.dedent(
     """
 )
 
-EXIT_CHILD = textwrap.dedent(
+EXIT_CHILD = (
     """
-    import ctypes, sys, time
-    import cffi
-    import exitsafe
-    mode, n, helper = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    ffi = cffi.FFI()
-    ptr = ffi.cast("void *", 0x1234)
-    def release(raw):
-        pass
-    class Plain:
-        __slots__ = ("__weakref__", "raw")
-        def __init__(self, raw):
-            self.raw = raw
-    if mode == "plain":
-        keep = [Plain(ptr) for _ in range(n)]
-    elif mode == "cffi_gc":
-        keep = [ffi.gc(ptr, release) for _ in range(n)]
-    else:
-        keep = [exitsafe.track(ptr, release) for _ in range(n)]
-    print(time.process_time(), flush=True)
-    if helper:
-        ctypes.CDLL(helper).exitsafe_bench_start()
-    """
+import ctypes, sys, time
+mode, n, helper = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+"""
+    + EXIT_HANDLES
+    + """
+print(time.process_time(), flush=True)
+if helper:
+    ctypes.CDLL(helper).exitsafe_bench_start()
+"""
 )
 EXIT_MODES = ("plain", "cffi_gc", "exitsafe")
 

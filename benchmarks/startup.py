@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ._util import (
+    EXIT_HANDLES,
     Bar,
     Config,
     Section,
@@ -47,38 +48,18 @@ IMPORT_COMMANDS = {
     "python -c 'import cffi'": "import cffi",
 }
 
-EXIT_CHILD = """
+EXIT_CHILD = (
+    """
 import sys
 import time
 
-import cffi
-
-import exitsafe
-
 mode, n = sys.argv[1], int(sys.argv[2])
-ffi = cffi.FFI()
-ptr = ffi.cast("void *", 0x1234)
-
-
-def release(raw):
-    pass
-
-
-class Plain:
-    __slots__ = ("__weakref__", "raw")
-
-    def __init__(self, raw):
-        self.raw = raw
-
-
-if mode == "plain":
-    keep = [Plain(ptr) for _ in range(n)]
-elif mode == "cffi_gc":
-    keep = [ffi.gc(ptr, release) for _ in range(n)]
-else:
-    keep = [exitsafe.track(ptr, release) for _ in range(n)]
+"""
+    + EXIT_HANDLES
+    + """
 print(time.monotonic(), flush=True)
 """
+)
 
 EXIT_MODES: Dict[str, Tuple[str, Dict[str, str]]] = {
     "plain": ("plain objects", {}),
