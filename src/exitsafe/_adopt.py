@@ -36,10 +36,11 @@ from __future__ import annotations
 
 from _weakref import ref as _weakref
 
-from . import _sync
+from . import _sync, _users
 from ._errors import AlreadyTrackedError, NeutralizeError
 from ._handle import Handle
 from ._lookup import find, register_lookup, resolve
+from ._process import process_ending
 from ._registry import Registry, default_registry
 from ._usage import explained
 
@@ -460,11 +461,17 @@ def hook_after_leak(
 class _Adoption:
     """The release function of an adopted object: close it, forget it."""
 
-    __slots__ = ("after", "close", "early", "handle_ref", "hook", "key")
+    __slots__ = ("after", "close", "early", "handle_ref", "hook", "key", "use_wait")
 
-    def __init__(self, close: Union[str, Callable[[Any], object], None], key: int) -> None:
+    def __init__(
+        self, close: Union[str, Callable[[Any], object], None], key: int,
+        timeout: Optional[float] = None,
+    ) -> None:
         self.close = close
         self.key = key
+        #: How long the exit teardown waits for other threads to stop using the object
+        #: (half the close's own bound, so that the wait ends first).
+        self.use_wait = _users.USE_WAIT if timeout is None else min(_users.USE_WAIT, timeout / 2)
         self.after: Optional[_AfterLeak] = None
         self.hook: Optional[Handle] = None
         #: The early hook closing it in the early phase (``adopt(early=True)``).
@@ -473,6 +480,11 @@ class _Adoption:
         self.handle_ref: Optional[Callable[[], Optional[Handle]]] = None
 
     def __call__(self, obj: object) -> None:
+        if self.close is not None and process_ending():
+            # The exit's teardown: never close it under a thread still using it (raises
+            # InUse, recorded leaked_in_use; the entry and the leak hooks stay).
+            # (close=None runs no code of the object: letting go of it is always safe.)
+            _users.wait_until_unused(obj, self.use_wait)
         # Its entry goes: the table must not keep a closed object alive (nor one adopted
         # again meanwhile be forgotten: the entry is dropped only if it is this handle's).
         ref = self.handle_ref
@@ -573,6 +585,16 @@ def adopt(
     teardown.  After a close the object's own `__del__` usually finds it closed and does
     nothing.
 
+    Threads at exit: the exit teardown never closes `obj` under another thread that may be
+    using it.  A thread still alive whose Python stack refers to `obj` (a local, a module
+    global its code names, an attribute of a local, a bound method), and that exitsafe does
+    not already hold back (`quiesce()`, a parked thread), makes the close wait at most 1 s
+    (or half of `timeout`); if the thread still refers to it then, `obj` is not closed and
+    its handle ends `leaked_in_use`, the thread named in the ledger and in a warning.  For
+    the close to happen, let the thread use the object through `handle.borrowing()`, or
+    declare it with [`worker`][exitsafe.worker] or [`quiesce`][exitsafe.quiesce].  A release
+    the program makes itself is never held back.
+
     Args:
         obj: the object to own.
         close: the name of a method to call (default `"close"`; checked now), a callable
@@ -640,7 +662,7 @@ def adopt(
         )
 
     _adopted.claim(key, obj, describe)
-    adoption = _Adoption(close, key)
+    adoption = _Adoption(close, key, timeout)
     try:
         handle = reg.track(
             obj,

@@ -35,7 +35,8 @@ class Outcome:
             leak.
         LEAKED_IN_USE: `"leaked_in_use"`: it was borrowed, or being released on another
             thread (or on the teardown's own thread, which a teardown never waits for), when
-            the teardown reached it.
+            the teardown reached it; or, adopted, another thread's code still referred to
+            it after the bound.
         LEAKED_TIMEOUT: `"leaked_timeout"`: its release step (or its exit policy) ran past
             the step or total timeout.
         LEAKED_DEPENDENT: `"leaked_dependent"`: something depending on it was leaked or

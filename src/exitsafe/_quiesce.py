@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from types import CodeType, FrameType
     from typing import Any, Iterable, Optional
 
-__all__ = ["request", "requested", "run", "still_running"]
+__all__ = ["covered", "request", "requested", "run", "still_running"]
 
 #: Kinds of code (see `_kind`).
 OWN, STDLIB, PACKAGE, STARTER = 0, 1, 2, 3
@@ -128,6 +128,12 @@ def still_running() -> dict[int, str]:
     """The threads that were neither parked, gone nor idle when the bound was hit:
     ident -> a description (name, and where it was)."""
     return dict(_running)
+
+
+def covered() -> list[int]:
+    """The threads this exit quiesces (parked, or parking at their next call): they never
+    run the program's code again."""
+    return list(_targets)
 
 
 def run(exclude: Iterable[int] = ()) -> None:

@@ -28,6 +28,7 @@ from ._ledger import Outcome, trace_line
 from ._record import HOOK, LIVE, RELEASING, TAINTING, display_name
 from ._report import emit, log
 from ._threads import StillRunning
+from ._users import InUse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -181,9 +182,7 @@ def _step(
     another thread, which finished it and recorded its outcome.  ``raised``: its release
     ran in the compiled steps, and raised."""
     if raised is not None:
-        detail = repr(raised)
-        _log_failure("release", node, detail)
-        return Outcome.RELEASE_FAILED, detail
+        return _release_raised(node, raised)
     if elsewhere and node in elsewhere:
         return _wait_in_flight(node, settings)
     if settings.running is not None and node._role != HOOK:
@@ -203,9 +202,7 @@ def _step(
         try:
             node._fn(node._raw)  # type: ignore[misc]
         except BaseException as exc:  # recorded and logged; teardown goes on
-            detail = repr(exc)
-            _log_failure("release", node, detail)
-            return Outcome.RELEASE_FAILED, detail
+            return _release_raised(node, exc)
         return _RELEASED_AT_EXIT, None
     return _general_step(node, policy, settings, runner)
 
@@ -327,9 +324,11 @@ def _general_step(
         if isinstance(error, StillRunning):  # a worker that did not stop in time
             log().warning("exitsafe: %s", error)
             return Outcome.HOOK_TIMEOUT, str(error)
+        if not is_hook:
+            return _release_raised(node, error)
         detail = repr(error)
-        _log_failure("hook" if is_hook else "release", node, detail)
-        return (Outcome.HOOK_FAILED if is_hook else Outcome.RELEASE_FAILED), detail
+        _log_failure("hook", node, detail)
+        return Outcome.HOOK_FAILED, detail
     if policy_step is not None and policy_step.leak is not None:
         return Outcome.LEAKED_POLICY, policy_step.leak
     return (Outcome.HOOK_RAN if is_hook else _RELEASED_AT_EXIT), None
@@ -379,6 +378,19 @@ def _info(node: Node, settings: Settings) -> HandleInfo:
 
         settings.main_ident = threading.main_thread().ident
     return HandleInfo(node, _sync.generation, settings.main_ident)
+
+
+def _release_raised(node: Node, exc: BaseException) -> tuple[str, Optional[str]]:
+    """The outcome of a release function that raised: ``leaked_in_use`` when it refused
+    to run under a thread still using the object (`exitsafe._users.InUse`), else
+    ``release_failed``."""
+    if isinstance(exc, InUse):
+        detail = str(exc)
+        log().warning("exitsafe: %s %r %s; leaking it", node._kind, display_name(node), detail)
+        return Outcome.LEAKED_IN_USE, detail
+    detail = repr(exc)
+    _log_failure("release", node, detail)
+    return Outcome.RELEASE_FAILED, detail
 
 
 def _log_failure(action: str, node: Node, detail: str) -> None:

@@ -164,16 +164,22 @@ ADOPTED_WRITER_USED_BY_A_DAEMON_THREAD = """
 
 @pytest.mark.parametrize("borrowing", [True, False])
 def test_at_exit_the_close_waits_for_the_write_and_the_writer_is_parked(tmp_path, borrowing):
-    # adopt() alone closes under the daemon thread's write in flight; with .borrowing() the
-    # close waits for the write, then the thread parks at its next call: the writer's own
-    # code is not changed.
+    # With .borrowing() the close waits for the write, then the thread parks at its next
+    # call: the writer's own code is not changed.  adopt() alone does not know about the
+    # write, but sees that the thread's code refers to the writer: it never closes it
+    # under that thread, and leaks it, saying which thread and where.
     body = ADOPTED_WRITER_USED_BY_A_DAEMON_THREAD
     if not borrowing:
         body = body.replace('close="close").borrowing()', 'close="close").raw')
     run = run_program(body, tmp_path, ledger=True)
     assert_clean(run)
+    registry = run.ledger()["registries"][0]
     if borrowing:
         assert run.order == ["closed between writes"]
-        assert run.ledger()["registries"][0]["parked_threads"] == 1
+        assert registry["parked_threads"] == 1
     else:
-        assert run.order[0] == "closed under a write"
+        assert run.order == []  # never closed under the write, nor after it
+        (entry,) = registry["entries"]
+        assert entry["outcome"] == "leaked_in_use"
+        assert "record_frames() at" in entry["detail"]
+        assert "handle.borrowing()" in entry["detail"]

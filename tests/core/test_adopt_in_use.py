@@ -1,0 +1,266 @@
+"""adopt() alone never closes an object under another thread still using it at exit.
+
+The exit teardown looks at the other threads' Python stacks before it closes an adopted
+object: one that refers to it (a local, a module global its code names, an attribute of
+a local, a bound method) makes the close wait, bounded, then leak the object
+``leaked_in_use`` with the thread named, instead of closing it under that thread.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+
+import pytest
+
+import exitsafe
+from exitsafe import _users
+from tests.support import assert_clean, run_program
+
+WRITER = """
+    import time
+
+    class Writer:
+        def __init__(self):
+            self.closed = False
+
+        def write(self, frame):
+            if self.closed:
+                record("write after close")
+            time.sleep(0.001)
+
+        def close(self):
+            record("closed")
+            self.closed = True
+
+    started = threading.Event()
+"""
+
+
+def _entry(run):
+    (entry,) = run.ledger()["registries"][0]["entries"]
+    return entry
+
+
+@pytest.mark.parametrize(
+    "thread_code",
+    [
+        # a module global named by the thread's code
+        """
+        writer = Writer()
+        exitsafe.adopt(writer)
+
+        def loop():
+            started.set()
+            while True:
+                writer.write(b"x")
+        """,
+        # a local variable
+        """
+        def loop(w=exitsafe.adopt(Writer()).raw):
+            started.set()
+            while True:
+                w.write(b"x")
+        """,
+        # an attribute of a local (self.writer)
+        """
+        class Recorder:
+            def __init__(self):
+                self.writer = exitsafe.adopt(Writer()).raw
+
+            def run(self):
+                started.set()
+                while True:
+                    self.writer.write(b"x")
+
+        loop = Recorder().run
+        """,
+        # a bound method held in a local
+        """
+        def loop(write=exitsafe.adopt(Writer()).raw.write):
+            started.set()
+            while True:
+                write(b"x")
+        """,
+    ],
+    ids=["global", "local", "attribute", "bound-method"],
+)
+def test_a_thread_referring_to_the_object_keeps_it_from_being_closed(tmp_path, thread_code):
+    start = """
+    threading.Thread(target=loop, daemon=True, name="recorder").start()
+    started.wait(30)
+    """
+    body = "".join(textwrap.dedent(part) for part in (WRITER, thread_code, start))
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == []  # not closed: no close under the thread, no write after it
+    entry = _entry(run)
+    assert entry["outcome"] == "leaked_in_use"
+    assert "'recorder'" in entry["detail"]
+    assert "after 1 s" in entry["detail"]
+    assert "leaking it" in run.stderr
+
+
+def test_a_thread_that_lets_go_within_the_bound_lets_the_close_run_after_it(tmp_path):
+    body = WRITER + """
+    writer = Writer()
+    exitsafe.adopt(writer)
+
+    def loop():
+        started.set()
+        end = time.monotonic() + 0.3  # still writing for a while after the main thread ends
+        while time.monotonic() < end:
+            writer.write(b"x")
+        record("thread done")
+
+    threading.Thread(target=loop, daemon=True).start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == ["thread done", "closed"]
+    assert _entry(run)["outcome"] == "released_at_exit"
+
+
+def test_a_thread_that_does_not_refer_to_the_object_does_not_delay_its_close(tmp_path):
+    body = WRITER + """
+    exitsafe.adopt(Writer())
+
+    def loop():
+        started.set()
+        while True:
+            time.sleep(0.001)
+
+    threading.Thread(target=loop, daemon=True).start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
+    assert_clean(run)
+    assert run.order == ["closed"]
+    assert _entry(run)["outcome"] == "released_at_exit"
+
+
+def test_threads_quiesced_do_not_count_so_the_object_is_closed(tmp_path):
+    body = WRITER + """
+    writer = Writer()
+    exitsafe.adopt(writer)
+    exitsafe.quiesce()
+
+    def loop():
+        started.set()
+        while True:
+            writer.write(b"x")
+
+    threading.Thread(target=loop, daemon=True).start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == ["closed"]  # the thread parked at a call: never writes again
+    assert _entry(run)["outcome"] == "released_at_exit"
+
+
+def test_the_wait_is_half_the_close_timeout_when_that_is_shorter(tmp_path):
+    body = WRITER + """
+    writer = Writer()
+    exitsafe.adopt(writer, timeout=0.4)
+
+    def loop():
+        started.set()
+        while True:
+            writer.write(b"x")
+
+    threading.Thread(target=loop, daemon=True).start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    entry = _entry(run)
+    assert entry["outcome"] == "leaked_in_use"
+    assert "after 0.2 s" in entry["detail"]
+
+
+def test_close_none_only_lets_go_and_is_never_held_back(tmp_path):
+    body = WRITER + """
+    writer = Writer()
+    exitsafe.adopt(writer, close=None)
+
+    def loop():
+        started.set()
+        while True:
+            writer.write(b"x")
+
+    threading.Thread(target=loop, daemon=True).start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    assert _entry(run)["outcome"] == "released_at_exit"
+
+
+def test_an_explicit_release_while_the_program_runs_is_the_programs_call():
+    # Only the exit's teardown looks at other threads: a release the program makes is
+    # run at once, whoever refers to the object.
+    closed = []
+
+    class Writer:
+        def close(self):
+            closed.append(True)
+
+    writer = Writer()
+    handle = exitsafe.adopt(writer, registry=exitsafe.Registry("explicit-in-use"))
+    stop = threading.Event()
+    holder = threading.Thread(target=lambda w=writer: stop.wait(30), daemon=True)
+    holder.start()
+    try:
+        handle.release()
+    finally:
+        stop.set()
+        holder.join()
+    assert closed == [True]
+
+
+def test_users_of_names_the_thread_and_its_own_frame_and_skips_the_caller():
+    target = object()
+    ready = threading.Event()
+    stop = threading.Event()
+
+    def holding(obj=target):
+        ready.set()
+        stop.wait(30)
+
+    thread = threading.Thread(target=holding, name="holder", daemon=True)
+    thread.start()
+    try:
+        ready.wait(30)
+        local_copy = target  # the calling thread refers to it too, and is not counted
+        users = _users.users_of(local_copy)
+        assert list(users) == [thread.ident]
+        assert "'holder'" in users[thread.ident]
+        assert "holding() at" in users[thread.ident]
+        assert _users.users_of(object()) == {}
+    finally:
+        stop.set()
+        thread.join()
+    assert _users.users_of(target) == {}
+
+
+def test_wait_until_unused_raises_in_use_with_the_threads_after_the_bound():
+    target = object()
+    ready = threading.Event()
+    stop = threading.Event()
+
+    def holding(obj=target):
+        ready.set()
+        stop.wait(30)
+
+    thread = threading.Thread(target=holding, name="holder", daemon=True)
+    thread.start()
+    try:
+        ready.wait(30)
+        with pytest.raises(_users.InUse, match="still used by thread 'holder'"):
+            _users.wait_until_unused(target, bound=0.05)
+    finally:
+        stop.set()
+        thread.join()
+    _users.wait_until_unused(target, bound=0.05)  # gone: returns at once
