@@ -218,8 +218,8 @@ CASES = [
         fails=segfault_in_released_object,
         runs=3,
         timeout=30.0,
-        summary="daemon thread filling an adopted cairo surface at exit: the teardown "
-                "finishes it under the fill: SIGSEGV in pixman",
+        summary="daemon thread filling a cairo surface that the program finishes at exit "
+                "(atexit): SIGSEGV in pixman",
         protected="cairocffi_daemon_protected.py",
         system=("/usr/lib/*/libcairo.so.2", "cairo (Debian libcairo2)"),
     ),
