@@ -42,7 +42,7 @@ from ._usage import explained as _explained
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from typing import Any, Callable, NoReturn, Optional, TypeVar
+    from typing import Any, Callable, NoReturn, Optional, TypeVar, Union
 
     from . import lowlevel
     from ._adopt import adopt
@@ -422,7 +422,11 @@ def worker(
 
 
 @_explained("exitsafe.quiesce", "exitsafe.quiesce() or exitsafe.quiesce(thread, ..., timeout=5.0)")
-def quiesce(*threads: Any, timeout: float = 5.0) -> None:
+def quiesce(
+    *threads: Any,
+    timeout: float = 5.0,
+    wake: Union[Callable[[], object], Iterable[Callable[[], object]], None] = None,
+) -> None:
     """At exit, stop other threads for good, each at its next safe point, before anything
     is released: one line, no code in those threads.
 
@@ -438,8 +442,15 @@ def quiesce(*threads: Any, timeout: float = 5.0) -> None:
     A thread that is still inside a library's code after `timeout` seconds may be using
     anything: the exit teardown then releases nothing (every handle ends `leaked_in_use`,
     the detail naming the thread and where it was), since it cannot release under it.
-    The teardown's own hooks still run. A thread blocked for good in a native call is
-    best given a way to wake it (stop it in an `on_early_exit` hook).
+    The teardown's own hooks still run.
+
+    A thread blocked in a native call (a query, a `recv()`) is woken by `wake`: callables
+    run once, on the exiting thread, right after the threads are set to park and before
+    the wait (`con.interrupt` for a DuckDB query, closing the peer of a socket). The woken
+    call returns, or raises, into the program's own code, and the thread parks there,
+    before its code sees the result or the exception (no traceback of an interrupted
+    thread). An exception raised by a wake action is logged; the others and the wait
+    still run.
 
     Calls add up: `quiesce(t1)` then `quiesce(t2)` quiesces both; `quiesce()` with no
     thread quiesces every thread but the exiting one. The last `timeout` given applies.
@@ -448,17 +459,20 @@ def quiesce(*threads: Any, timeout: float = 5.0) -> None:
     Args:
         *threads: the `threading.Thread` objects (or thread idents) to quiesce; none: all.
         timeout: seconds to wait for the threads to park or be idle.
+        wake: a callable taking no argument, or an iterable of them, added to those
+            given before; checked now (`TypeError` if one is not callable).
 
     Example:
         ```python
         import exitsafe
 
         exitsafe.quiesce()  # daemon threads stop between two native calls at exit
+        exitsafe.quiesce(wake=con.interrupt)  # and one inside a DuckDB query is woken
         ```
     """
     from . import _exit, _quiesce
 
-    _quiesce.request(threads, timeout)
+    _quiesce.request(threads, timeout, wake)
     _exit.install_quiesce()
 
 

@@ -47,7 +47,7 @@ from . import _process, _report, _sync, _threads
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import CodeType, FrameType
-    from typing import Any, Iterable, Optional
+    from typing import Any, Callable, Iterable, Optional
 
 __all__ = ["covered", "request", "requested", "run", "still_running"]
 
@@ -64,7 +64,10 @@ _STARTERS = {
     ("thread", "run"),
 }
 
-_PARK_EVENTS = {"call", "c_call", "c_return"}
+#: ``c_exception``: a C function called from the program's own code raised (a query
+#: interrupted by its library, a socket whose context was terminated): the thread parks
+#: before the exception reaches its code, as at a return.
+_PARK_EVENTS = {"call", "c_call", "c_return", "c_exception"}
 
 #: The standalone programs of ``exitsafe demo`` (``exitsafe.lab.scenarios``), relative to
 #: exitsafe's directory: the program's own code when they run, not exitsafe's (nor, once
@@ -74,6 +77,11 @@ _LAB_PROGRAMS = "lab/scenarios/"
 #: ``None``: not asked for; else the idents to quiesce (empty: every other thread) and
 #: the bound in seconds.
 _request: list[Optional[tuple[frozenset[int], float]]] = [None]
+#: Per thread quiesced, the outermost C call in flight: (the calling frame, its
+#: instruction), see `_inside_native_call`.
+_in_native: dict[int, tuple[FrameType, int]] = {}
+#: The wake actions to run once the threads are set to park (``quiesce(wake=...)``).
+_wakes: list[Callable[[], object]] = []
 #: The threads quiesced in this exit: ident -> True once parked.
 _targets: dict[int, bool] = {}
 #: The threads still running when the bound was hit: ident -> where (for the ledger).
@@ -89,10 +97,12 @@ _paths: list[tuple[tuple[str, ...], str]] = []
 _trampoline: list[Any] = []
 
 
-def request(threads: Iterable[Any], timeout: float) -> None:
+def request(threads: Iterable[Any], timeout: float, wake: Any = None) -> None:
     """Quiesce ``threads`` (``threading.Thread`` objects or idents; none: every thread
     but the exiting one) at exit, as well as those asked for before, waiting at most
-    ``timeout`` seconds."""
+    ``timeout`` seconds; ``wake``: a callable (or callables) run once the threads are set
+    to park, added to those given before."""
+    wakes = _wake_actions(wake)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
     bound = float(timeout)
@@ -118,6 +128,35 @@ def request(threads: Iterable[Any], timeout: float) -> None:
     else:
         chosen = frozenset(idents | (before[0] if before is not None else set()))
     _request[0] = (chosen, bound)
+    _wakes.extend(wakes)
+
+
+def _wake_actions(wake: Any) -> list[Callable[[], object]]:
+    """``wake`` as a list of callables (checked now, so a wrong one fails at the call)."""
+    if wake is None:
+        return []
+    actions = [wake] if callable(wake) else wake
+    try:
+        actions = list(actions)
+    except TypeError:
+        actions = [wake]
+    for action in actions:
+        if not callable(action):
+            raise TypeError(
+                f"wake must be a callable taking no argument (or a list of them), got "
+                f"{type(action).__name__}: write quiesce(wake=con.interrupt), for example"
+            )
+    return actions
+
+
+def _run_wakes() -> None:
+    """Run the wake actions, once each, on the exiting thread; an error is logged."""
+    while _wakes:
+        action = _wakes.pop(0)
+        try:
+            action()
+        except Exception as exc:  # logged: the other actions and the wait still run
+            _report.log().error("exitsafe: quiesce wake action %r failed: %r", action, exc)
 
 
 def requested() -> bool:
@@ -155,6 +194,8 @@ def run(exclude: Iterable[int] = ()) -> None:
         started = perf_counter()
         _prepare()
         _install()
+        _note_calls_in_flight()
+        _run_wakes()  # (after the install: a thread woken parks as its call returns)
         _wait(timeout)
         if _running:
             _process.set_threads_running(
@@ -174,6 +215,8 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
     me = _thread.get_ident()
     if _targets.get(me) is not False or _sync.reentered():
         return
+    if _inside_native_call(me, frame, event):
+        return
     if event == "call":
         # Never at the entry of a library's function: a library's native code (a Cython
         # wrapper such as h5py's with_phil) may have called it holding the library's lock,
@@ -187,9 +230,53 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
             return
     elif not _own_stack(frame):
         return
+    _in_native.pop(me, None)
     _targets[me] = True
     _end_borrows()
     _threads.park()
+
+
+def _inside_native_call(me: int, frame: FrameType, event: str) -> bool:
+    """Whether this event happens inside a C function that a frame of the thread called
+    and that has not returned: Python code the C function runs (a callback, an
+    ``isinstance`` of a binding's argument check) is inside it, where the library may hold
+    its own lock, so never a place to park.  The outermost such call of each thread is
+    kept as (its calling frame, that frame's instruction); it ends at the next event of
+    that frame itself (its ``c_return`` or ``c_exception``, or its next ``c_call`` when the
+    return came unseen: a call in flight at install, `_note_calls_in_flight`), or once that
+    frame has moved on."""
+    call = _in_native.get(me)
+    if call is not None:
+        caller, at = call
+        if caller is frame:
+            # The calling frame runs again: the call returned (its c_return is seen only
+            # for a call made once the profile function was installed).
+            del _in_native[me]
+        elif caller.f_lasti == at and _in_stack(caller, frame.f_back):
+            return True
+        else:
+            del _in_native[me]  # (stale: the call returned unseen, and its frame moved on)
+    if event == "c_call":
+        _in_native[me] = (frame, frame.f_lasti)  # (dropped below if the thread parks here)
+    return False
+
+
+def _in_stack(target: FrameType, frame: Optional[FrameType]) -> bool:
+    while frame is not None:
+        if frame is target:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _note_calls_in_flight() -> None:
+    """After the install: each thread to quiesce whose innermost frame is at a call
+    instruction is inside a C function (a Python callee would have a frame of its own)."""
+    frames = sys._current_frames()
+    for ident in list(_targets):
+        frame = frames.get(ident)
+        if frame is not None and ident not in _in_native and _at_a_call(frame):
+            _in_native[ident] = (frame, frame.f_lasti)
 
 
 def _at_a_call(frame: FrameType) -> bool:
@@ -530,7 +617,10 @@ def _log_result(ms: float) -> None:
 
 
 def after_fork_in_child() -> None:
-    """A forked child has its own exit; its parent's threads do not exist there."""
+    """A forked child has its own exit; its parent's threads do not exist there (nor do
+    the waits their wake actions would end)."""
     _targets.clear()
+    _wakes.clear()
+    _in_native.clear()
     _running.clear()
     _process.set_threads_running(None)

@@ -6,6 +6,7 @@ test)."""
 from __future__ import annotations
 
 import os
+import textwrap
 import threading
 
 import pytest
@@ -550,3 +551,70 @@ def test_a_call_the_caller_did_not_make_is_no_safe_point():
 
     body()
     assert seen == [True, False]
+
+
+#: A thread blocked in a native call that only a write to its pipe ends (``read(2)``
+#: through ctypes: not the standard library's, so the thread is not idle, it is inside
+#: native code), and the handle it uses.
+BLOCKED_READER = """
+    import ctypes, os
+    _libc = ctypes.CDLL(None)
+    r, w = os.pipe()
+    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+    started = threading.Event()
+
+    def reader():
+        buf = ctypes.create_string_buffer(1)
+        started.set()
+        while True:
+            _libc.read(r, buf, 1)  # blocked in native code, the GIL released
+            record("read returned")
+
+    threading.Thread(target=reader, daemon=True, name="reader").start()
+    started.wait()
+    time.sleep(0.05)
+"""
+
+
+def test_wake_gets_a_thread_out_of_its_native_call_and_it_parks_as_the_call_returns(
+    tmp_path,
+):
+    body = "import time\n" + textwrap.dedent(BLOCKED_READER) + textwrap.dedent("""
+    exitsafe.quiesce(wake=lambda: os.write(w, b"x"), timeout=10)
+    """)
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=30)
+    assert_clean(run)
+    assert run.order == ["released"]  # the read returned, and the thread never ran on
+    assert run.outcomes() == {"session": "released_at_exit"}
+    fields = trace_fields(run.stderr, "quiesce")
+    assert (fields["threads"], fields["parked"], fields["running"]) == ("1", "1", "0")
+
+
+def test_without_wake_the_blocked_thread_is_still_running_and_nothing_is_released(tmp_path):
+    body = "import time\n" + textwrap.dedent(BLOCKED_READER) + textwrap.dedent("""
+    exitsafe.quiesce(timeout=0.3)
+    """)
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=30)
+    assert_clean(run)
+    assert run.order == []
+    assert run.outcomes() == {"session": "leaked_in_use"}
+    assert trace_fields(run.stderr, "quiesce")["running"] == "1"
+
+
+def test_a_wake_action_that_fails_is_logged_and_the_others_still_run(tmp_path):
+    body = "import time\n" + textwrap.dedent(BLOCKED_READER) + textwrap.dedent("""
+    def broken():
+        raise RuntimeError("cannot wake")
+
+    exitsafe.quiesce(wake=[broken, lambda: os.write(w, b"x")], timeout=10)
+    """)
+    run = run_program(body, tmp_path, ledger=True, timeout=30)
+    assert_clean(run, allow=["cannot wake"])
+    assert "quiesce wake action" in run.stderr and "cannot wake" in run.stderr
+    assert run.outcomes() == {"session": "released_at_exit"}
+
+
+@pytest.mark.parametrize("wake", [5, [print, "x"], object()])
+def test_wake_must_be_callables(wake):
+    with pytest.raises(TypeError, match="wake must be a callable"):
+        exitsafe.quiesce(wake=wake)

@@ -70,6 +70,18 @@ def writer_used_closed_file(result: ExitResult, version: Version) -> bool:
     return result.timed_out
 
 
+def interrupted_query(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: the worker's query in flight at exit ends it badly: DuckDB interrupts it
+    and the worker's ``InterruptException`` is printed ("Exception in thread"), or the
+    worker, ended inside DuckDB's C++ code, aborts the process (SIGABRT, forced unwind);
+    both were seen on the same interpreter.  3.14+: any unclean end."""
+    if version >= (3, 14):
+        return not result.clean
+    return result.signal == "SIGABRT" or (
+        "Exception in thread" in result.stderr and "InterruptException" in result.stderr
+    )
+
+
 def hang_in_threading_shutdown(result: ExitResult, version: Version) -> bool:
     """Killed on timeout, and faulthandler's dump shows the main thread inside
     ``threading._shutdown`` -> ``concurrent.futures``' ``_python_exit`` (joining the
@@ -239,6 +251,17 @@ CASES = [
         # series on 3.9 under a loaded machine aborted 14 of 20 ("FATAL: exception not
         # rethrown": the worker unwound, not parked), not seen again: 20 of 20 on every one
         # of 3.9-3.13 in CI since (2026-11-28, a loaded machine).
+    ),
+    Case(
+        id="duckdb-daemon-query",
+        program="duckdb_daemon_query.py",
+        package="duckdb",
+        fails=interrupted_query,
+        runs=3,
+        timeout=30.0,
+        summary="daemon thread inside a DuckDB query at exit: its interrupted query's "
+                "exception printed, or SIGABRT (forced unwind)",
+        protected="duckdb_daemon_query_protected.py",
     ),
 ]
 
