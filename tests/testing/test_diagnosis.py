@@ -434,3 +434,27 @@ def test_a_forked_child_of_a_watched_program_exits_as_it_would_alone(tmp_path: P
     result = run(code, cwd=tmp_path)
     assert result.stdout.strip() == "child status 0", result.summary()
     assert_clean_exit(result)
+
+
+def test_a_run_killed_at_its_timeout_is_not_called_a_crash_by_its_signal():
+    # exitsafe run sends SIGABRT at the timeout (for the stacks): that signal is not the
+    # program's, so it is not reported as one, and a C++ runtime line printed earlier is
+    # not taken for what ended the run.
+    stderr = (
+        "terminate called without an active exception\n"
+        "Fatal Python error: Aborted\n\n"
+        "Current thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/tmp/prog.py", line 3 in <module>\n'
+    )
+    result = ExitResult.from_output(
+        ["python", "prog.py"], -6, "", stderr, timed_out=True, timeout=3.0
+    )
+    assert result.signal is None
+    assert result.returncode == -6
+    assert result.diagnosis is None or result.diagnosis.kind != "thread-in-native"
+    assert "fatal error" not in (result.failure_kind or "")
+    assert result.failure_kind.startswith("timeout")
+    # The same abort without a timeout is the program's own.
+    crashed = ExitResult.from_output(["python", "prog.py"], -6, "", stderr)
+    assert crashed.signal == "SIGABRT"
+    assert crashed.diagnosis is not None and crashed.diagnosis.kind == "thread-in-native"

@@ -47,7 +47,9 @@ def failure_kind(result: ExitResult) -> Optional[str]:
         if result.uncaught is not None and result.uncaught.exc_type:
             part += f": {result.uncaught.exc_type}"
         parts.append(part)
-    if result.fatal_error is not None and not (result.signal or result.ntstatus):
+    if result.fatal_error is not None and not (
+        result.signal or result.ntstatus or dumped_on_timeout(result)  # (the kill's dump)
+    ):
         parts.append(f"fatal error {_ADDRESS.sub('0x?', result.fatal_error.message)!r}")
     seen: set[str] = set()
     for report in result.unraisable:

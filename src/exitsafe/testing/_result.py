@@ -69,7 +69,9 @@ class ExitResult:
         args: the command that ran.
         returncode: the exit status as `subprocess` reports it (negative: killed by that POSIX
             signal).
-        signal: the name of the POSIX signal that killed the process (``"SIGSEGV"``), else ``None``.
+        signal: the name of the POSIX signal that killed the process (``"SIGSEGV"``), else ``None``;
+            ``None`` too when the run timed out (then the signal was the harness's own kill,
+            sent to dump the threads' stacks, and `returncode` still shows it).
         ntstatus: the decoded Windows status (``STATUS_ACCESS_VIOLATION 0xC0000005``), or ``None``;
             see [`NtStatus`][exitsafe.testing.NtStatus].
         timed_out: the run exceeded its timeout and its whole process group was killed.
@@ -178,7 +180,8 @@ class ExitResult:
         return cls(
             args=tuple(args),
             returncode=returncode,
-            signal=decode_signal(returncode),
+            # (a run killed for its timeout died by the harness's own signal, not its own)
+            signal=None if timed_out else decode_signal(returncode),
             ntstatus=decode_ntstatus(returncode),
             timed_out=timed_out,
             fatal_error=fatal[0] if fatal else None,

@@ -28,6 +28,10 @@ def thread_in_native(result: ExitResult) -> Optional[Diagnosis]:
     fatal = result.fatal_error
     if unwound is None or not (result.signal == "SIGABRT" or fatal is not None):
         return None
+    if result.timed_out:
+        # The abort was the harness's kill at the timeout, not the C++ runtime's: a line
+        # printed earlier is not what ended the run (a hang is diagnosed by its own rules).
+        return None
     details = [f"the C++ runtime printed: {unwound!r}"]
     for thread in threads:
         where = f", last Python frame: {thread.frame}" if thread.frame else ""
