@@ -88,6 +88,7 @@ CASES = [
     Case("crash-in-teardown", "crash_in_teardown.py"),
     Case("crash-after-teardown", "crash_after_teardown.py"),
     Case("crash-at-exit", "crash_at_exit.py"),
+    Case("thread-crash-at-exit", "thread_crash_at_exit.py"),
     Case("native-fatal", "native_fatal.py", needs="lab"),
     Case("child-process", "child_process.py", needs="fork"),
     Case("thread-exception", "thread_exception.py"),

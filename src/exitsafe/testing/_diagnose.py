@@ -20,7 +20,12 @@ from ._diagnosis import Diagnosis
 from ._rules_crashes import crash_after, native_fatal, teardown_cut
 from ._rules_exit import audit_findings, child_processes, lost_output, unraisable
 from ._rules_hangs import hang_at_exit, hang_before_teardown, hang_deadlock, timeout
-from ._rules_threads import thread_exception, thread_hung_in_native, thread_in_native
+from ._rules_threads import (
+    thread_crash_at_exit,
+    thread_exception,
+    thread_hung_in_native,
+    thread_in_native,
+)
 
 if TYPE_CHECKING:
     from ._result import ExitResult
@@ -28,7 +33,8 @@ if TYPE_CHECKING:
 #: The rules, most specific first: the first that recognises the run names its cause.
 RULES = (
     thread_in_native, child_processes, teardown_cut, hang_before_teardown, hang_deadlock,
-    thread_hung_in_native, hang_at_exit, native_fatal, crash_after, lost_output,
+    thread_hung_in_native, hang_at_exit, native_fatal, thread_crash_at_exit, crash_after,
+    lost_output,
     thread_exception, unraisable, audit_findings, timeout,
 )
 

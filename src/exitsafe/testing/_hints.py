@@ -29,6 +29,16 @@ HINTS: dict[str, tuple[str, str]] = {
         " stop=stop_event, uses=[handle])` when its loop can be stopped",
         "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
+    "thread-crash-at-exit": (
+        "a thread must not be inside a native call on an object when the exit frees it:"
+        " add `exitsafe.quiesce()` (at exit the thread is parked between two native calls,"
+        " before anything is released and before the libraries' exit handlers), let the"
+        " thread use the object through a borrowing view,"
+        " `writer = exitsafe.adopt(writer, close=\"close\").borrowing()` (the close waits"
+        " for the call in flight, then the thread parks), or declare the thread with"
+        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
+    ),
     "hang-before-teardown": (
         "the interpreter joins non-daemon threads and executors before any atexit callback,"
         " so no per-step timeout applies there; stop them in an early-phase hook, which runs"

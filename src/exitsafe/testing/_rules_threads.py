@@ -1,13 +1,14 @@
 """The diagnosis rules about threads: ``thread-in-native`` (a daemon thread unwound, or
-hung, inside native code while the interpreter finalized) and ``thread-exception`` (a
-thread's uncaught exception)."""
+hung, inside native code while the interpreter finalized), ``thread-crash-at-exit`` (a
+crash while a daemon thread was still running, on that thread) and ``thread-exception``
+(a thread's uncaught exception)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
 from ._diagnosis import Diagnosis, make_diagnosis
-from ._evidence import frame_text, is_main_stack, late_threads
+from ._evidence import frame_text, is_main_stack, late_threads, stderr_before
 
 if TYPE_CHECKING:
     from ._result import ExitResult
@@ -101,5 +102,51 @@ def thread_exception(result: ExitResult) -> Optional[Diagnosis]:
     return make_diagnosis(
         "thread-exception",
         f"thread {name!r} ended with an uncaught exception ({exc}{message})",
+        details,
+    )
+
+
+#: The signals of a crash (an abort has its own rules: a forced unwind, a library's check).
+_CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+
+
+def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
+    """A crash at exit while daemon threads were still running, and not on a thread the
+    fatal error's dump shows in Python code of its own: the crash is a daemon thread's
+    native code using what the exit freed (an ``atexit`` close, a finalizer, exitsafe's
+    teardown without the thread declared)."""
+    crashed = result.signal in _CRASH_SIGNALS or (
+        result.ntstatus is not None and "ACCESS_VIOLATION" in result.ntstatus.name
+    )
+    if not crashed or result.timed_out:
+        return None
+    daemons = [t for t in late_threads(result) if t.daemon]
+    if not daemons:
+        return None
+    fatal = result.fatal_error
+    current = next((t for t in fatal.threads if t.current), None) if fatal is not None else None
+    crashing = daemons
+    if current is not None:
+        ident = (current.thread_id or "").lower()
+        crashing = [t for t in daemons if t.ident == ident]
+        if not crashing:
+            return None  # it crashed on a thread of its own: the other rules say where
+    details = []
+    for thread in crashing[:4]:
+        stack = (thread.stack or thread.frame or "?").split(" <- ")
+        details.append(f"{thread.label()} at exit, whole stack: " + " <- ".join(stack[:8]))
+    before = stderr_before(result, 3)
+    if before:
+        details.append("the program's last stderr lines: " + " | ".join(before))
+    if fatal is not None and fatal.extension_modules:
+        details.append("extension modules loaded: " + ", ".join(fatal.extension_modules[:8]))
+    crash = result.exit_description.split(" (")[0]
+    name = f" {crashing[0].name!r}" if len(crashing) == 1 else "s"
+    where = f", in {crashing[0].frame}" if len(crashing) == 1 and crashing[0].frame else ""
+    on = "on that thread" if current is not None else "on a thread with no Python frame dumped"
+    return make_diagnosis(
+        "thread-crash-at-exit",
+        f"crash at exit ({crash}) {on} while the daemon thread{name} was still running"
+        f"{where}: its native code used what the exit freed",
         details,
     )
