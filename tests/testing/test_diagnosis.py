@@ -458,3 +458,41 @@ def test_a_run_killed_at_its_timeout_is_not_called_a_crash_by_its_signal():
     crashed = ExitResult.from_output(["python", "prog.py"], -6, "", stderr)
     assert crashed.signal == "SIGABRT"
     assert crashed.diagnosis is not None and crashed.diagnosis.kind == "thread-in-native"
+
+
+def test_a_thread_alive_at_exit_is_shown_down_to_the_programs_own_frame():
+    from exitsafe.testing._evidence import LateThread
+
+    stack = (
+        "/usr/lib/python3.11/threading.py:327 in wait"
+        " <- /usr/lib/python3.11/threading.py:629 in wait"
+        " <- /app/render.py:4 in render_worker"
+        " <- /usr/lib/python3.11/threading.py:982 in run"
+    )
+    thread = LateThread("0x1", "render", True, stack.split(" <- ")[0], "render_worker", stack)
+    assert thread.where() == " <- ".join(stack.split(" <- ")[:3])
+    own_stack = "/app/a.py:3 in f <- /app/a.py:9 in g"
+    own = LateThread("0x1", "r", True, "/app/a.py:3 in f", "f", own_stack)
+    assert own.where() == "/app/a.py:3 in f"  # the program's own frame on top: just it
+    assert LateThread("0x1", "r", True, "/app/a.py:3 in f", "f").where() == "/app/a.py:3 in f"
+    assert LateThread("0x1", "r", True, None, None).where() is None
+
+
+def test_lost_output_names_the_daemon_threads_own_function_not_only_its_wait(tmp_path):
+    code = textwrap.dedent(
+        """
+        import threading
+        stop = threading.Event()
+
+        def render_worker():
+            stop.wait()  # idle in the standard library at exit
+
+        threading.Thread(target=render_worker, name="render", daemon=True).start()
+        open("rows.txt", "w").write("partial")
+        """
+    )
+    result = run(code, cwd=tmp_path, timeout=30, checks=["grep -q done rows.txt"])
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "lost-output"
+    (line,) = [d for d in diagnosis.details if "daemon thread 'render'" in d]
+    assert "in wait" in line and "in render_worker" in line

@@ -29,6 +29,31 @@ class LateThread:
         kind = "daemon thread" if self.daemon else "thread"
         return f"{kind} {self.name!r} ({self.ident})"
 
+    def where(self, limit: int = 4) -> Optional[str]:
+        """Where the thread was, most recent call first: its top frame and the frames
+        below it down to the first of the program's own code (the ``worker`` function a
+        ``threading.py:327 in wait`` was called from), at most ``limit`` frames; ``None``
+        when the trace did not say."""
+        if not self.stack:
+            return self.frame
+        frames = self.stack.split(" <- ")
+        kept = []
+        for frame in frames[:limit]:
+            kept.append(frame)
+            if not _library_frame(frame):
+                break
+        return " <- ".join(kept)
+
+
+#: Where the standard library and installed packages live, as paths show them.
+_LIBRARY_MARKS = ("/lib/python", "\\lib\\", "site-packages", "dist-packages", "<frozen")
+
+
+def _library_frame(frame: str) -> bool:
+    """Whether a ``file:line in function`` frame of a thread line is the standard
+    library's or an installed package's (not the program's own code)."""
+    return any(mark in frame for mark in _LIBRARY_MARKS)
+
 
 def late_threads(result: ExitResult) -> list[LateThread]:
     """The threads the trace listed as alive at the end of the exit teardown (or, when

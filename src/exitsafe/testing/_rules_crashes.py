@@ -70,8 +70,8 @@ def native_fatal(result: ExitResult) -> Optional[Diagnosis]:
         details.append(f"the Python frame it came from: {frame_text(frames[0])}")
     threads = late_threads(result)
     for thread in threads[:4]:
-        where = f", in {thread.frame}" if thread.frame else ""
-        details.append(f"alive at exit: {thread.label()}{where}")
+        where = thread.where()
+        details.append(f"alive at exit: {thread.label()}" + (f", in {where}" if where else ""))
     hint = "native-fatal"
     if first.line.startswith("QThread: Destroyed"):
         hint = "native-fatal-qthread"

@@ -57,8 +57,10 @@ def lost_output(result: ExitResult) -> Optional[Diagnosis]:
     details = [f"check {c.command_text!r}: {c.describe_status()}" for c in failed[1:]]
     daemons = [t for t in late_threads(result) if t.daemon]
     for thread in daemons:
-        where = f", in {thread.frame}" if thread.frame else ""
-        details.append(f"still running at exit: {thread.label()}{where}")
+        where = thread.where()
+        details.append(
+            f"still running at exit: {thread.label()}" + (f", in {where}" if where else "")
+        )
     return make_diagnosis(
         "lost-output",
         f"the program exited 0 but the check {check.command_text!r} failed"

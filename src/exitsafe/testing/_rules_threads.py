@@ -35,8 +35,11 @@ def thread_in_native(result: ExitResult) -> Optional[Diagnosis]:
         return None
     details = [f"the C++ runtime printed: {unwound!r}"]
     for thread in threads:
-        where = f", last Python frame: {thread.frame}" if thread.frame else ""
-        details.append(f"thread {thread.name!r} ({thread.ident}){where}")
+        where = thread.where()
+        details.append(
+            f"thread {thread.name!r} ({thread.ident})"
+            + (f", last Python frame{'s' if ' <- ' in where else ''}: {where}" if where else "")
+        )
     main = fatal.current_thread if fatal is not None else None
     if main is not None and main.frames:
         details.append(
