@@ -496,3 +496,29 @@ def test_lost_output_names_the_daemon_threads_own_function_not_only_its_wait(tmp
     assert diagnosis is not None and diagnosis.kind == "lost-output"
     (line,) = [d for d in diagnosis.details if "daemon thread 'render'" in d]
     assert "in wait" in line and "in render_worker" in line
+
+
+def test_the_output_tails_of_a_failed_run_are_bounded_and_clean_runs_show_none():
+    from exitsafe.testing._report import OUTPUT_LINE_WIDTH, OUTPUT_TAIL_LINES
+
+    code = textwrap.dedent(
+        """
+        import sys
+        for i in range(1000):
+            print(f"row {i}")
+        for i in range(50):
+            print(f"warning {i}", file=sys.stderr)
+        print("x" * 5000, file=sys.stderr)  # one very long line, cut
+        sys.stdout.flush()
+        sys.exit(3)
+        """
+    )
+    report = run(code, timeout=30).report()
+    assert f"captured stdout (last {OUTPUT_TAIL_LINES} of 1000 lines):" in report
+    assert f"captured stderr (last {OUTPUT_TAIL_LINES} of 51 lines," in report
+    assert "  row 999" in report and "  row 979" not in report
+    assert "  warning 49" in report
+    (long_line,) = [line for line in report.splitlines() if "xxxx" in line]
+    assert long_line.endswith("...") and len(long_line) == OUTPUT_LINE_WIDTH + 2
+    clean = run("print('fine')", timeout=30)
+    assert "captured" not in clean.report()
