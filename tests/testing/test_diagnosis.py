@@ -522,3 +522,30 @@ def test_the_output_tails_of_a_failed_run_are_bounded_and_clean_runs_show_none()
     assert long_line.endswith("...") and len(long_line) == OUTPUT_LINE_WIDTH + 2
     clean = run("print('fine')", timeout=30)
     assert "captured" not in clean.report()
+
+
+def test_a_daemon_threads_crash_during_the_teardown_is_the_threads_not_the_steps():
+    # exitsafe's teardown is in its second step when another thread crashes: the report
+    # names that thread and where it was, not the step (which did not crash).
+    code = textwrap.dedent(
+        """
+        import atexit, ctypes, threading, time
+        import exitsafe
+
+        exitsafe.track(1, lambda raw: time.sleep(0.5), kind="device", name="dev0")
+        go = threading.Event()
+
+        def painter():
+            go.wait()
+            ctypes.string_at(0)  # stands for a native write into memory the exit freed
+
+        threading.Thread(target=painter, name="painter", daemon=True).start()
+        exitsafe.on_teardown(go.set)
+        """
+    )
+    result = run(code, timeout=30, env={"EXITSAFE_TRACE": "1"})
+    assert result.signal == "SIGSEGV"
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "thread-crash-at-exit"
+    assert "'painter'" in diagnosis.headline and "in painter" in diagnosis.headline
+    assert "quiesce()" in diagnosis.hint

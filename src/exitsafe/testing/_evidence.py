@@ -100,6 +100,19 @@ def is_main_stack(thread: ThreadStack) -> bool:
     )
 
 
+def started_thread(thread: ThreadStack) -> bool:
+    """Whether a dumped stack is a thread that ``threading`` started (its outermost frame
+    is ``threading``'s ``_bootstrap``), not the main thread."""
+    return bool(thread.frames) and thread.frames[-1].function == "_bootstrap" and (
+        thread.frames[-1].file.endswith("threading.py")
+    )
+
+
+def in_exitsafe(thread: ThreadStack) -> bool:
+    """Whether a dumped stack runs exitsafe's own code (the teardown, one of its steps)."""
+    return any("/exitsafe/" in f.file.replace("\\", "/") for f in thread.frames)
+
+
 def stderr_before(result: ExitResult, count: int = 5) -> list[str]:
     """The program's own last stderr lines before the first fatal-error block (trace and
     exitsafe lines left out)."""

@@ -7,7 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ._diagnosis import Diagnosis, make_diagnosis
-from ._evidence import frame_text, late_threads, library_of, stderr_before
+from ._evidence import (
+    frame_text,
+    in_exitsafe,
+    late_threads,
+    library_of,
+    started_thread,
+    stderr_before,
+)
 from .parsers import NativeFatal
 
 if TYPE_CHECKING:
@@ -46,6 +53,9 @@ def teardown_cut(result: ExitResult) -> Optional[Diagnosis]:
                 f"hang inside exitsafe's teardown, in step {nxt}/{of}{handle}",
                 details,
             )
+        current = next((t for t in fatal.threads if t.current), None) if fatal else None
+        if current is not None and started_thread(current) and not in_exitsafe(current):
+            return None  # crashed on another thread of the program: not in the step
         if result.signal or result.ntstatus or result.fatal_error is not None:
             return make_diagnosis(
                 "crash-in-teardown",

@@ -8,7 +8,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from ._diagnosis import Diagnosis, make_diagnosis
-from ._evidence import frame_text, is_main_stack, late_threads, stderr_before
+from ._evidence import (
+    LateThread,
+    frame_text,
+    in_exitsafe,
+    is_main_stack,
+    late_threads,
+    started_thread,
+    stderr_before,
+)
 
 if TYPE_CHECKING:
     from ._result import ExitResult
@@ -124,20 +132,29 @@ def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
     if not crashed or result.timed_out:
         return None
     daemons = [t for t in late_threads(result) if t.daemon]
-    if not daemons:
-        return None
     fatal = result.fatal_error
     current = next((t for t in fatal.threads if t.current), None) if fatal is not None else None
     crashing = daemons
     if current is not None:
         ident = (current.thread_id or "").lower()
-        crashing = [t for t in daemons if t.ident == ident]
-        if not crashing:
-            return None  # it crashed on a thread of its own: the other rules say where
+        listed = [t for t in daemons if t.ident == ident]
+        if not listed and not (started_thread(current) and not in_exitsafe(current)):
+            return None  # crashed on a thread of its own (the main one): other rules say where
+        # Where it crashed is the dump's stack (the list of threads is from the exit's start);
+        # a thread of the program's not listed (no start-up hook, no trace) is named by it.
+        dumped = " <- ".join(
+            f"{f.file}:{'?' if f.line is None else f.line} in {f.function}"
+            for f in current.frames
+        )
+        name = listed[0].name if listed else (current.name or ident)
+        crashing = [LateThread(ident, name, True, dumped.split(" <- ")[0] or None, None, dumped)]
+    if not crashing:
+        return None
     details = []
     for thread in crashing[:4]:
-        stack = (thread.stack or thread.frame or "?").split(" <- ")
-        details.append(f"{thread.label()} at exit, whole stack: " + " <- ".join(stack[:8]))
+        frames = (thread.stack or thread.frame or "?").split(" <- ")
+        when = "when it crashed" if current is not None else "at exit"
+        details.append(f"{thread.label()} {when}, whole stack: " + " <- ".join(frames[:8]))
     before = stderr_before(result, 3)
     if before:
         details.append("the program's last stderr lines: " + " | ".join(before))
@@ -145,7 +162,8 @@ def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
         details.append("extension modules loaded: " + ", ".join(fatal.extension_modules[:8]))
     crash = result.exit_description.split(" (")[0]
     name = f" {crashing[0].name!r}" if len(crashing) == 1 else "s"
-    where = f", in {crashing[0].frame}" if len(crashing) == 1 and crashing[0].frame else ""
+    place = crashing[0].where() if len(crashing) == 1 else None
+    where = f", in {place}" if place else ""
     on = "on that thread" if current is not None else "on a thread with no Python frame dumped"
     return make_diagnosis(
         "thread-crash-at-exit",
