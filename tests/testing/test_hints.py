@@ -241,3 +241,16 @@ def test_every_suggestion_of_the_audit_runs(tmp_path: Path) -> None:
     )
     failed = json.loads(proc.stdout.splitlines()[-1])
     assert not failed, "suggestions that do not run:\n" + "\n".join(failed)
+
+
+def test_a_failure_no_rule_names_links_to_the_kinds_the_diagnosis_knows() -> None:
+    from exitsafe.testing import ExitResult
+    from exitsafe.testing._hints import UNRECOGNISED_DOC
+
+    page, _, anchor = UNRECOGNISED_DOC.partition("#")
+    assert anchor in _anchors(DOCS / page)
+    result = ExitResult.from_output(["python", "prog.py"], 4, "", "")
+    assert result.diagnosis is None
+    assert f"  see: {docs_url(UNRECOGNISED_DOC)}" in result.report().splitlines()
+    clean = ExitResult.from_output(["python", "prog.py"], 0, "", "")
+    assert "see:" not in clean.report()

@@ -192,6 +192,11 @@ HINTS: dict[str, tuple[str, str]] = {
 }
 
 
+#: The page a report links to when no rule recognised the cause: the kinds and what each
+#: needs, to compare the report with.
+UNRECOGNISED_DOC = "testing.md#what-the-diagnosis-names"
+
+
 def docs_url(doc: str, base: Optional[str] = None) -> str:
     """The address of a documentation section on the docs site.
 

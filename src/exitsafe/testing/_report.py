@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from ._hints import UNRECOGNISED_DOC, docs_url
 from ._records import quote_argv
 from .parsers import FatalError, untangle
 
@@ -134,8 +135,11 @@ def report(result: ExitResult, output: bool = True) -> str:
     hint = diagnosis.hint if diagnosis is not None else _hint(result)
     if hint:
         lines.append(f"hint: {hint}")
-        if diagnosis is not None and diagnosis.url:
-            lines.append(f"  see: {diagnosis.url}")
+    if diagnosis is not None and diagnosis.url:
+        lines.append(f"  see: {diagnosis.url}")
+    elif diagnosis is None and not result.clean:
+        # (no rule named the cause: the kinds the diagnosis knows, to compare with)
+        lines.append(f"  see: {docs_url(UNRECOGNISED_DOC)}")
     if output and not result.clean:
         lines.extend(_output_tails(result))
     return "\n".join(lines)
