@@ -134,3 +134,81 @@ def test_a_caught_keyboard_interrupt_keeps_the_program_s_exit_status(tmp_path) -
     )
     proc = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, timeout=60)
     assert proc.returncode == 3
+
+
+#: A native wait that does not check for signals before it blocks (as a multiprocessing
+#: lock's ``sem_wait``): the pending SIGTERM is unblocked, and so handled at the C level,
+#: just before the wait begins, so nothing interrupts the wait but another signal.
+LOST_WAKEUP_C = r"""
+#include <semaphore.h>
+#include <signal.h>
+int unblock_then_wait(int signum) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signum);
+    sem_t sem;
+    sem_init(&sem, 0, 0);
+    pthread_sigmask(SIG_UNBLOCK, &set, 0);
+    return sem_wait(&sem);
+}
+"""
+
+
+def _build_lost_wakeup(tmp_path) -> str:
+    import shutil
+
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the native wait")
+    source = tmp_path / "wait.c"
+    source.write_text(LOST_WAKEUP_C)
+    library = tmp_path / "libwait.so"
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-o", str(library), str(source), "-lpthread"],
+        check=True, timeout=120,
+    )
+    return str(library)
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_immediate_mode_a_signal_landing_just_before_a_native_wait_is_not_lost(tmp_path):
+    library = _build_lost_wakeup(tmp_path)
+    program = textwrap.dedent(
+        f"""
+        import ctypes, os, signal
+        import exitsafe
+        from exitsafe.signals import teardown_on_signals
+
+        lib = ctypes.CDLL({library!r})
+        exitsafe.track(1, lambda raw: print("released", flush=True), name="h")
+        teardown_on_signals("SIGTERM", mode="immediate")
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})
+        os.kill(os.getpid(), signal.SIGTERM)  # pending until the wait's own unblock
+        lib.unblock_then_wait(signal.SIGTERM)
+        print("the wait ended with no teardown", flush=True)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert proc.stdout == "released\n"
+
+
+def test_immediate_mode_leaves_a_wakeup_fd_the_program_set_to_it(tmp_path):
+    program = textwrap.dedent(
+        """
+        import os, signal
+        from exitsafe.signals import teardown_on_signals
+
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write)  # the program's own (as asyncio's event loop does)
+        teardown_on_signals("SIGTERM", mode="immediate")
+        print(signal.set_wakeup_fd(-1) == write)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout == "True\n", proc.stderr

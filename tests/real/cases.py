@@ -82,6 +82,12 @@ def interrupted_query(result: ExitResult, version: Version) -> bool:
     )
 
 
+def shards_unreadable(result: ExitResult, version: Version) -> bool:
+    """The parent could not read back a worker's HDF5 shard after the pool was terminated
+    (it prints ``shards N, unreadable M`` with M > 0, and exits 1)."""
+    return re.search(r"unreadable [1-9]", result.stdout) is not None and result.returncode == 1
+
+
 def hang_in_threading_shutdown(result: ExitResult, version: Version) -> bool:
     """Killed on timeout, and faulthandler's dump shows the main thread inside
     ``threading._shutdown`` -> ``concurrent.futures``' ``_python_exit`` (joining the
@@ -251,6 +257,17 @@ CASES = [
         # series on 3.9 under a loaded machine aborted 14 of 20 ("FATAL: exception not
         # rethrown": the worker unwound, not parked), not seen again: 20 of 20 on every one
         # of 3.9-3.13 in CI since (2026-11-28, a loaded machine).
+    ),
+    Case(
+        id="h5py-pool-terminate",
+        program="h5py_pool_terminate.py",
+        package="h5py",
+        fails=shards_unreadable,
+        runs=3,
+        timeout=60.0,
+        summary="with multiprocessing.Pool(...) ends with terminate(): the workers' HDF5 "
+                "shards are never closed and read back as unreadable",
+        protected="h5py_pool_terminate_protected.py",
     ),
     Case(
         id="duckdb-daemon-query",
