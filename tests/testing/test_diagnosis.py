@@ -192,6 +192,83 @@ def test_executor_still_busy_hangs_before_teardown() -> None:
     assert any("executor worker" in d and "stream_forever" in d for d in diagnosis.details)
 
 
+def test_executor_hang_names_each_worker_thread_and_its_task(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The workers are listed as the exit begins, before concurrent.futures' own exit
+    # handler (registered after the start-up hook's lister) joins them for ever.
+    (tmp_path / "app.py").write_text(textwrap.dedent(
+        """
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(2, thread_name_prefix="jobs")
+        never = threading.Event()
+        pool.submit(never.wait)
+        pool.submit(never.wait)
+        print("submitted", flush=True)
+        """
+    ))
+    monkeypatch.chdir(tmp_path)
+    status = main(["run", "--timeout", "4", "--", sys.executable, "app.py"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.startswith("NOT CLEAN [hang-before-teardown]: "), out
+    assert "concurrent.futures joining its workers" in out.splitlines()[0]
+    workers = [line.strip() for line in out.splitlines()
+               if line.startswith("  an executor worker ")]
+    assert sorted(w.split()[3] for w in workers) == ["'jobs_0'", "'jobs_1'"], out
+    assert all(" running Event.wait, now in wait (" in w for w in workers), out
+
+
+def test_shutdown_lister_runs_before_every_later_threading_exit_callback() -> None:
+    # threading._shutdown runs its callbacks last registered first: the lister, registered
+    # as threading is imported, is kept last whatever is registered after it.
+    code = textwrap.dedent(
+        """
+        import threading
+        from exitsafe._audit import _threads
+
+        _threads.list_threads = lambda when: print("lister", when, flush=True)
+        _threads.list_at_shutdown(threading)
+        _threads.list_at_shutdown(threading)  # (a second call adds nothing)
+
+        def late():
+            print("late", flush=True)
+            try:
+                threading._register_atexit(print, "too late")
+            except RuntimeError as exc:
+                print("refused:", exc, flush=True)
+
+        threading._register_atexit(late)
+        import concurrent.futures.thread  # registers its _python_exit after the lister
+        threading._register_atexit(print, "last", flush=True)
+        print("main done", flush=True)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "main done", "lister shutdown", "last", "late",
+        "refused: can't register atexit after shutdown",
+    ]
+
+
+def test_threads_listed_as_the_exit_began_are_not_alive_at_exit_once_every_hook_ran() -> None:
+    from exitsafe.testing._evidence import late_threads
+
+    stderr = (
+        'exitsafe: thread ident=0x00007f0000000001 name="jobs_0" daemon=false'
+        ' frame="thread.py:81 in _worker" target="_worker" when="shutdown"\n'
+    )
+    began = ExitResult.from_output(["python", "app.py"], 0, "", stderr)
+    assert [t.name for t in late_threads(began)] == ["jobs_0"]  # (the exit stopped there)
+    ended = ExitResult.from_output(["python", "app.py"], 0, "", stderr,
+                                   exit_phase="finalizing 0x00007f0000000002")
+    assert late_threads(ended) == []
+
+
 def test_hang_inside_exitsafe_teardown_names_the_step() -> None:
     code = textwrap.dedent(
         """

@@ -88,16 +88,59 @@ def when_imported(name: str, callback: Callable[[Any], None]) -> None:
 def list_at_shutdown(threading: Any) -> None:
     """List the threads when the exit begins too (``threading._shutdown``, before the
     interpreter joins the non-daemon threads): a hang in an exit handler comes before the
-    list at the end of the exit hooks."""
+    list at the end of the exit hooks.
+
+    ``threading._shutdown`` calls the ``threading._register_atexit`` callbacks in reverse
+    order of registration, before it joins the non-daemon threads, and one may never return
+    (``concurrent.futures``' ``_python_exit`` joining a busy worker).  So the lister is
+    kept the last one registered, which runs first: ``threading._register_atexit`` is
+    wrapped so that after each later registration the lister's entry is moved back to the
+    end of ``threading._threading_atexits`` (CPython 3.9+; on an interpreter without that
+    list the lister is registered once, in plain order).  Called once per process (a
+    second call does nothing)."""
     register = getattr(threading, "_register_atexit", None)
-    if register is not None:
-        register(lambda: list_threads("shutdown"))
+    if register is None or getattr(register, "_exitsafe_keeps_lister_last", False):
+        return
+    calls = getattr(threading, "_threading_atexits", None)
+    before = len(calls) if isinstance(calls, list) else -1
+    register(_list_at_shutdown)
+    if not isinstance(calls, list) or len(calls) != before + 1:
+        return  # not CPython's list: the lister stays where it was registered
+    ours = calls[-1]  # (3.9-3.12 wrap it in a functools.partial, 3.13+ in a lambda)
+    import _thread
+
+    lock = _thread.allocate_lock()
+
+    def keep_lister_last(func: Any, *arg: Any, **kwargs: Any) -> None:
+        register(func, *arg, **kwargs)  # raises as before once the shutdown has begun
+        with lock:
+            if getattr(threading, "_SHUTTING_DOWN", False):
+                return  # (a registration racing the shutdown: never reorder the list)
+            if calls and calls[-1] is not ours and ours in calls:
+                calls.remove(ours)
+                calls.append(ours)
+
+    keep_lister_last.__doc__ = register.__doc__
+    keep_lister_last.__wrapped__ = register  # type: ignore[attr-defined]
+    keep_lister_last._exitsafe_keeps_lister_last = True  # type: ignore[attr-defined]
+    threading._register_atexit = keep_lister_last
+
+
+def _list_at_shutdown() -> None:
+    """The ``threading._register_atexit`` callback: `list_threads` as the exit begins.
+    Never raises into ``threading._shutdown`` (an exception there would skip the other
+    callbacks and the join of the non-daemon threads)."""
+    try:
+        list_threads("shutdown")
+    except Exception:  # (list_threads catches its own; a failure here only loses the list)
+        pass
 
 
 def list_threads(when: str = "exit") -> None:
     """Write one ``thread`` trace line per thread still alive besides this one (once per
     ``when``: ``"shutdown"`` as the exit begins, ``"exit"`` after the exit hooks), with its
-    whole stack and the locks its frames hold."""
+    whole stack, the locks its frames hold and, for a ``concurrent.futures`` worker, the
+    callable it runs (``task``)."""
     if state.threads_listed or (when == "shutdown" and state.phase_written):
         return
     if when == "exit":
@@ -120,6 +163,7 @@ def list_threads(when: str = "exit") -> None:
                 daemon=bool(thread.daemon),
                 frame=None if frame is None else _frame_text(frame),
                 target=_target_text(thread),
+                task=None if frame is None else _executor_task(frame),
                 stack=None if frame is None else _stack_text(frame),
                 holds=None if frame is None else _held_locks(frame, ident),
                 when=when,
@@ -208,7 +252,58 @@ def _held_locks(frame: FrameType, ident: int) -> Optional[str]:
 
 def _target_text(thread: Any) -> Optional[str]:
     target = getattr(thread, "_target", None)
-    if target is None:
+    return None if target is None else _callable_name(target)
+
+
+def _callable_name(obj: object, depth: int = 0) -> Optional[str]:
+    """The qualified name of a function, method, builtin, class or ``functools.partial``
+    (of what it wraps), read without running the object's own code (no ``__getattr__``,
+    no property); ``None`` for anything else."""
+    import functools
+    import types
+
+    if depth > 4:
         return None
-    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
-    return None if name is None else str(name)
+    kind = type(obj)  # (not isinstance: it would read the object's own __class__)
+    if issubclass(kind, types.MethodType):
+        return _callable_name(obj.__func__, depth + 1)  # type: ignore[attr-defined]
+    if issubclass(kind, functools.partial):
+        return _callable_name(obj.func, depth + 1)  # type: ignore[attr-defined]
+    if issubclass(kind, (types.FunctionType, types.BuiltinFunctionType, type)):
+        name = obj.__qualname__  # type: ignore[attr-defined]
+        return name if isinstance(name, str) else None
+    return None
+
+
+#: How many frames from the top of a thread's stack `_executor_task` looks at.
+_TASK_DEPTH = 64
+
+
+def _executor_task(frame: FrameType) -> Optional[str]:
+    """The callable a ``concurrent.futures`` thread-pool worker runs now: the ``fn`` of the
+    ``_WorkItem`` whose ``run`` frame is on the stack (3.14+: the first item of its
+    ``task``); ``None`` on another thread or a worker waiting for work.  Reads the ``run``
+    frame's ``self`` and that object's ``__dict__``, nothing else."""
+    current: Optional[FrameType] = frame
+    depth = 0
+    while current is not None and depth < _TASK_DEPTH:
+        code = current.f_code
+        if code.co_name == "run" and code.co_filename.replace("\\", "/").endswith(
+            "concurrent/futures/thread.py"
+        ):
+            try:
+                item = current.f_locals.get("self")
+            except Exception:  # (a frame whose locals cannot be read: no task to name)
+                return None
+            cls = type(item)
+            if cls.__name__ != "_WorkItem" or cls.__module__ != "concurrent.futures.thread":
+                return None
+            fields = item.__dict__
+            fn = fields.get("fn")
+            task = fields.get("task")
+            if fn is None and isinstance(task, tuple) and task:
+                fn = task[0]
+            return None if fn is None else _callable_name(fn)
+        current = current.f_back
+        depth += 1
+    return None

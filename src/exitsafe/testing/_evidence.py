@@ -24,6 +24,8 @@ class LateThread:
     target: Optional[str]
     stack: Optional[str] = None
     holds: Optional[str] = None
+    #: for a ``concurrent.futures`` worker: the callable it was running (``None`` when idle)
+    task: Optional[str] = None
 
     def label(self) -> str:
         kind = "daemon thread" if self.daemon else "thread"
@@ -57,9 +59,14 @@ def _library_frame(frame: str) -> bool:
 
 def late_threads(result: ExitResult) -> list[LateThread]:
     """The threads the trace listed as alive at the end of the exit teardown (or, when
-    the exit never got there, as the exit began: ``when="shutdown"``)."""
+    the exit never got there, as the exit began: ``when="shutdown"``).  A run whose every
+    exit hook ran (``exit_phase`` written: the start-up hook lists the threads then) and
+    that listed none at the end had none left: the threads listed as the exit began (idle
+    executor workers joined since) are not returned."""
     lines = [s for s in result.trace if s.event == "thread"]
     at_exit = [s for s in lines if s.get("when") in (None, "exit")]
+    if not at_exit and result.exit_phase:
+        return []
     out = []
     for step in at_exit or lines:
         if step.event == "thread":
@@ -72,6 +79,7 @@ def late_threads(result: ExitResult) -> list[LateThread]:
                     target=step.get("target"),
                     stack=step.get("stack"),
                     holds=step.get("holds"),
+                    task=step.get("task"),
                 )
             )
     return out

@@ -59,8 +59,9 @@ def hang_before_teardown(result: ExitResult) -> Optional[Diagnosis]:
         where = f" running {frame_text(target)}" if target is not None else ""
         listed = next((t for t in late_threads(result)
                        if t.ident == (thread.thread_id or "").lower()), None)
-        if listed is not None and target is None and listed.target:
-            where = f" running {listed.target}"
+        if listed is not None and target is None and (listed.task or listed.target):
+            # (an executor worker's target is concurrent.futures' _worker: its task says more)
+            where = f" running {listed.task or listed.target}"
         now = ""
         if target is None or thread.frames[0] != target:
             now = f", now in {frame_text(thread.frames[0])}"
