@@ -99,7 +99,9 @@ def test_audit_reports_each_kind_of_late_finalizer() -> None:
     assert by_type["cdata 'void *'"].suggest == (
         "exitsafe.cffi.pin(ffi, lib); handle = exitsafe.cffi.track(ffi, ptr, lib.free)"
     )
-    assert by_type["finalizer of Frame"].suggest == "exitsafe.track(raw, free_frame)"
+    assert by_type["finalizer of Frame"].suggest == (
+        "handle = exitsafe.track(raw, free_frame)"
+    )
     report = result.report()
     assert "audit: 4 native release(s) ran after the exit teardown" in report
     assert result.summary() == (

@@ -4,11 +4,53 @@ declaration suggested for it."""
 
 from __future__ import annotations
 
-import sys
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
+
+#: Every suggestion the audit prints, by shape: a `str.format` template, filled by
+#: `suggestion`.  Each is code that runs as written where ``obj`` names the object (a
+#: ``__del__``); ``ptr`` the pointer before ``ffi.gc`` and ``release`` its destructor,
+#: ``ffi`` and ``lib`` the cffi objects (an ``ffi.gc``); ``raw`` the only argument of a
+#: ``weakref.finalize``, ``args`` and ``kwargs`` its arguments, ``callback`` its callback.
+#: ``{fn}`` is the callback (or destructor) as `code_name` writes it, ``{close}`` a method
+#: of the object, ``{attr}`` and ``{parent}`` attributes of it.  Statements are separated
+#: by ``"; "``.  A ``handle`` assigned must be kept while the object lives: dropping it
+#: releases the object (an adoption, a hook, a neutralization are kept by exitsafe).
+#: tests/testing/test_hints.py has an audited program print each shape and runs what it
+#: printed, teardown included; a shape written anywhere else in the audit fails there.
+SUGGESTIONS: dict[str, str] = {
+    # __del__ (suggest_del)
+    "adopt-close": 'exitsafe.adopt(obj, close="{close}")',
+    "adopt-close-parent": (
+        'parent = exitsafe.adopt(obj.{parent}, close=None);'
+        ' exitsafe.adopt(obj, close="{close}", depends_on=[parent])'
+    ),
+    "adopt-del": "exitsafe.adopt(obj, close=type(obj).__del__)",
+    "adopt-del-parent": (
+        "parent = exitsafe.adopt(obj.{parent}, close=None);"
+        " exitsafe.adopt(obj, close=type(obj).__del__, depends_on=[parent])"
+    ),
+    "neutralize": 'exitsafe.lowlevel.neutralize_at_exit(obj, attr="{attr}")',
+    # weakref.finalize (Recorder._finalize_group)
+    "track": "handle = exitsafe.track(raw, {fn})",
+    "teardown-fn": "exitsafe.on_teardown(lambda: {fn}(*args))",
+    "teardown-fn-kwargs": "exitsafe.on_teardown(lambda: {fn}(*args, **kwargs))",
+    "teardown-callback": "exitsafe.on_teardown(lambda: callback(*args))",
+    "teardown-callback-kwargs": "exitsafe.on_teardown(lambda: callback(*args, **kwargs))",
+    # ffi.gc (Recorder._gc_group)
+    "cffi-track": "exitsafe.cffi.pin(ffi, lib); handle = exitsafe.cffi.track(ffi, ptr, {fn})",
+    "cffi-track-release": (
+        "exitsafe.cffi.pin(ffi, lib); handle = exitsafe.cffi.track(ffi, ptr, release)"
+    ),
+}
+
+
+def suggestion(shape: str, **fields: str) -> str:
+    """The code of the suggestion ``shape`` (a key of `SUGGESTIONS`), its placeholders
+    filled with ``fields``."""
+    return SUGGESTIONS[shape].format(**fields)
+
 
 #: Method names that look like a release function (for the suggested ``adopt(close=...)``).
 CLOSE_METHODS = ("close", "release", "destroy", "free", "dispose", "shutdown", "terminate")
@@ -126,23 +168,29 @@ def suggest_del(
     obj: object, holds: list[tuple[str, str]], known: frozenset[str]
 ) -> tuple[str, Optional[str]]:
     """(the exitsafe code that declares ``obj``, another declaration for an object the
-    program does not own, or ``None``).  Each is valid code where ``obj`` names the
-    object; statements are separated by ``"; "``."""
+    program does not own, or ``None``): `SUGGESTIONS` filled in, valid code where ``obj``
+    names the object.
+
+    A close method (`CLOSE_METHODS`): ``adopt(obj, close=...)``, with the
+    ``neutralize_at_exit`` of its pointer attribute as the other declaration; else a
+    pointer attribute: ``neutralize_at_exit`` (its ``__del__`` then does nothing: no order
+    to keep); else ``adopt(obj, close=type(obj).__del__)``.  An attribute holding another
+    native-owning object is adopted first (``close=None``) and the adoption depends on it."""
     cls = type(obj)
     parent = _parent_attr(obj, known)
     close = next((m for m in CLOSE_METHODS if callable(getattr(cls, m, None))), None)
     pointer = next((name for name, kind in holds if kind not in ("cffi library",
                                                                   "ctypes library")), None)
-    before = f"parent = exitsafe.adopt(obj.{parent}, close=None); " if parent else ""
-    depends = ", depends_on=[parent]" if parent else ""
     neutralize = None
     if pointer is not None:  # its __del__ becomes a no-op: no order to keep
-        neutralize = f'exitsafe.lowlevel.neutralize_at_exit(obj, attr="{pointer}")'
+        neutralize = suggestion("neutralize", attr=pointer)
+    tail = "-parent" if parent else ""
     if close is not None:
-        return f'{before}exitsafe.adopt(obj, close="{close}"{depends})', neutralize
+        adopt = suggestion("adopt-close" + tail, close=close, parent=parent or "")
+        return adopt, neutralize
     if neutralize is not None:
         return neutralize, None
-    return f"{before}exitsafe.adopt(obj, close=type(obj).__del__{depends})", None
+    return suggestion("adopt-del" + tail, parent=parent or ""), None
 
 
 def _c_function_name(fn: object) -> Optional[str]:
@@ -208,17 +256,21 @@ def callable_name(fn: object) -> str:
 
 
 def code_name(fn: object, library_names: Callable[[], dict[int, str]]) -> Optional[str]:
-    """A name ``fn`` can be written as in suggested code (``lib.free``, ``free_frame``), or
-    ``None``; ``library_names`` gives the names of cffi functions (`cffi_function_names`)."""
+    """A name ``fn`` can be written as in suggested code, or ``None``: ``lib.free`` for a
+    function of a cffi library (``library_names`` gives their names,
+    `cffi_function_names`); ``free_frame`` for a Python function defined at the top level
+    of its module, which that module's code reaches by that name.  ``None`` for anything
+    else (a lambda, a nested function, a method, ``functools.partial``, a built-in such as
+    ``os.close`` or a ctypes function such as ``libc.free``): its bare name would not be
+    defined where the suggestion goes."""
     if getattr(type(fn), "__module__", "") == "_cffi_backend":
         declared = library_names().get(id(fn))
         return None if declared is None else f"lib.{declared}"
     name = getattr(fn, "__name__", None)
-    if isinstance(name, str) and name.isidentifier():
-        owner = getattr(fn, "__self__", None)
-        if owner is not None and not isinstance(owner, type(sys)):
-            return None
-        return name
+    namespace = getattr(fn, "__globals__", None)
+    if isinstance(name, str) and name.isidentifier() and isinstance(namespace, dict):
+        if namespace.get(name) is fn:
+            return name
     return None
 
 

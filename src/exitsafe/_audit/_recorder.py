@@ -18,6 +18,7 @@ from ._describe import (
     module_of,
     pointer_attrs,
     suggest_del,
+    suggestion,
     traced_site,
 )
 from ._emit import emit
@@ -72,7 +73,7 @@ class Recorder:
         self.wrapped: dict[type, Any] = {}
         self.objects: dict[int, Group] = {}  # id(instance or finalize) -> its group
         self.groups: dict[tuple[Any, ...], Group] = {}
-        self.destructors: dict[int, tuple[Optional[str], str]] = {}
+        self.destructors: dict[int, tuple[Optional[str], str]] = {}  # -> (via, suggest)
         self.lib_names: Optional[dict[int, str]] = None
         self.names: dict[int, str] = {}
         threading = sys.modules.get("threading")
@@ -243,12 +244,13 @@ class Recorder:
 
         def make() -> dict[str, Any]:
             code = code_name(func, self._library_names)
-            if code is not None and len(args) == 1 and not info.kwargs:
-                suggest = f"exitsafe.track(raw, {code})"
+            kwargs = "-kwargs" if info.kwargs else ""
+            if code is not None and len(args) == 1 and not kwargs:
+                suggest = suggestion("track", fn=code)
             elif code is not None:
-                suggest = f"exitsafe.on_teardown(lambda: {code}(*args))"
-            else:
-                suggest = "exitsafe.on_teardown(lambda: callback(*args))"
+                suggest = suggestion("teardown-fn" + kwargs, fn=code)
+            else:  # no name reaches it: the callback the program gave
+                suggest = suggestion("teardown-callback" + kwargs)
             return {
                 "what": "weakref.finalize",
                 "type": "finalizer of " + label,
@@ -343,10 +345,14 @@ class Recorder:
         if named is None:
             via = None if destructor is None else callable_name(destructor)
             code = None if destructor is None else code_name(destructor, self._library_names)
-            if code is None:
-                code = f"lib.{via.split(' (')[0]}" if via and " (" in via else "release"
-            named = self.destructors[id(destructor)] = (via, code)
-        via, release = named
+            if code is None and via and " (" in via:  # a C function: its symbol in lib
+                code = f"lib.{via.split(' (')[0]}"
+            if code is None:  # no name reaches it: the destructor the program gave
+                suggest = suggestion("cffi-track-release")
+            else:
+                suggest = suggestion("cffi-track", fn=code)
+            named = self.destructors[id(destructor)] = (via, suggest)
+        via, suggest = named
         site, origin = self._site(cdata, self.state.gc_sites)
         cname = ctype_name(cdata)
         return self._group(key, lambda: {
@@ -357,10 +363,7 @@ class Recorder:
             "holds": None,
             "via": via,
             # ptr: the pointer before ffi.gc; the pin makes the library outlive it
-            "suggest": (
-                f"exitsafe.cffi.pin(ffi, lib); handle = exitsafe.cffi.track(ffi, ptr,"
-                f" {release})"
-            ),
+            "suggest": suggest,
             "alternative": None,
         })
 

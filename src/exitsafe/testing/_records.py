@@ -78,8 +78,11 @@ class AuditFinding:
         via: the finalizer that ran (its file:line, or the destructor's name).
         thread: the thread it ran on.
         suggest: the exitsafe declaration that would release it in order instead: code,
-            where ``obj`` names the object (``ptr`` the pointer, ``raw`` the finalizer's
-            argument, ``ffi`` and ``lib`` the cffi objects); statements separated by ``; ``.
+            where ``obj`` names the object (``ptr`` the pointer before ``ffi.gc`` and
+            ``release`` its destructor, ``ffi`` and ``lib`` the cffi objects; ``raw`` the
+            only argument of a ``weakref.finalize``, ``args`` and ``kwargs`` its arguments,
+            ``callback`` its callback); statements separated by ``; ``.  A ``handle`` it
+            assigns must be kept while the object lives: dropping it releases the object.
         alternative: another declaration, for an object the program does not own
             (``exitsafe.lowlevel.neutralize_at_exit(obj, attr=...)``), or ``None``.
         group: the audit's number for releases of the same kind, type and creation site.
