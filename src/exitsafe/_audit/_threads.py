@@ -297,7 +297,10 @@ def _executor_task(frame: FrameType) -> Optional[str]:
                 return None
             cls = type(item)
             if cls.__name__ != "_WorkItem" or cls.__module__ != "concurrent.futures.thread":
-                return None
+                # (3.14+: the WorkerContext's own run(task) comes first: look further down)
+                current = current.f_back
+                depth += 1
+                continue
             fields = item.__dict__
             fn = fields.get("fn")
             task = fields.get("task")

@@ -65,8 +65,8 @@ def hang_before_teardown(result: ExitResult) -> Optional[Diagnosis]:
         now = ""
         if target is None or thread.frames[0] != target:
             now = f", now in {frame_text(thread.frames[0])}"
-        name = thread.name or (f"{listed.name!r} ({thread.thread_id})" if listed is not None
-                               else thread.thread_id)
+        known = thread.name or (listed.name if listed is not None else None)  # (3.14+ dumps)
+        name = f"{known!r} ({thread.thread_id})" if known else thread.thread_id
         details.append(f"{kind} {name}{where}{now}")
     what = "concurrent.futures joining its workers" if in_executor else (
         "threading._shutdown joining the non-daemon threads"
