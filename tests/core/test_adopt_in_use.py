@@ -108,7 +108,7 @@ def test_a_thread_that_lets_go_within_the_bound_lets_the_close_run_after_it(tmp_
 
     def loop():
         started.set()
-        end = time.monotonic() + 0.3  # still writing for a while after the main thread ends
+        end = time.monotonic() + 0.1  # still writing for a while after the main thread ends
         while time.monotonic() < end:
             writer.write(b"x")
         record("thread done")

@@ -609,7 +609,8 @@ def test_a_daemon_threads_crash_during_the_teardown_is_the_threads_not_the_steps
         import atexit, ctypes, threading, time
         import exitsafe
 
-        exitsafe.track(1, lambda raw: time.sleep(0.5), kind="device", name="dev0")
+        # (the release waits, bounded, while the painter wakes and crashes the process)
+        exitsafe.track(1, lambda raw: threading.Event().wait(20), kind="device", name="dev0")
         go = threading.Event()
 
         def painter():
