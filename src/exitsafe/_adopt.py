@@ -480,7 +480,7 @@ class _Adoption:
         self.handle_ref: Optional[Callable[[], Optional[Handle]]] = None
 
     def __call__(self, obj: object) -> None:
-        if self.close is not None and process_ending():
+        if self.close is not None and process_ending() and _users.in_a_teardown():
             # The exit's teardown: never close it under a thread still using it (raises
             # InUse, recorded leaked_in_use; the entry and the leak hooks stay).
             # (close=None runs no code of the object: letting go of it is always safe.)

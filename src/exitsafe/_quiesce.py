@@ -149,14 +149,34 @@ def _wake_actions(wake: Any) -> list[Callable[[], object]]:
     return actions
 
 
-def _run_wakes() -> None:
-    """Run the wake actions, once each, on the exiting thread; an error is logged."""
-    while _wakes:
-        action = _wakes.pop(0)
+def _run_wakes(bound: float) -> None:
+    """Run the wake actions, once each and in order, on a thread of their own, waiting for
+    them at most ``bound`` seconds (a wake that blocks does not hold the exit); an error,
+    an interrupt included, is logged and the next action runs."""
+    actions = list(_wakes)
+    _wakes.clear()
+    if not actions:
+        return
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def run_all() -> None:
         try:
-            action()
-        except Exception as exc:  # logged: the other actions and the wait still run
-            _report.log().error("exitsafe: quiesce wake action %r failed: %r", action, exc)
+            for action in actions:
+                try:
+                    action()
+                except BaseException as exc:  # logged: the other actions and the wait run
+                    _report.log().error(
+                        "exitsafe: quiesce wake action %r failed: %r", action, exc
+                    )
+        finally:
+            done.release()
+
+    _thread.start_new_thread(run_all, ())
+    if not done.acquire(timeout=bound):
+        _report.log().warning(
+            "exitsafe: quiesce wake actions still running after %.3g s; going on", bound
+        )
 
 
 def requested() -> bool:
@@ -195,7 +215,7 @@ def run(exclude: Iterable[int] = ()) -> None:
         _prepare()
         _install()
         _note_calls_in_flight()
-        _run_wakes()  # (after the install: a thread woken parks as its call returns)
+        _run_wakes(timeout)  # (after the install: a thread woken parks as its call returns)
         _wait(timeout)
         if _running:
             _process.set_threads_running(

@@ -19,9 +19,10 @@ which keeps a step to a few attribute reads and one call.
 
 from __future__ import annotations
 
+import _thread
 from time import perf_counter, sleep
 
-from . import _config, _process, _record, _sync, _threads
+from . import _config, _process, _record, _sync, _threads, _users
 from ._core import speedups
 from ._graph import teardown_order
 from ._ledger import Outcome, trace_line
@@ -114,6 +115,8 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
 
     runner = StepRunner()
     runner.allowed = settings.allowed
+    me = _thread.get_ident()
+    _users.tearing_down.add(me)
     fast = (
         settings.override is None
         and settings.deadline is None
@@ -164,6 +167,7 @@ def run(nodes: list[Node], elsewhere: set[Node], settings: Settings, decided: De
             if trace:
                 _trace_step(settings, position, total, node, outcome, detail, t0)
     finally:
+        _users.tearing_down.discard(me)
         runner.close()
         found_here = settings.running is not None and running_before is None
         if found_here and settings.reason == "explicit":

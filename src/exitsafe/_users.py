@@ -19,19 +19,24 @@ code that kept the object's pointer, with no Python frame referring to it, is no
 
 Threads that never run the object's code again are not counted: the calling thread,
 threads parked for good (a refused borrow, `quiesce()`), the threads `quiesce()` covers
-(their next call parks them), exitsafe's own step workers, and threads whose innermost
-frame is inside exitsafe (the teardown's thread waiting for a step, a thread at the
-borrow gate).  With no such other thread, the check costs one ``sys._current_frames()``.
+(their next call parks them), the threads running a teardown and exitsafe's idle step
+workers; exitsafe's own frames are never read.  A thread that already outlasted one
+wait in this exit is not waited for again: what else it refers to is leaked at once.
+With no such other thread, the check costs one ``sys._current_frames()``.  No code of
+the program's runs: see `_refers_to`.
 """
 
 from __future__ import annotations
 
 import sys
+from os import sep
 from os.path import dirname
 from time import monotonic, sleep
 from types import BuiltinMethodType, MethodType, ModuleType
 
 from . import _quiesce, _threads
+
+_get_ident = _threads._get_ident
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,42 +62,81 @@ class InUse(Exception):
 
 def _exitsafe_code(frame: FrameType) -> bool:
     filename = frame.f_code.co_filename
-    return filename.startswith(_PACKAGE_DIR) and not filename.startswith(
-        _PACKAGE_DIR + "/lab/scenarios/"
+    return filename.startswith(_PACKAGE_DIR + sep) and not filename.startswith(
+        _PACKAGE_DIR + sep + "lab" + sep + "scenarios" + sep
     )
 
 
 def _refers_to(frame: FrameType, obj: object) -> bool:
-    """Whether ``frame`` refers to ``obj`` (see the module's docstring)."""
+    """Whether ``frame`` refers to ``obj`` (see the module's docstring).  Runs no code of
+    the program's: only exact dicts (and 3.13's frame-locals proxy) are read, methods are
+    told by their exact type, and an attribute dict only through the standard slot."""
     try:
-        local_values = list(frame.f_locals.values())
+        frame_locals = frame.f_locals
+        if type(frame_locals) is not dict and type(frame_locals).__name__ != "FrameLocalsProxy":
+            frame_locals = {}  # (exec() with a mapping of the program's own: not read)
+        local_values = list(frame_locals.values())
     except Exception:  # a frame's locals that cannot be read: nothing to tell from them
         local_values = []
     for value in local_values:
-        if value is obj or (type(value) in _METHODS and value.__self__ is obj):
+        kind = type(value)
+        if value is obj or ((kind is MethodType or kind is BuiltinMethodType)
+                            and value.__self__ is obj):
             return True
     for value in local_values:
-        if isinstance(value, (type, ModuleType)):
-            continue
-        try:
-            attrs = object.__getattribute__(value, "__dict__")
-            if type(attrs) is not dict:
-                continue
-            if any(v is obj for v in list(attrs.values())):
-                return True
-        except Exception:  # no __dict__, or a class's own __dict__ descriptor failed:
-            continue  # nothing to tell one level down (no user code is called otherwise)
+        attrs = _instance_dict(value)
+        if attrs is not None and any(v is obj for v in list(attrs.values())):
+            return True
     module_globals = frame.f_globals
+    if type(module_globals) is not dict:
+        return False
     return any(module_globals.get(name) is obj for name in frame.f_code.co_names)
+
+
+def _instance_dict(value: object) -> Optional[dict[str, object]]:
+    """``value``'s own attribute dict, when its type keeps one the standard way (no
+    ``__dict__`` property of the program's, no class or module), else ``None``."""
+    kind = type(value)
+    if issubclass(kind, (type, ModuleType)):
+        return None
+    for klass in kind.__mro__:
+        slot = klass.__dict__.get("__dict__")
+        if slot is not None:
+            if type(slot).__name__ != "getset_descriptor":
+                return None  # (a __dict__ of the program's own making: not called)
+            break
+    else:
+        return None
+    try:
+        attrs = object.__getattribute__(value, "__dict__")
+    except Exception:  # (a standard slot that still failed: nothing one level down)
+        return None
+    return attrs if type(attrs) is dict else None
+
+
+#: The threads running an exit teardown now (`_teardown.run` adds and removes its own).
+tearing_down: set[int] = set()
+#: The threads a wait already ran out for in this exit: objects they refer to are leaked
+#: at once, so one thread holding many objects costs one bound, not one per object.
+_waited_out: set[int] = set()
+
+
+def in_a_teardown() -> bool:
+    """Whether the calling thread runs a teardown, or one of its timed steps."""
+    if _get_ident() in tearing_down:
+        return True
+    steps = sys.modules.get("exitsafe._steps")
+    running_here = getattr(steps, "running_here", None)
+    return running_here is not None and running_here() is not None
 
 
 def _skipped() -> set[int]:
     """The threads that never run the object's code again (see the module's docstring)."""
-    skip = set(_quiesce.covered())
+    skip = set(_quiesce.covered()) | tearing_down
     steps = sys.modules.get("exitsafe._steps")
-    worker_idents = getattr(steps, "worker_idents", None)
-    if worker_idents is not None:
-        skip |= worker_idents()
+    idle_workers = getattr(steps, "idle_worker_idents", None)
+    if idle_workers is not None:
+        skip |= idle_workers()  # (a busy one may run an abandoned hook using the object)
     return skip
 
 
@@ -108,11 +152,11 @@ def users_of(obj: object) -> dict[int, str]:
     found: dict[int, str] = {}
     for ident in candidates:
         frame: Optional[FrameType] = frames.get(ident)
-        if ident in skip or frame is None or _exitsafe_code(frame):
+        if ident in skip or frame is None:
             continue
         outermost: Optional[FrameType] = None  # the thread's own loop, rather than a method
         while frame is not None:
-            if _refers_to(frame, obj):
+            if not _exitsafe_code(frame) and _refers_to(frame, obj):
                 outermost = frame
             frame = frame.f_back
         if outermost is not None:
@@ -130,6 +174,8 @@ def wait_until_unused(obj: object, bound: float = USE_WAIT) -> None:
     users = users_of(obj)
     if not users:
         return
+    if set(users) <= _waited_out:
+        bound = 0.0  # (those threads already outlasted a wait in this exit)
     deadline = monotonic() + bound
     pause = 0.001
     while users and monotonic() < deadline:
@@ -137,6 +183,7 @@ def wait_until_unused(obj: object, bound: float = USE_WAIT) -> None:
         pause = min(pause * 2, 0.05)
         users = users_of(obj)
     if users:
+        _waited_out.update(users)
         raise InUse(
             "still used by " + ", ".join(sorted(users.values()))
             + f" after {bound:.3g} s; not closed under it (borrow it through "

@@ -264,3 +264,26 @@ def test_wait_until_unused_raises_in_use_with_the_threads_after_the_bound():
         stop.set()
         thread.join()
     _users.wait_until_unused(target, bound=0.05)  # gone: returns at once
+
+
+def test_one_thread_holding_many_objects_costs_one_wait_not_one_per_object(tmp_path):
+    body = WRITER + """
+    w1, w2, w3 = Writer(), Writer(), Writer()
+    for w in (w1, w2, w3):
+        exitsafe.adopt(w)
+
+    def loop():
+        started.set()
+        while True:
+            w1.write(b"x")
+            w2.write(b"x")
+            w3.write(b"x")
+
+    threading.Thread(target=loop, daemon=True).start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    details = sorted(e["detail"] for e in run.ledger()["registries"][0]["entries"])
+    assert [e.split(" after ")[1].split(";")[0] for e in details].count("1 s") == 1
+    assert all(e.startswith("still used by thread") for e in details)

@@ -618,3 +618,16 @@ def test_a_wake_action_that_fails_is_logged_and_the_others_still_run(tmp_path):
 def test_wake_must_be_callables(wake):
     with pytest.raises(TypeError, match="wake must be a callable"):
         exitsafe.quiesce(wake=wake)
+
+
+def test_a_wake_action_that_blocks_is_bounded_and_the_exit_goes_on(tmp_path):
+    body = "import time\n" + textwrap.dedent(BLOCKED_READER) + textwrap.dedent("""
+    def blocks():
+        threading.Event().wait()  # never returns
+
+    exitsafe.quiesce(wake=[blocks], timeout=0.5)
+    """)
+    run = run_program(body, tmp_path, ledger=True, timeout=30)
+    assert not run.hung
+    assert "wake actions still running" in run.stderr
+    assert run.outcomes() == {"session": "leaked_in_use"}  # the reader was never woken

@@ -268,6 +268,10 @@ CASES = [
         summary="with multiprocessing.Pool(...) ends with terminate(): the workers' HDF5 "
                 "shards are never closed and read back as unreadable",
         protected="h5py_pool_terminate_protected.py",
+        protected_unclean="a SIGTERM landing just before an idle worker blocks on its task "
+                          "queue's lock (sem_wait, which does not check for signals first) "
+                          "leaves exitsafe's Python handler waiting for a second signal that "
+                          "terminate() never sends: a hang, 2 runs in 300 on a loaded machine",
     ),
     Case(
         id="duckdb-daemon-query",
