@@ -28,6 +28,7 @@ the program's runs: see `_refers_to`.
 
 from __future__ import annotations
 
+import _thread
 import sys
 from os import sep
 from os.path import dirname
@@ -36,7 +37,7 @@ from types import BuiltinMethodType, MethodType, ModuleType
 
 from . import _quiesce, _threads
 
-_get_ident = _threads._get_ident
+_get_ident = _thread.get_ident
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
