@@ -47,7 +47,7 @@ from . import _process, _report, _sync, _threads
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import CodeType, FrameType
-    from typing import Any, Callable, Iterable, Optional
+    from typing import Any, Callable, Iterable, Optional, Sequence
 
 __all__ = ["covered", "request", "requested", "run", "still_running"]
 
@@ -149,12 +149,17 @@ def _wake_actions(wake: Any) -> list[Callable[[], object]]:
     return actions
 
 
-def _run_wakes(bound: float) -> None:
-    """Run the wake actions, once each and in order, on a thread of their own, waiting for
-    them at most ``bound`` seconds (a wake that blocks does not hold the exit); an error,
-    an interrupt included, is logged and the next action runs."""
-    actions = list(_wakes)
-    _wakes.clear()
+#: Seconds after the first wake at which the wake actions run again while a thread to
+#: quiesce is still running: a wake that came before the call it was meant to end (a
+#: query not started yet when ``con.interrupt()`` ran) is repeated.
+WAKE_AGAIN = (0.25, 1.0, 2.5)
+
+
+def _run_wakes(actions: list[Callable[[], object]], bound: float) -> None:
+    """Run the wake ``actions``, once each and in order, on a thread of their own, waiting
+    for them at most ``bound`` seconds (a wake that blocks does not hold the exit); an
+    error, an interrupt included, is logged and the next action runs.  Where no thread can
+    be started (CPython 3.12.0-3.12.2 at shutdown) they run on the calling thread."""
     if not actions:
         return
     done = _thread.allocate_lock()
@@ -172,7 +177,10 @@ def _run_wakes(bound: float) -> None:
         finally:
             done.release()
 
-    _thread.start_new_thread(run_all, ())
+    try:
+        _thread.start_new_thread(run_all, ())
+    except RuntimeError:  # CPython 3.12.0-3.12.2 start no thread at shutdown: run them here,
+        run_all()  # with no bound (a wake that blocks then holds the exit, as its call would)
     if not done.acquire(timeout=bound):
         _report.log().warning(
             "exitsafe: quiesce wake actions still running after %.3g s; going on", bound
@@ -215,8 +223,10 @@ def run(exclude: Iterable[int] = ()) -> None:
         _prepare()
         _install()
         _note_calls_in_flight()
-        _run_wakes(timeout)  # (after the install: a thread woken parks as its call returns)
-        _wait(timeout)
+        actions = list(_wakes)
+        _wakes.clear()
+        _run_wakes(actions, timeout)  # (after the install: a woken thread parks as it returns)
+        _wait(timeout, actions)
         if _running:
             _process.set_threads_running(
                 "still running after quiescing the threads: " + "; ".join(_running.values())
@@ -484,14 +494,26 @@ def _install_with_ctypes() -> None:
 # ---------------------------------------------------------------------- waiting
 
 
-def _wait(timeout: float) -> None:
+def _wait(timeout: float, actions: Sequence[Callable[[], object]] = ()) -> None:
+    """Wait until every thread to quiesce is parked, gone or idle, at most ``timeout``
+    seconds; while one is still running, the wake ``actions`` run again at `WAKE_AGAIN`."""
+    from time import monotonic
+
+    started = monotonic()
+    again = list(WAKE_AGAIN) if actions else []
+
     def busy() -> dict[int, FrameType]:
         frames = sys._current_frames()
-        return {
+        found = {
             ident: frames[ident]
             for ident, parked in _targets.items()
             if not parked and ident in frames and not _idle(frames[ident])
         }
+        elapsed = monotonic() - started
+        if found and again and elapsed >= again[0]:
+            again.pop(0)
+            _run_wakes(list(actions), max(timeout - elapsed, 0.01))
+        return found
 
     still: dict[int, FrameType] = _threads.poll(busy, timeout)
     for ident, frame in still.items():

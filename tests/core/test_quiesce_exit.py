@@ -6,6 +6,7 @@ test)."""
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 import threading
 
@@ -620,6 +621,10 @@ def test_wake_must_be_callables(wake):
         exitsafe.quiesce(wake=wake)
 
 
+@pytest.mark.skipif(
+    (3, 12, 0) <= sys.version_info[:3] <= (3, 12, 2),
+    reason="CPython 3.12.0-3.12.2 start no thread at shutdown: wake actions run unbounded",
+)
 def test_a_wake_action_that_blocks_is_bounded_and_the_exit_goes_on(tmp_path):
     body = "import time\n" + textwrap.dedent(BLOCKED_READER) + textwrap.dedent("""
     def blocks():
@@ -631,3 +636,23 @@ def test_a_wake_action_that_blocks_is_bounded_and_the_exit_goes_on(tmp_path):
     assert not run.hung
     assert "wake actions still running" in run.stderr
     assert run.outcomes() == {"session": "leaked_in_use"}  # the reader was never woken
+
+
+def test_a_wake_that_came_too_early_is_run_again_while_the_thread_still_runs(tmp_path):
+    # The first wake ends nothing (an interrupt sent before the query it was meant for
+    # began); the thread is still in its native call, so the wake runs again.
+    body = "import time\n" + textwrap.dedent(BLOCKED_READER) + textwrap.dedent("""
+    calls = []
+
+    def wake():
+        calls.append(1)
+        if len(calls) >= 2:
+            os.write(w, b"x")
+
+    exitsafe.quiesce(wake=wake, timeout=10)
+    """)
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=30)
+    assert_clean(run)
+    assert run.outcomes() == {"session": "released_at_exit"}
+    fields = trace_fields(run.stderr, "quiesce")
+    assert (fields["parked"], fields["running"]) == ("1", "0")
