@@ -8,6 +8,7 @@ a local, a bound method) makes the close wait, bounded, then leak the object
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 import threading
 
@@ -220,8 +221,9 @@ def test_an_explicit_release_while_the_program_runs_is_the_programs_call():
     assert closed == [True]
 
 
-def test_users_of_names_the_thread_and_its_own_frame_and_skips_the_caller():
-    target = object()
+@contextlib.contextmanager
+def _held_by_a_thread(target):
+    """A thread named 'holder' whose frame refers to ``target`` until the block ends."""
     ready = threading.Event()
     stop = threading.Event()
 
@@ -233,36 +235,29 @@ def test_users_of_names_the_thread_and_its_own_frame_and_skips_the_caller():
     thread.start()
     try:
         ready.wait(30)
+        yield thread
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_users_of_names_the_thread_and_its_own_frame_and_skips_the_caller():
+    target = object()
+    with _held_by_a_thread(target) as thread:
         local_copy = target  # the calling thread refers to it too, and is not counted
         users = _users.users_of(local_copy)
         assert list(users) == [thread.ident]
         assert "'holder'" in users[thread.ident]
         assert "holding() at" in users[thread.ident]
         assert _users.users_of(object()) == {}
-    finally:
-        stop.set()
-        thread.join()
     assert _users.users_of(target) == {}
 
 
 def test_wait_until_unused_raises_in_use_with_the_threads_after_the_bound():
     target = object()
-    ready = threading.Event()
-    stop = threading.Event()
-
-    def holding(obj=target):
-        ready.set()
-        stop.wait(30)
-
-    thread = threading.Thread(target=holding, name="holder", daemon=True)
-    thread.start()
-    try:
-        ready.wait(30)
+    with _held_by_a_thread(target):
         with pytest.raises(_users.InUse, match="still used by thread 'holder'"):
             _users.wait_until_unused(target, bound=0.05)
-    finally:
-        stop.set()
-        thread.join()
     _users.wait_until_unused(target, bound=0.05)  # gone: returns at once
 
 
