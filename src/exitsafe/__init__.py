@@ -488,7 +488,12 @@ def exit(code: Optional[int] = 0) -> NoReturn:
     released in order; inherited ones end `leaked_inherited`), and the ledger is written if
     `EXITSAFE_LEDGER` asks for it.  Meant for forked children (see the fork page); in any
     other process it skips what a normal exit would do, `finally` blocks of other frames
-    included.  Never returns.
+    included.  Never returns.  Called on the main thread, a signal arriving during the
+    teardown (SIGINT, or one of [`exitsafe.signals`][exitsafe.signals]) is held back until
+    it is done, ledger included, and the process then ends by that signal rather than with
+    ``code``, as a supervisor that sent it expects (also a signal held back by an
+    enclosing [`deferred()`][exitsafe.signals.deferred] block or teardown).  On another
+    thread, the main thread handles the signal as usual meanwhile.
 
     Called by a step of a teardown (a release function, a hook, an exit policy):
 

@@ -26,7 +26,8 @@ from _weakref import ref as _weakref
 from types import BuiltinFunctionType, FunctionType, MethodType
 
 from . import _sync
-from ._adopt import ClaimTable, hook_after_leak, registry_arg
+from ._adopt import hook_after_leak, registry_arg
+from ._claims import ClaimTable
 from ._closing import loaded_steps
 from ._core import speedups
 from ._errors import ExitsafeError, HandleClosedError

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 from _weakref import ref as _weakref
 
-from . import _sync, _users
-from ._errors import AlreadyTrackedError, NeutralizeError
+from . import _quiesce, _users
+from ._claims import ClaimTable
+from ._errors import NeutralizeError
 from ._handle import Handle
 from ._lookup import find, register_lookup, resolve
 from ._process import process_ending
 from ._registry import Registry, default_registry
+from ._report import log
 from ._usage import explained
 
 TYPE_CHECKING = False
@@ -59,114 +61,6 @@ __all__ = [
     "neutralize",
     "neutralize_at_exit",
 ]
-
-
-class ClaimTable:
-    """Keys (an object's id, a native address) owned by at most one live handle.
-
-    `claim` reserves a key atomically before the handle is registered, so two
-    threads tracking the same object cannot both succeed (a double release later);
-    `bind` then records the handle, `cancel` drops a reservation whose
-    registration failed, `forget` removes a key when its handle ends.  Guarded
-    by exitsafe's one lock (see `exitsafe._sync`).  ``strong=True`` keeps the
-    handles referenced (an adopted object's handle must live until it is released);
-    otherwise they are held weakly.
-    """
-
-    __slots__ = ("_entries", "_strong")
-
-    def __init__(self, strong: bool) -> None:
-        # key -> (identity or None, handle, a weak reference to it, or _RESERVED)
-        self._entries: dict[object, tuple[object, Any]] = {}
-        self._strong = strong
-
-    def shared_with_core(self) -> tuple[dict[object, tuple[object, Any]], object]:
-        """The table's dict and its reservation marker, for the compiled core (which
-        claims and forgets keys under the same lock, with the same entries).  Neither is
-        ever replaced."""
-        return self._entries, _RESERVED
-
-    def get(self, key: object, identity: object = None) -> Optional[Handle]:
-        """The live handle owning ``key`` (and, if given, standing for ``identity``)."""
-        entry = self._entries.get(key)
-        if entry is None or entry[1] is _RESERVED:
-            return None
-        if identity is not None and entry[0] is not identity:
-            return None
-        handle = entry[1] if self._strong else entry[1]()
-        if handle is None or handle.state != "live" or not handle.owners:
-            return None
-        return handle  # type: ignore[no-any-return]
-
-    def claim(
-        self,
-        key: object,
-        identity: object,
-        describe: Callable[[object, Optional[Handle]], str],
-    ) -> None:
-        """Reserve ``key``; raise [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if a live
-        handle owns it, with the message ``describe(key, that handle)`` (``None``: another
-        thread is registering the key right now).  When the queued work run on leaving
-        the section raises, the reservation is dropped before that error is raised."""
-        entries = self._entries
-
-        def reserve() -> None:
-            entry = entries.get(key)
-            if entry is not None:
-                if entry[1] is _RESERVED:
-                    raise AlreadyTrackedError(describe(key, None), None)
-                existing = self.get(key, identity if identity is not None else entry[0])
-                if existing is not None:
-                    raise AlreadyTrackedError(describe(key, existing), existing)
-            entries[key] = (identity, _RESERVED)
-
-        def unreserve() -> None:
-            if entries.get(key, (None, None))[1] is _RESERVED:
-                del entries[key]
-
-        try:
-            _sync.locked("track()", reserve)
-        except AlreadyTrackedError:
-            raise
-        except BaseException:  # (the queued work run after the section, or an interrupt)
-            _sync.locked_quietly(unreserve)  # (no queued work run: the error in flight first)
-            raise
-
-    def bind(self, key: object, handle: Handle) -> None:
-        """Record the handle of a claimed key (or drop the claim if it is not live)."""
-        identity = self._entries.get(key, (None,))[0]
-        if handle.state == "live":
-            self._entries[key] = (identity, handle if self._strong else _weakref(handle))
-        else:
-            self.cancel(key)
-
-    def cancel(self, key: object) -> None:
-        """Drop a reservation whose registration failed."""
-        entries = self._entries
-
-        def drop() -> None:
-            entry = entries.get(key)
-            if entry is not None and entry[1] is _RESERVED:
-                del entries[key]
-
-        _sync.locked("track()", drop)
-
-    def forget(self, key: object, handle: Optional[Handle]) -> None:
-        """Remove ``key`` if ``handle`` (or a dead handle) still owns it."""
-        entries, strong = self._entries, self._strong
-
-        def drop() -> None:
-            entry = entries.get(key)
-            if entry is None or entry[1] is _RESERVED:
-                return
-            current = entry[1] if strong else entry[1]()
-            if current is None or current is handle:
-                del entries[key]
-
-        _sync.locked("release", drop)
-
-
-_RESERVED = object()
 
 
 def _adopted_lookup(obj: object, registry: Registry) -> Optional[Handle]:
@@ -484,7 +378,15 @@ class _Adoption:
             # The exit's teardown: never close it under a thread still using it (raises
             # InUse, recorded leaked_in_use; the entry and the leak hooks stay).
             # (close=None runs no code of the object: letting go of it is always safe.)
-            _users.wait_until_unused(obj, self.use_wait)
+            try:
+                _users.wait_until_unused(obj, self.use_wait)
+            except _users.InUse:
+                # Nor neutralize it: that write would land under the thread too (its
+                # next call would hand the null value to the library).
+                after = self.after
+                if after is not None:
+                    after.obj = None
+                raise
         # Its entry goes: the table must not keep a closed object alive (nor one adopted
         # again meanwhile be forgotten: the entry is dropped only if it is this handle's).
         ref = self.handle_ref
@@ -505,6 +407,8 @@ class _Adoption:
             # back or releases again whatever its state) finds nothing to act on.
             self._neutralize()
         finally:
+            if close is not None and close is getattr(type(obj), "__del__", None):
+                _finalized(obj)  # (its __del__ was the close: never a second time)
             after, self.after = self.after, None
             if after is not None:
                 after.obj = None
@@ -587,8 +491,9 @@ def adopt(
 
     Threads at exit: the exit teardown never closes `obj` under another thread that may be
     using it.  A thread still alive whose Python stack refers to `obj` (a local, a module
-    global its code names, an attribute of a local, a bound method), and that exitsafe does
-    not already hold back (`quiesce()`, a parked thread), makes the close wait at most 1 s
+    global its code names, an attribute of a local, a bound method, an item of a built-in
+    container held so), and that exitsafe does not already hold back (`quiesce()`, a
+    parked thread), makes the close wait at most 1 s
     (or half of `timeout`); if the thread still refers to it then, `obj` is not closed and
     its handle ends `leaked_in_use`, the thread named in the ledger and in a warning.  For
     the close to happen, let the thread use the object through `handle.borrowing()`, or
@@ -599,7 +504,10 @@ def adopt(
         obj: the object to own.
         close: the name of a method to call (default `"close"`; checked now), a callable
             `close(obj)`, or `None` (exitsafe only orders and references the object;
-            releasing the handle just lets go of it).
+            releasing the handle just lets go of it).  `type(obj).__del__` (for a class
+            with no close method) runs the destructor once: once it has run, the object's
+            class is swapped for a twin subclass of the same name whose `__del__` does
+            nothing, so the interpreter does not run it again when it collects the object.
         kind: the label in the ledger and the trace; `None`: the object's class name.
             `"library"` makes it go last at teardown.
         depends_on: handles or objects exitsafe knows (see
@@ -615,7 +523,11 @@ def adopt(
             `EXITSAFE_AT_EXIT=leak`, a timeout, a failed close, a leaked dependent), after
             the handle's step; so that the object's own finalizer does nothing afterwards,
             during interpreter finalization included (one that is not idempotent, that
-            reads back or releases again, included).  `None`: nothing is neutralized.
+            reads back or releases again, included).  Not when it ends `leaked_in_use`
+            because another thread still uses it, nor while threads that
+            [`quiesce`][exitsafe.quiesce] could not park are running: the write would
+            land under that thread (its next call would pass `null` to the library), so
+            the object is left as it is.  `None`: nothing is neutralized.
         null: the value `neutralize` sets.
         timeout: seconds the close may take at teardown before it is abandoned and the
             handle leaked; `None`: the registry's step timeout.
@@ -691,6 +603,8 @@ def adopt(
         null_value = null
 
         def _neutralize(target: object) -> None:
+            if _quiesce.still_running():
+                return  # (threads the quiescing left running may use it: left as it is)
             for attr_name in names:
                 setattr(target, attr_name, null_value)
 
@@ -698,3 +612,36 @@ def adopt(
             reg, handle, obj, _neutralize, f"neutralize {handle.name} if leaked"
         )
     return handle
+
+
+#: class -> its twin whose ``__del__`` does nothing (`_finalized`), made once per class.
+_finalized_twins: dict[type, type] = {}
+
+
+def _no_finalizer(self: object) -> None:
+    """The ``__del__`` of an object whose own ``__del__`` already ran as its close."""
+
+
+def _finalized(obj: object) -> None:
+    """``obj``'s own ``__del__`` ran as its close (``adopt(obj, close=type(obj).__del__)``):
+    the interpreter must not run it again when the object is collected (a destructor
+    that frees or reads back twice).  So the object's class becomes a twin subclass, made
+    once per class with the same name and layout (``__slots__ = ()``), whose ``__del__``
+    does nothing: ``isinstance`` still holds, ``type(obj) is cls`` no longer does.  Where
+    no twin can be made or assigned (a final class, a metaclass that refuses), a warning
+    says that the ``__del__`` may run again."""
+    cls = type(obj)
+    twin = _finalized_twins.get(cls)
+    try:
+        if twin is None:
+            namespace = {"__slots__": (), "__del__": _no_finalizer,
+                         "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            metaclass: Any = type(cls)  # (the class's own: an ABCMeta's twin is one too)
+            twin = _finalized_twins[cls] = metaclass(cls.__name__, (cls,), namespace)
+        obj.__class__ = twin
+    except (TypeError, AttributeError) as exc:  # (the class's own rules: reported)
+        log().warning(
+            "exitsafe: %s.__del__ ran as the close of an adopted object and may run again "
+            "when the object is collected (its class cannot be given a twin without "
+            "__del__: %r)", cls.__qualname__, exc,
+        )

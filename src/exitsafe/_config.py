@@ -114,9 +114,30 @@ def ledger_path() -> Optional[str]:
     return path
 
 
+#: `interpreter_id`, once asked (exitsafe's modules are each interpreter's own).
+_interpreter_id: list[int] = []
+
+
 def interpreter_id() -> int:
     """The id of the interpreter running this code: ``0`` for the main interpreter (also
-    where CPython offers no way to ask, having no subinterpreters to run Python code)."""
+    where CPython offers no way to ask, having no subinterpreters to run Python code).
+
+    Worked out once (see `remember_interpreter_id`): asking imports a module, and an
+    import at exit takes the import system's locks, which a signal handler may have
+    interrupted this thread holding.
+    """
+    if not _interpreter_id:
+        _interpreter_id.append(_ask_interpreter_id())
+    return _interpreter_id[0]
+
+
+def remember_interpreter_id() -> None:
+    """Work out `interpreter_id` now (at import), if the ledger's path will need it."""
+    if os.environ.get("EXITSAFE_LEDGER"):
+        interpreter_id()
+
+
+def _ask_interpreter_id() -> int:
     import importlib
 
     for name in ("_interpreters", "_xxsubinterpreters"):  # (3.13+; 3.8-3.12)

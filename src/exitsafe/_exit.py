@@ -44,6 +44,7 @@ from ._report import log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import NoReturn, Optional
 
 __all__ = ["leave", "teardown_all", "write_ledger"]
@@ -59,6 +60,27 @@ def teardown_all(reason: str, leaving: bool = False) -> None:
     ends right after, without returning to a teardown this thread may be running (exit()
     called by one of its steps), so that teardown records what it decided first.
     """
+    from . import _interrupts  # (see run_early_phase)
+
+    # Signals are held back until every registry is torn down and the ledger written, and
+    # delivered then.  Each registry's teardown holds them too, but a signal landing
+    # between two of them, or while the ledger's path is worked out, ran its handler's
+    # own teardown nested in this one (a terminated pool worker hung for ever on an
+    # import lock this thread held), or its SystemExit skipped the registries left.
+    if _worth_holding_signals(_interrupts):
+        with _interrupts.held():
+            _teardown_every_registry(reason, leaving)
+    else:  # nothing to tear down, no handler of exitsafe's: only the ledger, if asked
+        _teardown_every_registry(reason, leaving)  # (and threading stays unimported)
+
+
+def _worth_holding_signals(interrupts: ModuleType) -> bool:
+    """Whether a teardown has something to hold signals back for: a registry, a handler of
+    exitsafe's, a signal sent again.  (Else it holds none: the hold imports threading.)"""
+    return bool(_process.states() or interrupts.installed or interrupts.signals_to_take_over())
+
+
+def _teardown_every_registry(reason: str, leaving: bool) -> None:
     _process.set_ending(True)
     done: set[int] = set()
     while True:
@@ -126,7 +148,7 @@ def at_exit() -> None:
     if _quiesce.requested():  # (done at the end of threading._shutdown if hooked there)
         quiesce_threads()
     try:
-        if _process.states() or _interrupts.signals_to_take_over():
+        if _worth_holding_signals(_interrupts):
             with _interrupts.held(at_exit=True):
                 teardown_all("atexit")
         else:  # nothing to tear down, no signal to hold back: only the ledger, if asked
@@ -160,10 +182,16 @@ def leave(code: Optional[int] = 0) -> NoReturn:
     steps = _closing.loaded_steps()
     if steps is not None:  # (not imported: no step ever ran on a worker)
         steps.hand_back_exit(status)  # returns only if this thread is no such worker
+    from . import _interrupts  # (see run_early_phase)
+
     try:
-        teardown_all("exitsafe.exit", leaving=True)
+        # A signal arriving meanwhile is held back; the process ends by it after the
+        # teardown, as at exit, rather than with ``status``.
+        with _interrupts.held(at_exit=True):
+            teardown_all("exitsafe.exit", leaving=True)
     finally:
         _children.flush_stdio()
+        _interrupts.end_by_signal_now()
         os._exit(status)
 
 
@@ -265,9 +293,10 @@ def install_early_phase() -> None:
 
 def quiesce_threads() -> None:
     """Quiesce the threads `exitsafe.quiesce` asked for (once; never raises), none of
-    the teardown's own step workers."""
+    the teardown's own step workers nor exitsafe's service threads."""
     steps = _closing.loaded_steps()
-    _quiesce.run(steps.worker_idents() if steps is not None else ())
+    workers = steps.worker_idents() if steps is not None else ()
+    _quiesce.run([*workers, *_threads.own])
 
 
 def install_quiesce() -> None:
@@ -307,15 +336,25 @@ def _after_fork_in_child() -> None:
     _early.after_fork_in_child()
     _quiesce.after_fork_in_child()
     _children.after_fork_in_child()
+    watcher = sys.modules.get(f"{__package__}._watcher")
+    if watcher is not None:  # (loaded by teardown_on_signals(watch=True) only)
+        watcher.after_fork_in_child()  # (last: it starts a thread of the child's own)
 
 
 def _teardown_worker() -> None:
-    teardown_all("multiprocessing worker exit")
+    from . import _interrupts  # (see run_early_phase)
+
+    # As at exit: a signal arriving during it (Pool.terminate()'s SIGTERM) is held back,
+    # and the worker ends by it once its teardown is done and its ledger written.
+    with _interrupts.held(at_exit=True):
+        teardown_all("multiprocessing worker exit")
+    _interrupts.end_by_signal_now()  # (the worker leaves by os._exit: see there)
 
 
 def install() -> None:
     """Set up the process's exit and fork handling (once, when exitsafe is imported)."""
     atexit.register(at_exit)
+    _config.remember_interpreter_id()  # (not at exit: see interpreter_id)
     _collection.install()
     _process.set_leave(leave)
     _children.set_worker_teardown(_teardown_worker)

@@ -31,6 +31,7 @@ does nothing (Python delivers signals to the main thread only).
 from __future__ import annotations
 
 import _thread
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,13 +46,26 @@ installed: set[int] = set()
 #: them over, so that one still in flight when the program ends is not lost.
 resent: list[int] = []
 
-_state: dict[str, Any] = {"depth": 0, "at_exit": False, "drop": False, "thread": 0}
+#: depth: holds open on ``thread``; deferred: how many of them are `exitsafe.signals.deferred`
+#: blocks (a forked child keeps only a teardown's hold: see `after_fork_in_child`)
+_state: dict[str, Any] = {
+    "depth": 0, "deferred": 0, "at_exit": False, "drop": False, "thread": 0
+}
 _pending: list[int] = []
 _saved: dict[int, Any] = {}
 
 
+def note_entered(signum: int) -> None:
+    """A handler of exitsafe's began for ``signum``: tell the watcher, if one runs
+    (``teardown_on_signals(watch=True)``), that this signal needs no wake-up."""
+    watcher = sys.modules.get(f"{__package__}._watcher")
+    if watcher is not None:  # (loaded by teardown_on_signals(watch=True) only)
+        watcher.entered(signum)
+
+
 def _record(signum: int, frame: Optional[FrameType]) -> None:
     _pending.append(signum)
+    note_entered(signum)  # (held back is acted on: no wake needed)
 
 
 def _main_thread_ident() -> Optional[int]:
@@ -66,11 +80,12 @@ def _main_thread_ident() -> Optional[int]:
 class held:
     """Context manager: hold back SIGINT and exitsafe's signals (see the module docs)."""
 
-    __slots__ = ("active", "at_exit", "drop")
+    __slots__ = ("active", "at_exit", "deferred", "drop")
 
-    def __init__(self, at_exit: bool = False, drop: bool = False) -> None:
+    def __init__(self, at_exit: bool = False, drop: bool = False, deferred: bool = False) -> None:
         self.at_exit = at_exit
         self.drop = drop
+        self.deferred = deferred  # (a block of the program's: exitsafe.signals.deferred)
         self.active = False
 
     def __enter__(self) -> held:
@@ -89,6 +104,8 @@ class held:
             if self.drop:
                 _state["drop"] = True
             _state["depth"] = before + 1
+            if self.deferred:
+                _state["deferred"] += 1
             self.active = True
             if not before:
                 _state["thread"] = _thread.get_ident()
@@ -110,11 +127,17 @@ class held:
             return
         self.active = False
         _state["depth"] -= 1
+        if self.deferred:
+            _state["deferred"] = max(0, _state["deferred"] - 1)
         if _state["depth"]:
             return
         at_exit, drop = _state["at_exit"], _state["drop"]
         try:
             _state["at_exit"] = _state["drop"] = False
+            if at_exit and not drop:
+                # the process ends by these once its exit is done: their default action
+                # from now on (not the handlers put back below, whose teardown is over)
+                _end_by_arrived()
             _restore()
             arrived = list(dict.fromkeys(_pending))
             _pending.clear()
@@ -123,16 +146,23 @@ class held:
             raise
         if drop:
             return
-        for signum in arrived:
-            _deliver(signum, at_exit)
+        for index, signum in enumerate(arrived):
+            try:
+                _deliver(signum, at_exit)
+            except BaseException:  # its handler raised (SystemExit, KeyboardInterrupt):
+                _send_later(arrived[index + 1:])  # the others are acted on all the same
+                raise
 
 
 def after_fork_in_child() -> None:
     """In a forked child: the program's handlers back, unless the forking thread is the
-    one holding signals back (its teardown goes on in the child and ends the hold)."""
-    if _state["depth"] and _state["thread"] != _thread.get_ident():
+    one holding signals back for a teardown (which goes on in the child and ends the
+    hold).  A `deferred` block is never kept: a child that never leaves it (a
+    multiprocessing child ends by ``os._exit``) would hold its signals for its whole life."""
+    mine = _state["thread"] == _thread.get_ident()
+    if _state["depth"] and (not mine or _state["depth"] == _state["deferred"]):
         _restore()
-        _state.update(depth=0, at_exit=False, drop=False, thread=0)
+        _state.update(depth=0, deferred=0, at_exit=False, drop=False, thread=0)
     _pending.clear()  # signals sent to the parent
     resent.clear()
     global _end_by
@@ -169,6 +199,48 @@ def _restore() -> None:
         except (ValueError, OSError):  # see _swap
             pass
         _saved.pop(signum, None)
+
+
+def _end_by_arrived() -> None:
+    """Make the signals recorded so far end the process once its exit is done (each gets
+    its default action now; the first one arms `_EndBySignal`)."""
+    for signum in dict.fromkeys(_pending):
+        _deliver(signum, True)
+
+
+def _send_later(signals: list[int]) -> None:
+    """Send ``signals`` to this process: each handler runs at the main thread's next
+    check for signals (a handler before them raised, ending the delivery)."""
+    import os
+
+    for signum in signals:
+        os.kill(os.getpid(), signum)
+
+
+def install(signum: int, handler: Any) -> Any:
+    """``signal.signal(signum, handler)``; while a hold is open on this thread, the handler
+    is what the hold puts back when it ends, and the hold records ``signum`` meanwhile.
+    Returns the handler in effect before (see `handler_in_effect`)."""
+    import signal
+
+    previous = handler_in_effect(signum)
+    if _state["depth"] and _state["thread"] == _thread.get_ident():
+        if signal.getsignal(signum) is not _record:
+            signal.signal(signum, _record)
+        _saved[signum] = handler
+    else:
+        signal.signal(signum, handler)
+    return previous
+
+
+def handler_in_effect(signum: int) -> Any:
+    """The handler of ``signum``, or, while a hold records it, the one the hold puts back."""
+    import signal
+
+    current = signal.getsignal(signum)
+    if current is _record and signum in _saved:
+        return _saved[signum]
+    return current
 
 
 def _deliver(signum: int, at_exit: bool) -> None:
@@ -240,8 +312,12 @@ class _EndBySignal:
         self._flush = [s.flush for s in (sys.stdout, sys.stderr) if s is not None]
 
     def __del__(self) -> None:
-        if not self.armed:
-            return
+        if self.armed:
+            self.fire()
+
+    def fire(self) -> None:
+        """Flush stdio and send the signal to this process."""
+        self.armed = False
         for flush in self._flush:
             try:
                 flush()
@@ -251,6 +327,27 @@ class _EndBySignal:
 
 
 _end_by: Optional[_EndBySignal] = None
+
+
+def end_by_signal_now() -> None:
+    """End the process now by the signal it is to end by (`end_signal`), if any.
+
+    For an end that leaves by ``os._exit`` once its teardown is done (a multiprocessing
+    worker's, `exitsafe.exit`): no module cleanup follows there to send it.  The signal
+    is unblocked in this thread first, so that it ends the process whatever the thread
+    blocks.  Returns if there is no such signal, or if the process outlives it.
+    """
+    if _pending:  # recorded by a hold this end runs inside of, which will never end
+        _end_by_arrived()
+        _pending.clear()
+    end = _end_by
+    if end is None or not end.armed:
+        return
+    import signal
+
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {end.signum})
+    end.fire()
 
 
 def signals_to_take_over() -> bool:

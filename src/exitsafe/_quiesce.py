@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from types import CodeType, FrameType
     from typing import Any, Callable, Iterable, Optional, Sequence
 
-__all__ = ["covered", "request", "requested", "run", "still_running"]
+__all__ = ["covered", "is_exitsafe_file", "request", "requested", "run", "still_running"]
 
 #: Kinds of code (see `_kind`).
 OWN, STDLIB, PACKAGE, STARTER = 0, 1, 2, 3
@@ -266,6 +266,9 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
     _threads.park()
 
 
+_ON_EVENT_CODE = _on_event.__code__
+
+
 def _inside_native_call(me: int, frame: FrameType, event: str) -> bool:
     """Whether this event happens inside a C function that a frame of the thread called
     and that has not returned: Python code the C function runs (a callback, an
@@ -405,6 +408,19 @@ def _kind_of_file(filename: str, function: str = "") -> int:
     return OWN
 
 
+def is_exitsafe_file(filename: str) -> bool:
+    """Whether code of ``filename`` is exitsafe's own (the lab's scenario programs are not:
+    they stand for a program).  Such code is never a place to park a thread, and never a
+    thread's use of an object (``_users``)."""
+    if not _paths:
+        _paths.append(_library_paths())
+    normalized = filename.replace("\\", "/")
+    exitsafe_dir = _paths[0][1]
+    return normalized.startswith(exitsafe_dir) and not normalized.startswith(
+        exitsafe_dir + _LAB_PROGRAMS
+    )
+
+
 def _library_paths() -> tuple[tuple[str, ...], str]:
     import os
     import sysconfig
@@ -527,7 +543,9 @@ def _idle(frame: FrameType) -> bool:
     inner = _kind(frame.f_code)
     below: Optional[FrameType] = frame
     while below is not None:
-        if _kind(below.f_code) == PACKAGE:
+        if _kind(below.f_code) == PACKAGE or below.f_code is _ON_EVENT_CODE:
+            # (a thread inside the profile function is deciding whether to park: it may
+            # go on into a library's native code; the next look tells)
             return False
         below = below.f_back
     if inner == STDLIB:

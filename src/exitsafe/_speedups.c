@@ -2016,10 +2016,10 @@ module_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
 /* ------------------------------------------------------------------ pointers (adapters) */
 
 /* The adapters' address table (exitsafe._adapter.addresses, a ClaimTable): its dict
- * (address -> (None, weak reference to the handle) or the reservation (None, RESERVED)),
- * and its Python `forget`, which the compiled release calls whenever it cannot take the
+ * (address -> a weak reference to the handle, or the reservation marker RESERVED: one
+ * object per entry), the marker, and its Python `forget`, which the compiled release calls whenever it cannot take the
  * lock at once.  Set by setup_pointers(). */
-static PyObject *ptr_entries, *ptr_reserved, *ptr_reservation, *ptr_forget_py;
+static PyObject *ptr_entries, *ptr_reserved, *ptr_forget_py;
 static PyObject *kind_names; /* ("kind",): the keyword names of a track(raw, fn, kind=...) */
 
 /* A strong reference to what `ref` (a weak reference) refers to, or NULL (dead, or not a
@@ -2158,9 +2158,8 @@ pointer_forget(PointerReleaseObject *self)
     if (entry == NULL) {
         rc = PyErr_Occurred() ? -1 : 0;
     }
-    else if (PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2
-             && PyTuple_GET_ITEM(entry, 1) != ptr_reserved) {
-        current = weak_target(PyTuple_GET_ITEM(entry, 1));
+    else if (entry != ptr_reserved && PyWeakref_Check(entry)) {
+        current = weak_target(entry);
         if (current == NULL || current == handle) {
             Py_INCREF(entry);
             dropped = entry;
@@ -2236,7 +2235,7 @@ pointer_cancel(PyObject *address)
     PyObject *entry = PyDict_GetItemWithError(ptr_entries, address);
     int rc = entry == NULL ? (PyErr_Occurred() ? -1 : 0) : 0;
     PyObject *dropped = NULL;
-    if (entry != NULL && entry == ptr_reservation) {
+    if (entry != NULL && entry == ptr_reserved) {
         Py_INCREF(entry);
         dropped = entry;
         rc = PyDict_DelItem(ptr_entries, address);
@@ -2264,7 +2263,7 @@ pointer_track(RegistryObject *reg, PyObject *facade, PyObject *raw, PyObject *re
     PyObject *entry = PyDict_GetItemWithError(ptr_entries, address);
     int rc = -1;
     if (entry == NULL && !PyErr_Occurred()) {
-        rc = PyDict_SetItem(ptr_entries, address, ptr_reservation);
+        rc = PyDict_SetItem(ptr_entries, address, ptr_reserved);
     }
     lock_drop(the_lock);
     if (rc < 0) {
@@ -2291,14 +2290,13 @@ pointer_track(RegistryObject *reg, PyObject *facade, PyObject *raw, PyObject *re
     int bound = -1;
     if (PyObject_TypeCheck(handle, &NodeType)
         && ival(((NodeObject *)handle)->state) == LIVE) {
+        /* the entry is the handle's weak reference itself (see ClaimTable) */
         PyObject *ref = PyWeakref_NewRef(handle, NULL);
-        PyObject *value = ref ? PyTuple_Pack(2, Py_None, ref) : NULL;
-        if (value != NULL) {
+        if (ref != NULL) {
             Py_INCREF(ref);
             Py_SETREF(((PointerReleaseObject *)releaser)->handle, ref);
-            bound = PyDict_SetItem(ptr_entries, address, value);
+            bound = PyDict_SetItem(ptr_entries, address, ref);
         }
-        Py_XDECREF(value);
         Py_XDECREF(ref);
     }
     else {
@@ -2806,15 +2804,10 @@ setup_pointers(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "setup_pointers(): forget must be callable");
         return NULL;
     }
-    PyObject *reservation = PyTuple_Pack(2, Py_None, reserved);
-    if (reservation == NULL) {
-        return NULL;
-    }
     Py_INCREF(entries);
     Py_XSETREF(ptr_entries, entries);
     Py_INCREF(reserved);
     Py_XSETREF(ptr_reserved, reserved);
-    Py_XSETREF(ptr_reservation, reservation);
     Py_INCREF(forget);
     Py_XSETREF(ptr_forget_py, forget);
     Py_RETURN_NONE;

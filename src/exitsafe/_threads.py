@@ -123,6 +123,11 @@ def is_daemon_thread() -> bool:
 #: The idents of the threads parked for good (by a borrow refused in the exit, by quiesce).
 _parked: set[int] = set()
 
+#: The idents of exitsafe's own service threads (the signal watcher, `exitsafe._watcher`):
+#: they run none of the program's code and use no handle, so they are never quiesced and
+#: never counted as running elsewhere.
+own: set[int] = set()
+
 
 def running_elsewhere() -> list[int]:
     """The idents of the other threads that may still run Python or native code: every
@@ -132,7 +137,7 @@ def running_elsewhere() -> list[int]:
     return [
         ident
         for ident in sys._current_frames()
-        if ident != me and ident not in _parked
+        if ident != me and ident not in _parked and ident not in own
     ]
 
 
@@ -361,6 +366,7 @@ def after_fork_in_child() -> None:
     """The parent's other threads do not exist in a child: their queues go."""
     pending.clear()
     _parked.clear()
+    own.clear()
 
 
 def name_of(fn: Callable[..., Any]) -> Optional[str]:

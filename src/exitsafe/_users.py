@@ -8,8 +8,11 @@ encoder).  Before such a close, `wait_until_unused` looks at every other thread 
 may still run: a thread *uses* the object when a frame of its Python stack refers to it
 
 * as a local or closure variable (or a bound method of it),
-* as a module global that the frame's code names, or
-* as an attribute of a local (``self.writer``), one level deep.
+* as a module global that the frame's code names,
+* as an attribute of a local (``self.writer``), one level deep, or
+* as an item of a list, tuple, set or dict (its values) held in either of the first and
+  third ways (``writers = [a, b]``, ``self.sessions["gpu0"]``); the first
+  `SCAN_LIMIT` items of a list or tuple, a set or dict only up to that size.
 
 The close then waits (bounded) for those references to go, and otherwise does not
 happen: the handle ends ``leaked_in_use``, its detail naming the thread and the frame.
@@ -30,8 +33,6 @@ from __future__ import annotations
 
 import _thread
 import sys
-from os import sep
-from os.path import dirname
 from time import monotonic, sleep
 from types import BuiltinMethodType, MethodType, ModuleType
 
@@ -42,15 +43,13 @@ _get_ident = _thread.get_ident
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Optional
+    from typing import Any, Optional
 
 __all__ = ["InUse", "users_of", "wait_until_unused"]
 
 #: Seconds the exit teardown waits, at most, for other threads to stop referring to an
 #: adopted object before it leaks it instead of closing it.
 USE_WAIT = 1.0
-
-_PACKAGE_DIR = dirname(__file__)
 
 #: Bound methods: ``writer.write`` in a local uses ``writer``.
 _METHODS = (MethodType, BuiltinMethodType)
@@ -59,13 +58,6 @@ _METHODS = (MethodType, BuiltinMethodType)
 class InUse(Exception):
     """A release not run: another thread's code still refers to the object (the exit
     teardown records the handle ``leaked_in_use``, with this message as its detail)."""
-
-
-def _exitsafe_code(frame: FrameType) -> bool:
-    filename = frame.f_code.co_filename
-    return filename.startswith(_PACKAGE_DIR + sep) and not filename.startswith(
-        _PACKAGE_DIR + sep + "lab" + sep + "scenarios" + sep
-    )
 
 
 def _refers_to(frame: FrameType, obj: object) -> bool:
@@ -85,13 +77,41 @@ def _refers_to(frame: FrameType, obj: object) -> bool:
                             and value.__self__ is obj):
             return True
     for value in local_values:
+        if _holds(value, obj):
+            return True
         attrs = _instance_dict(value)
-        if attrs is not None and any(v is obj for v in list(attrs.values())):
+        if attrs is not None and any(v is obj or _holds(v, obj) for v in list(attrs.values())):
             return True
     module_globals = frame.f_globals
     if type(module_globals) is not dict:
         return False
     return any(module_globals.get(name) is obj for name in frame.f_code.co_names)
+
+
+#: Items of one container that `_holds` looks at, at most (it runs for each frame of
+#: each other thread at exit).
+SCAN_LIMIT = 4096
+
+
+def _holds(value: Any, obj: object) -> bool:
+    """Whether ``value``, a built-in container of exact type, holds ``obj`` as an item (a
+    dict: as a value).  Compared by identity on a copy taken in one C call: no code of
+    the program's runs (no ``__eq__``, no ``__hash__``), and no other thread's change to
+    the container can fail the scan."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        items = value[:SCAN_LIMIT]
+    elif kind is dict:
+        if len(value) > SCAN_LIMIT:
+            return False
+        items = list(value.values())
+    elif kind is set or kind is frozenset:
+        if len(value) > SCAN_LIMIT:
+            return False
+        items = list(value)
+    else:
+        return False
+    return any(item is obj for item in items)
 
 
 def _instance_dict(value: object) -> Optional[dict[str, object]]:
@@ -157,7 +177,7 @@ def users_of(obj: object) -> dict[int, str]:
             continue
         outermost: Optional[FrameType] = None  # the thread's own loop, rather than a method
         while frame is not None:
-            if not _exitsafe_code(frame) and _refers_to(frame, obj):
+            if not _quiesce.is_exitsafe_file(frame.f_code.co_filename) and _refers_to(frame, obj):
                 outermost = frame
             frame = frame.f_back
         if outermost is not None:

@@ -36,11 +36,23 @@ Timing rules, the same for both modes:
   default ``KeyboardInterrupt`` is held back the same way during a teardown.
 * In the immediate mode, a second signal during the teardown it runs is
   dropped: the process is about to end by the first one.
-* A known limit, in both modes: a signal that lands just before the main thread blocks in
-  a native wait that does not check for signals first (a ``multiprocessing`` lock, as in an
-  idle pool worker) leaves its handler waiting for the next signal, for ever when none
-  comes (``Pool.terminate()`` sends one SIGTERM, then joins without a bound): measured 2
-  hangs in 300 terminated pools.
+* A signal that lands just before the main thread blocks in a native wait that does not
+  check for signals first (a ``multiprocessing`` lock, as in an idle pool worker), or that
+  the kernel gives to another thread while the main thread waits, leaves its handler
+  waiting for the next signal, for ever when none comes (``Pool.terminate()`` sends one
+  SIGTERM, then joins without a bound; measured: 3 of 10 real pool tests hung once on a
+  loaded machine).  ``watch=True`` closes that window: a watcher thread of exitsafe's sees
+  the signal arrive (through ``signal.set_wakeup_fd``) and, when the handler has not begun
+  within 50 ms, interrupts the main thread's wait with SIGURG (whose handler does
+  nothing), again every 50 ms for at most 5 s, so the handler runs.  It costs a thread (so
+  CPython 3.12+ warns when the process forks) and takes the process's wakeup fd and
+  SIGURG; it is refused where the program has either (``asyncio`` signal handlers set a
+  wakeup fd), and a wakeup fd set later (``loop.add_signal_handler``) takes its place, the
+  window open again.  A forked child gets a watcher of its own.  POSIX only.
+
+[`deferred`][exitsafe.signals.deferred] holds exitsafe's handlers back over a block of the
+program's own (opening a native object and adopting it), whichever thread the kernel gives
+the signal to, and acts on what arrived when the block ends.
 
 SIGINT is only taken over when the program left Python's default handler
 (``KeyboardInterrupt``) in place; a program's own handler is never
@@ -59,10 +71,11 @@ from . import _sync
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from contextlib import AbstractContextManager
     from types import FrameType
     from typing import Any, Optional, Union
 
-__all__ = ["teardown_on_signals"]
+__all__ = ["deferred", "teardown_on_signals"]
 
 _MODES = ("exit", "immediate")
 
@@ -103,6 +116,7 @@ def teardown_on_signals(
     signals: Union[Iterable[Union[int, str, signal.Signals]], int, str] = ("SIGTERM", "SIGINT"),
     *,
     mode: str = "exit",
+    watch: bool = False,
 ) -> dict[int, Any]:
     """Install teardown handlers for `signals`, so that a termination signal runs the
     exitsafe teardown instead of ending the process at once.
@@ -119,6 +133,11 @@ def teardown_on_signals(
         mode: `"exit"` (the default): raise `SystemExit(128 + signum)` in the main thread
             and let the normal exit run the teardown.  `"immediate"`: tear down every
             registry in the handler, then die by the signal.
+        watch: start a watcher thread that wakes the main thread when a signal's handler
+            is held up by a native wait (see the module documentation).  Use it where the
+            main thread waits on locks a signal does not interrupt in time: the worker of
+            a process pool.  A signal whose handler an earlier call installed is watched
+            too (its mode stays the earlier call's).
 
     Returns:
         `{signum: previous handler}` for every signal whose handler was installed (the
@@ -127,7 +146,9 @@ def teardown_on_signals(
     Raises:
         ValueError: an unknown signal or mode, SIGKILL / SIGSTOP (which no process can
             catch), or a call off the main thread (raised by `signal.signal`).
-        TypeError: a signal that is neither a name nor a number.
+        TypeError: a signal that is neither a name nor a number, or `watch` not a bool.
+        RuntimeError: `watch=True` where a watcher cannot run (not POSIX, or the program
+            set a wakeup fd or a SIGURG handler itself); no handler was installed.
 
     Example:
         ```python
@@ -135,10 +156,13 @@ def teardown_on_signals(
 
         teardown_on_signals()                               # SIGTERM and SIGINT, "exit" mode
         teardown_on_signals("SIGTERM", mode="immediate")    # main thread may sit in C
+        teardown_on_signals("SIGTERM", mode="immediate", watch=True)  # a pool's worker
         ```
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    if not isinstance(watch, bool):
+        raise TypeError(f"watch must be True or False, got {type(watch).__name__}")
     if isinstance(signals, (str, int)):
         signals = (signals,)
     try:
@@ -152,22 +176,96 @@ def teardown_on_signals(
     from ._exit import load_teardown
 
     load_teardown()  # (a handler's teardown must find no module of its own half-imported)
+    # (inside a deferred() block, the handler the block puts back is the one in effect)
+    current = {signum: _interrupts.handler_in_effect(signum) for signum in numbers}
+    ours = [signum for signum in numbers if _may_take(signum, current[signum])]
+    # (a signal whose handler an earlier call installed is watched too; its mode stays)
+    before = [s for s in numbers if getattr(current[s], "__exitsafe_signal_handler__", False)]
+    if watch and (ours or before):
+        _start_watcher(ours + before)  # (before any handler: a refusal changes nothing)
 
     installed: dict[int, Any] = {}
     handler = _exit_handler if mode == "exit" else _immediate_handler
-    for signum in numbers:
-        current = signal.getsignal(signum)
-        ours = current in (signal.SIG_DFL, None) or (
-            signum == signal.SIGINT and current is signal.default_int_handler
-        )
-        if not ours:
-            continue
-        installed[signum] = signal.signal(signum, handler)
+    for signum in ours:
+        installed[signum] = _interrupts.install(signum, handler)  # (held back in a block)
         _interrupts.installed.add(signum)
     return installed
 
 
+def deferred() -> AbstractContextManager[object]:
+    """Context manager: within it, on the main thread, a signal whose handler is exitsafe's
+    (or SIGINT with Python's default handler) is recorded, not acted on; each one recorded
+    is acted on once, when the outermost block ends (its handler runs then, as if it had
+    just arrived).
+
+    Use it around opening a native object and declaring it (`adopt`, `track`), so that no
+    teardown can run between the two: a worker's initializer that opens the file it will
+    write, for one.  Blocking the signal with `signal.pthread_sigmask` does not do that in
+    a process with other threads: the kernel gives the signal to a thread that does not
+    block it (OpenBLAS's, which numpy starts at import in a spawned worker), and Python
+    runs the handler on the main thread all the same, at its next bytecode.
+
+    Rules:
+
+    * It holds back only what exitsafe handles (the signals of
+      [`teardown_on_signals`][exitsafe.signals.teardown_on_signals], called before the
+      block or inside it, and SIGINT when Python's default handler is in place), never a
+      handler the program installed.
+    * Off the main thread it holds nothing back (Python runs signal handlers on the main
+      thread only).
+    * Blocks nest: what arrived is acted on when the outermost one ends, each signal once,
+      in the order they came; a handler that raises (the `"exit"` mode's `SystemExit`)
+      does not keep the others from running.
+    * A teardown inside the block runs as always; `exitsafe.exit()` inside it ends the
+      process by a signal that arrived, once its teardown is done.
+    * A forked child starts with the handlers in place, whichever thread forked (a
+      `multiprocessing` child never leaves the block: it would hold its signals for
+      life).
+
+    Example:
+        ```python
+        def init(directory):  # a pool's initializer
+            teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+            with exitsafe.signals.deferred():  # no teardown between the open and the adopt
+                shard = h5py.File(f"{directory}/shard-{os.getpid()}.h5", "w")
+                exitsafe.adopt(shard, close="close")
+        ```
+    """
+    from ._interrupts import held
+
+    return held(deferred=True)
+
+
+def _may_take(signum: int, current: object) -> bool:
+    """Whether the handler ``current`` of ``signum`` is not the program's own."""
+    return current in (signal.SIG_DFL, None) or (
+        signum == signal.SIGINT and current is signal.default_int_handler
+    )
+
+
+def _start_watcher(numbers: list[int]) -> None:
+    import threading
+
+    from . import _watcher
+
+    if threading.current_thread() is not threading.main_thread():
+        raise ValueError("teardown_on_signals() must be called from the main thread")
+    reason = _watcher.start(numbers)
+    if reason is not None:
+        raise RuntimeError(
+            f"teardown_on_signals(watch=True) cannot watch here: {reason}; "
+            f"leave watch out (a signal may then wait for the next one, see exitsafe.signals)"
+        )
+
+
+def _note_entered(signum: int) -> None:
+    from ._interrupts import note_entered  # (loaded when the handler was installed)
+
+    note_entered(signum)
+
+
 def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
+    _note_entered(signum)
     if _sync.reentered():
         _send_again(signum)  # see _send_again
         return
@@ -182,6 +280,7 @@ _dying: list[bool] = [False]
 
 
 def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
+    _note_entered(signum)
     if _dying[0]:
         return  # (the process is about to end by the first signal)
     if _sync.reentered():
@@ -205,6 +304,11 @@ def _teardown_and_die(signum: int) -> None:
     with held(drop=True):
         teardown_all(f"signal {signal.Signals(signum).name}")
     signal.signal(signum, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        # (this thread took the signal's handler, but may block the signal itself: the
+        # C-level handler ran on another thread, which may be gone; unblocked here, the
+        # signal sent below ends the process whatever the other threads block)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
     os.kill(os.getpid(), signum)
 
 

@@ -53,8 +53,7 @@ class PinReleasedInACollection:
 
     def _release_the_pin(self, phase: str, info: object) -> None:
         if phase == "start" and self._armed:
-            entry = self._entries.get(self._address, (None, None))
-            self._inside.append(entry[1] is self._reserved)
+            self._inside.append(self._entries.get(self._address) is self._reserved)
             self._armed.pop().release()
 
     def __enter__(self) -> PinReleasedInACollection:

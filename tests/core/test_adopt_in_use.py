@@ -2,8 +2,9 @@
 
 The exit teardown looks at the other threads' Python stacks before it closes an adopted
 object: one that refers to it (a local, a module global its code names, an attribute of
-a local, a bound method) makes the close wait, bounded, then leak the object
-``leaked_in_use`` with the thread named, instead of closing it under that thread.
+a local, a bound method, an item of a container held so) makes the close wait, bounded,
+then leak the object ``leaked_in_use`` with the thread named, instead of closing it under
+that thread.
 """
 
 from __future__ import annotations
@@ -83,8 +84,30 @@ def _entry(run):
             while True:
                 write(b"x")
         """,
+        # an item of a list held in a local
+        """
+        def loop(writers=[exitsafe.adopt(Writer()).raw, None]):
+            started.set()
+            while True:
+                threading.Event().wait(0.01)  # (between writes, held only by the list)
+                writers[0].write(b"x")
+        """,
+        # a value of a dict held in an attribute of a local
+        """
+        class Router:
+            def __init__(self):
+                self.writers = {"gpu0": exitsafe.adopt(Writer()).raw}
+
+            def run(self):
+                started.set()
+                while True:
+                    threading.Event().wait(0.01)  # (between writes, held only by the dict)
+                    self.writers["gpu0"].write(b"x")
+
+        loop = Router().run
+        """,
     ],
-    ids=["global", "local", "attribute", "bound-method"],
+    ids=["global", "local", "attribute", "bound-method", "list-item", "dict-value"],
 )
 def test_a_thread_referring_to_the_object_keeps_it_from_being_closed(tmp_path, thread_code):
     start = """
@@ -282,3 +305,88 @@ def test_one_thread_holding_many_objects_costs_one_wait_not_one_per_object(tmp_p
     details = sorted(e["detail"] for e in run.ledger()["registries"][0]["entries"])
     assert [e.split(" after ")[1].split(";")[0] for e in details].count("1 s") == 1
     assert all(e.startswith("still used by thread") for e in details)
+
+
+def test_exitsafe_own_code_is_told_from_the_program_and_from_the_lab_programs():
+    """One test decides, for the quiescing and for the in-use check alike, which code is
+    exitsafe's own: its modules (wherever it is installed), never the lab's scenario
+    programs, which stand for a user's program."""
+    import os
+    import sysconfig
+
+    from exitsafe import _quiesce, lab
+
+    assert _quiesce.is_exitsafe_file(exitsafe.__file__)
+    assert _quiesce.is_exitsafe_file(_users.__file__)
+    scenarios = os.path.join(os.path.dirname(lab.__file__), "scenarios", "anything.py")
+    assert not _quiesce.is_exitsafe_file(scenarios)
+    assert not _quiesce.is_exitsafe_file(__file__)
+    assert not _quiesce.is_exitsafe_file(os.__file__)
+    assert not _quiesce.is_exitsafe_file(
+        os.path.join(sysconfig.get_paths()["purelib"], "exitsafe_other", "x.py")
+    )
+
+
+def test_an_object_leaked_in_use_is_not_neutralized_under_its_thread(tmp_path):
+    """``adopt(neutralize=...)`` sets the attribute once exitsafe is done with the object;
+    when the object is leaked because a thread still uses it, that write would land
+    under the thread (its next call would hand ``None`` to the library): the object is
+    left as it is."""
+    body = """
+    import time
+
+    class Session:
+        def __init__(self):
+            self._handle = object()
+
+        def run(self):
+            if self._handle is None:
+                record("neutralized under the thread")
+            time.sleep(0.001)
+
+        def close(self):
+            record("closed")
+
+    class Sleeper:  # closed last: the thread runs on meanwhile
+        def close(self):
+            time.sleep(0.3)
+
+    exitsafe.adopt(Sleeper())
+    session = Session()
+    exitsafe.adopt(session, neutralize="_handle")
+    started = threading.Event()
+
+    def loop():
+        started.set()
+        while True:
+            session.run()
+
+    threading.Thread(target=loop, daemon=True, name="runner").start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == []
+    outcomes = {e["name"]: e["outcome"] for e in run.ledger()["registries"][0]["entries"]}
+    assert outcomes["Session#2"] == "leaked_in_use", outcomes
+
+
+def test_containers_are_searched_by_identity_and_within_their_limit():
+    class Loud:
+        def __eq__(self, other):  # never called: items are compared by identity
+            raise AssertionError("program code ran")
+
+        __hash__ = object.__hash__
+
+    target, other = object(), Loud()
+    assert _users._holds([other, target], target)
+    assert _users._holds((other, target), target)
+    assert _users._holds({other, target}, target)
+    assert _users._holds({"a": other, "b": target}, target)
+    assert not _users._holds([other], target)
+    assert not _users._holds({target: 1}, target)  # (a dict's keys: not a use)
+    assert not _users._holds(type("L", (list,), {})([target]), target)  # (exact types only)
+    beyond = [None] * _users.SCAN_LIMIT + [target]
+    assert not _users._holds(beyond, target)
+    assert _users._holds([target, *beyond], target)
+    assert not _users._holds(set(range(_users.SCAN_LIMIT)) | {target}, target)

@@ -256,6 +256,32 @@ def test_a_thread_still_inside_a_library_leaves_every_handle_leaked_in_use(tmp_p
     assert "1 thread(s) still running at exit" in run.stderr
 
 
+def test_an_adopted_object_is_not_neutralized_while_a_thread_is_still_running(tmp_path):
+    # A thread the quiescing could not park may use anything: the adopted object is
+    # leaked as it is, its attribute not set to None under that thread.
+    body = """
+    import fakelib
+
+    class Session:
+        @property
+        def handle(self):
+            return "native"
+
+        @handle.setter
+        def handle(self, value):
+            record(f"handle set to {value}")
+
+    session = Session()
+    exitsafe.adopt(session, close=None, neutralize="handle", name="session")
+    threading.Thread(target=fakelib.forever, daemon=True, name="stuck").start()
+    fakelib.inside.wait()
+    exitsafe.quiesce(timeout=0.3)
+    """
+    run = run_program(body, tmp_path, ledger=True, env=fake_site_packages(tmp_path), timeout=30)
+    assert run.outcomes()["session"] == "leaked_in_use"
+    assert run.order == []
+
+
 def test_only_the_threads_named_are_quiesced(tmp_path):
     body = """
     import time
@@ -656,3 +682,31 @@ def test_a_wake_that_came_too_early_is_run_again_while_the_thread_still_runs(tmp
     assert run.outcomes() == {"session": "released_at_exit"}
     fields = trace_fields(run.stderr, "quiesce")
     assert (fields["parked"], fields["running"]) == ("1", "0")
+
+
+def test_a_thread_inside_the_profile_function_is_never_taken_for_idle(monkeypatch):
+    """The wait looks at each thread's stack; a thread caught inside the profile function
+    (exitsafe's own code, which otherwise reads as idle) may return from it without
+    parking and go on into a library: it counts as running until a later look."""
+    from exitsafe import _quiesce
+
+    seen = []
+
+    def reentered():
+        seen.append(_quiesce._idle(sys._getframe(1)))
+        return True  # (and _on_event returns: nothing parks in this test)
+
+    go = threading.Event()
+
+    def program_code():  # a thread of the program's own code, no library below it
+        go.wait()
+        _quiesce._on_event(sys._getframe(), "c_call", None)
+
+    thread = threading.Thread(target=program_code)
+    monkeypatch.setattr(_quiesce._sync, "reentered", reentered)
+    monkeypatch.setattr(_quiesce, "_targets", {})
+    thread.start()  # (its ident is known only once started)
+    _quiesce._targets[thread.ident] = False
+    go.set()
+    thread.join()
+    assert seen == [False]

@@ -57,6 +57,12 @@ def segfault_in_released_object(result: ExitResult, version: Version) -> bool:
     return result.signal == "SIGSEGV"
 
 
+def readback_ignored(result: ExitResult, version: Version) -> bool:
+    """The program's ``Readback.__del__`` ran during the interpreter's finalization and
+    raised (printed as "Exception ignored"), so its result was never written."""
+    return any("Readback.__del__" in (r.object or r.context) for r in result.unraisable)
+
+
 def writer_used_closed_file(result: ExitResult, version: Version) -> bool:
     """The daemon writer used the dataset after exitsafe's teardown had closed the file:
     its exception is printed ("Exception in thread writer", cut short when the thread is
@@ -80,6 +86,20 @@ def interrupted_query(result: ExitResult, version: Version) -> bool:
     return result.signal == "SIGABRT" or (
         "Exception in thread" in result.stderr and "InterruptException" in result.stderr
     )
+
+
+def socket_closed_under_receiver(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: the context's ``destroy`` at exit closed the socket the receiver was blocked
+    on: libzmq's assertion aborts the process (SIGABRT, "Assertion failed: ..."), or the
+    receiver's ``recv`` raised ``ContextTerminated`` and its traceback is printed ("Exception
+    in thread receiver", often cut short as the process ends); both were seen on the same
+    interpreter, and on a loaded machine about one run in 40 exits cleanly (one in 30
+    is killed on timeout too).  3.14+: any unclean end."""
+    if version >= (3, 14):
+        return not result.clean
+    if result.signal == "SIGABRT" and "Assertion failed" in result.stderr:
+        return True
+    return "Exception in thread" in result.stderr
 
 
 def shards_unreadable(result: ExitResult, version: Version) -> bool:
@@ -107,6 +127,62 @@ def fork_child_unclean(result: ExitResult, version: Version) -> bool:
     if result.timed_out:
         return True
     return re.search(r"child exited with -\d+", result.stdout) is not None
+
+
+def hang_in_jvm_shutdown(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: killed on timeout, and faulthandler's dump shows the main thread in JPype's
+    ``atexit`` handler ``_JTerminate`` (``DestroyJavaVM`` waiting for the JVM's non-daemon
+    threads).  3.14+: any unclean end."""
+    if version >= (3, 14):
+        return not result.clean
+    return result.timed_out and "_JTerminate" in set(_frames(result))
+
+
+def qthread_destroyed_running(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: the ``QThread`` object was destroyed with the module's globals while its
+    thread ran: Qt prints "QThread: Destroyed while thread ... is still running" and aborts
+    (SIGABRT; twice in 700 runs a SIGSEGV after that line instead); or, rarely (4 runs in
+    about 800, on 3.9, 3.10 and 3.11), PySide6's wrapper was invalidated first and the
+    worker's ``run()`` raised "Internal C++ object (Hasher) already deleted", printed as
+    "Error calling Python override of QThread::run()" with exit status 0.  3.14+: any
+    unclean end or that traceback."""
+    deleted = "Error calling Python override of QThread::run()" in result.stderr
+    if version >= (3, 14):
+        return not result.clean or deleted
+    if result.signal is not None and "QThread: Destroyed while thread" in result.stderr:
+        return True
+    return deleted and "already deleted" in result.stderr
+
+
+def container_closed_under_reader(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: the container closed at exit while the player read from it (a read in
+    flight, or the player run on into a context being freed) kills the process: SIGSEGV,
+    or SIGABRT from glibc's heap checks (no message); both were seen on the same
+    interpreter.  Rarely the player instead runs on into PyAV's emptied stream list and
+    its traceback is printed ("Exception in thread player", an ``IndexError``).  3.14+: any
+    unclean end or that traceback."""
+    traceback = "Exception in thread" in result.stderr
+    if version >= (3, 14):
+        return not result.clean or traceback
+    return result.signal in ("SIGSEGV", "SIGABRT", "SIGBUS") or traceback
+
+
+def writer_closed_under_write(result: ExitResult, version: Version) -> bool:
+    """<= 3.13: the ``atexit`` callback closed the ``ParquetWriter`` while the daemon
+    thread's ``write_batch`` was in flight on the same C++ writer: a crash (SIGSEGV, on
+    either thread, or SIGABRT, "terminate called ..."), ``close()``'s exception printed
+    ("Error in atexit._run_exitfuncs": "Column 2 had 20000 while previous column had ...",
+    "Only 0 out of 3 columns are initialized"), or the writer's next ``write_batch`` raising
+    on the closed file ("Exception in thread writer"); all were seen on the same
+    interpreter.  A run may also exit 0 (2 in 10 on 3.10, none in 20 on 3.9 or 3.13; an
+    earlier version of the program once left the file unreadable so): it does not count.
+    3.14+: any unclean end or those tracebacks."""
+    printed = "Error in atexit._run_exitfuncs" in result.stderr or (
+        "Exception in thread" in result.stderr
+    )
+    if version >= (3, 14):
+        return not result.clean or printed
+    return result.signal in ("SIGSEGV", "SIGABRT") or printed
 
 
 @dataclass(frozen=True)
@@ -207,6 +283,20 @@ CASES = [
                 "Mesa lavapipe (Debian mesa-vulkan-drivers)"),
     ),
     Case(
+        id="wgpu-del-readback",
+        program="wgpu_del_readback.py",
+        package="wgpu",
+        fails=readback_ignored,
+        runs=3,
+        timeout=20.0,
+        summary="the program's own __del__ reads a wgpu buffer back at finalization: the "
+                "queue is gone, the read-back raises (ignored), the result is never written",
+        protected="wgpu_del_readback_protected.py",
+        env=(("XDG_RUNTIME_DIR", "/tmp"),),
+        system=("/usr/share/vulkan/icd.d/lvp_icd*.json",
+                "Mesa lavapipe (Debian mesa-vulkan-drivers)"),
+    ),
+    Case(
         id="h5py-daemon-writer",
         program="h5py_daemon_writer.py",
         package="h5py",
@@ -268,10 +358,6 @@ CASES = [
         summary="with multiprocessing.Pool(...) ends with terminate(): the workers' HDF5 "
                 "shards are never closed and read back as unreadable",
         protected="h5py_pool_terminate_protected.py",
-        protected_unclean="a SIGTERM landing just before an idle worker blocks on its task "
-                          "queue's lock (sem_wait, which does not check for signals first) "
-                          "leaves exitsafe's Python handler waiting for a second signal that "
-                          "terminate() never sends: a hang, 2 runs in 300 on a loaded machine",
     ),
     Case(
         id="duckdb-daemon-query",
@@ -283,6 +369,67 @@ CASES = [
         summary="daemon thread inside a DuckDB query at exit: its interrupted query's "
                 "exception printed, or SIGABRT (forced unwind)",
         protected="duckdb_daemon_query_protected.py",
+    ),
+    Case(
+        id="pyzmq-daemon-receiver",
+        program="pyzmq_daemon_receiver.py",
+        package="zmq",
+        fails=socket_closed_under_receiver,
+        runs=5,
+        timeout=30.0,
+        summary="daemon thread blocked in a ZeroMQ recv() while the context is destroyed at "
+                "exit: libzmq's assertion aborts the process, or ContextTerminated printed",
+        protected="pyzmq_daemon_receiver_protected.py",
+    ),
+    Case(
+        id="jpype-exit-handler",
+        program="jpype_exit_handler.py",
+        package="jpype",
+        fails=hang_in_jvm_shutdown,
+        runs=2,
+        # a hang case: the timeout is its detection; a protected run takes 1-3 s, 8 s on a
+        # loaded machine (two cores, a dozen JVMs starting at once)
+        timeout=20.0,
+        summary="a non-daemon Java pool adopted to be shut down at exit: JPype's atexit "
+                "JVM shutdown runs first and waits for it for ever (hang in _JTerminate)",
+        protected="jpype_exit_handler_protected.py",
+        system=("/usr/lib/jvm/*/lib/server/libjvm.so", "a JDK (Debian default-jdk-headless)"),
+    ),
+    Case(
+        id="pyside6-qthread",
+        program="pyside6_qthread.py",
+        package="PySide6",
+        fails=qthread_destroyed_running,
+        runs=3,
+        timeout=20.0,
+        summary="a QThread subclass still hashing when the program ends: \"QThread: "
+                "Destroyed while thread is still running\", SIGABRT",
+        protected="pyside6_qthread_protected.py",
+        env=(("QT_QPA_PLATFORM", "offscreen"),),
+        # QtCore's only system library not in a minimal Debian (libgthread-2.0)
+        system=("/usr/lib/*/libglib-2.0.so.0", "GLib (Debian libglib2.0-0)"),
+    ),
+    Case(
+        id="pyav-daemon-decoder",
+        program="pyav_daemon_decoder.py",
+        package="av",
+        fails=container_closed_under_reader,
+        runs=5,
+        timeout=20.0,
+        summary="daemon thread decoding a PyAV input container that the program closes at "
+                "exit (atexit): SIGSEGV or SIGABRT in the demuxer",
+        protected="pyav_daemon_decoder_protected.py",
+    ),
+    Case(
+        id="pyarrow-daemon-writer",
+        program="pyarrow_daemon_writer.py",
+        package="pyarrow",
+        fails=writer_closed_under_write,
+        runs=3,
+        timeout=20.0,
+        summary="daemon thread in ParquetWriter.write_batch() while atexit closes the writer: "
+                "SIGSEGV, SIGABRT or close()'s error printed, the Parquet file unreadable",
+        protected="pyarrow_daemon_writer_protected.py",
     ),
 ]
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +168,86 @@ def test_audit_costs_nothing_when_off() -> None:
         timeout=60,
     ).stdout
     assert out.strip() == "[] False"
+
+
+def _fastrlock_stand_in(module: str) -> Any:
+    """A reentrant lock shaped as fastrlock's ``FastRLock`` of ``module`` (the real ones
+    are C types): ``acquire(blocking)`` and ``release()``, no ``locked()``, no owner."""
+    import threading
+
+    class FastRLock:
+        def __init__(self) -> None:
+            self._lock = threading.RLock()
+
+        def acquire(self, blocking: bool = True) -> bool:
+            return self._lock.acquire(blocking)
+
+        def release(self) -> None:
+            self._lock.release()
+
+    FastRLock.__module__ = module
+    return FastRLock()
+
+
+@pytest.mark.parametrize("module", ["fastrlock.rlock", "h5py._objects"])
+def test_a_fastrlock_held_by_another_thread_is_listed_as_locked(module: str) -> None:
+    """fastrlock's lock and h5py's copy of it (its global ``phil``) tell no owner and have
+    no ``locked()``: the thread list tries to take one without waiting, and gives it
+    back at once.  (A stand-in of the same module and name: the real ones are C types.)"""
+    import threading
+
+    from exitsafe._audit._threads import _lock_state
+
+    phil = _fastrlock_stand_in(module)
+    assert _lock_state(phil, 0) is None  # free: taken and given back
+    assert phil.acquire(False)  # (it was given back: free again; now held here)
+    assert _lock_state(phil, 0) is None  # held by the thread asking: reentrant, not a wait
+    phil.release()
+    taken, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with phil._lock:
+            taken.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    taken.wait(30)
+    try:
+        assert _lock_state(phil, thread.ident or 0) == "locked"
+    finally:
+        done.set()
+        thread.join()
+    assert _lock_state(phil, 0) is None
+
+
+def test_a_module_lock_taken_by_a_compiled_wrapper_is_listed_for_the_frames_of_its_module() -> (
+    None
+):
+    """h5py's methods take its global ``phil`` in a compiled decorator: no name of their
+    code shows it.  A thread with a frame of such a module, while that lock is held, is
+    listed holding it."""
+    import threading
+
+    from exitsafe._audit._threads import _held_locks
+
+    module: dict = {"phil": _fastrlock_stand_in("h5py._objects"), "threading": threading}
+    exec(  # a library module whose function names no lock
+        "def write(inside, done):\n    inside.set()\n    done.wait(30)\n", module
+    )
+    inside, done = threading.Event(), threading.Event()
+
+    def wrapped() -> None:  # what the compiled decorator does around the method
+        with module["phil"]._lock:
+            module["write"](inside, done)
+
+    thread = threading.Thread(target=wrapped)
+    thread.start()
+    inside.wait(30)
+    try:
+        frame = sys._current_frames()[thread.ident]  # type: ignore[index]
+        held = _held_locks(frame, thread.ident or 0) or ""
+        assert "phil (h5py._objects.FastRLock, locked)" in held.split("; "), held
+    finally:
+        done.set()
+        thread.join()

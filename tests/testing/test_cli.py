@@ -90,6 +90,23 @@ def test_run_repeat_reports_failure_kinds(
         assert "SIGABRT: 1 run(s) (run 2)" in out
 
 
+def test_run_repeat_names_the_diagnosed_kinds_first(
+    tmp_path: object, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(str(tmp_path))
+    code = (
+        "from pathlib import Path\n"
+        "p = Path('n'); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))\n"
+        "import sys, threading\n"
+        "def fail(): raise ValueError('lost')\n"
+        "if n in (0, 2): threading.Thread(target=fail).start()\n"
+        "if n == 1: sys.exit(7)\n"
+    )
+    assert main(["run", "--repeat", "3", "--", sys.executable, "-c", code]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("NOT CLEAN [thread-exception x2]: 3 of 3 runs failed (100%)"), first
+
+
 def test_run_timeout(capsys: pytest.CaptureFixture[str]) -> None:
     code = "import time; time.sleep(600)"
     assert main(["run", "--timeout", "1", "--", sys.executable, "-c", code]) == 1

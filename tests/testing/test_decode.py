@@ -313,6 +313,11 @@ def test_exactly_one_of_code_script_module(kwargs: dict[str, str]) -> None:
         run(**kwargs)  # type: ignore[call-overload]
 
 
+def test_a_command_line_given_as_code_is_refused_with_what_to_call() -> None:
+    with pytest.raises(TypeError, match=r"code must be Python source.*run_command\(argv\)"):
+        run([sys.executable, "app.py"])  # type: ignore[call-overload]
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="repeat"):
         run_command(["x"], repeat=0)

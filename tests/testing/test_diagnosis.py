@@ -424,6 +424,95 @@ def test_forked_child_hangs_while_the_parent_waits() -> None:
     assert "still running when the run timed out" in result.report()
 
 
+def test_the_main_thread_of_a_dump_is_not_the_thread_that_took_the_signal() -> None:
+    # The runner's SIGABRT (for the stacks of a hung run) may be taken by any thread: the
+    # child-process and hang headlines read the *main* thread's wait, not that thread's.
+    from exitsafe.testing._evidence import main_stack
+    from exitsafe.testing.parsers import parse_fatal_errors
+
+    dump = textwrap.dedent(
+        """\
+        Fatal Python error: Aborted
+
+        Current thread 0x00007f0000000002 (most recent call first):
+          File "/app/prog.py", line 6 in poller
+          File "/usr/lib/python3.12/threading.py", line 1010 in run
+          File "/usr/lib/python3.12/threading.py", line 1073 in _bootstrap_inner
+          File "/usr/lib/python3.12/threading.py", line 1030 in _bootstrap
+
+        Thread 0x00007f0000000001 (most recent call first):
+          File "/usr/lib/python3.12/subprocess.py", line 2011 in _try_wait
+          File "/usr/lib/python3.12/subprocess.py", line 2053 in _wait
+          File "/usr/lib/python3.12/subprocess.py", line 1264 in wait
+          File "/app/prog.py", line 12 in <module>
+        """
+    )
+    (fatal,) = parse_fatal_errors(dump)
+    assert fatal.current_thread is not None
+    assert fatal.current_thread.frames[0].function == "poller"
+    main = main_stack(fatal)
+    assert main is not None and main.frames[0].function == "_try_wait"
+
+
+_DAEMON = """
+import threading, time
+
+def infer():
+    while True:
+        time.sleep(0.01)  # stands for calls into the library the object belongs to
+
+threading.Thread(target=infer, name="infer", daemon=True).start()
+"""
+
+
+@pytest.mark.parametrize("with_thread", [False, True], ids=["alone", "daemon-thread"])
+def test_a_finalizer_raising_at_exit_names_the_daemon_thread_still_running(with_thread) -> None:
+    code = textwrap.dedent(
+        """
+        import atexit
+
+        class Session:
+            def __del__(self):
+                raise RuntimeError("the runtime was torn down first")
+
+        sessions = [Session()]
+        atexit.register(sessions.clear)  # (the library's exit handler lets go of it)
+        """
+    ) + (_DAEMON if with_thread else "")
+    diagnosis = _one(run(code, timeout=30)).diagnosis
+    assert diagnosis is not None and diagnosis.kind == "unraisable-at-exit"
+    named = [d for d in diagnosis.details if "daemon thread 'infer'" in d]
+    if with_thread:
+        assert "exitsafe.quiesce()" in diagnosis.hint and named
+        assert "in infer" in named[0]
+    else:
+        assert "quiesce" not in diagnosis.hint and not named
+
+
+@pytest.mark.parametrize("with_thread", [False, True], ids=["alone", "daemon-thread"])
+def test_a_finalizer_hanging_at_exit_names_the_daemon_thread_still_running(with_thread) -> None:
+    code = textwrap.dedent(
+        """
+        import atexit, time
+
+        class Reader:
+            def __del__(self):
+                time.sleep(600)  # stands for a read-back that waits on the device
+
+        readers = [Reader()]
+        atexit.register(readers.clear)  # (the library's exit handler lets go of it)
+        """
+    ) + (_DAEMON if with_thread else "")
+    diagnosis = _one(run(code, timeout=4)).diagnosis
+    assert diagnosis is not None and diagnosis.kind == "hang-in-finalizer"
+    assert "Reader.__del__" in diagnosis.headline or "__del__" in diagnosis.headline
+    named = [d for d in diagnosis.details if "daemon thread 'infer'" in d]
+    if with_thread:
+        assert "exitsafe.quiesce()" in diagnosis.hint and named
+    else:
+        assert "quiesce" not in diagnosis.hint and not named
+
+
 LOSES_OUTPUT = """
 import os
 out = open("result.txt", "w")
@@ -610,7 +699,8 @@ def test_a_daemon_threads_crash_during_the_teardown_is_the_threads_not_the_steps
         import exitsafe
 
         # (the release waits, bounded, while the painter wakes and crashes the process)
-        exitsafe.track(1, lambda raw: threading.Event().wait(20), kind="device", name="dev0")
+        # (kept: a handle dropped here would be released at once, before the exit)
+        dev = exitsafe.track(1, lambda raw: threading.Event().wait(20), kind="device", name="dev0")
         go = threading.Event()
 
         def painter():

@@ -74,6 +74,9 @@ def make():
         def quit(self):
             stop_event.set()
 
+        def requestInterruption(self):
+            stop_event.set()
+
         def wait(self):
             self.join(5)
 
@@ -101,7 +104,7 @@ def make():
         "exitsafe": exitsafe, "stop_event": stop_event, "thread": thread,
         "writer": Writer(), "obj": Obj(), "handle": exitsafe.track(1, lambda raw: None),
         "executor": concurrent.futures.ThreadPoolExecutor(1), "fn": lambda *args: None,
-        "raw": 2, "ffi": ffi, "lib": lib, "ptr": lib.malloc(8),
+        "raw": 2, "ffi": ffi, "lib": lib, "ptr": lib.malloc(8), "wake_it": stop_event.set,
     }
 '''
 

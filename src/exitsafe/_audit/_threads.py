@@ -23,8 +23,13 @@ THREAD_FRAMES = 16
 #: Lock types whose state a thread line reports: (module, type name).
 _LOCKS = frozenset({
     ("_thread", "lock"), ("_thread", "RLock"), ("threading", "_RLock"),
-    ("fastrlock.rlock", "FastRLock"), ("_multiprocessing", "SemLock"),
+    ("fastrlock.rlock", "FastRLock"), ("h5py._objects", "FastRLock"),
+    ("_multiprocessing", "SemLock"),
 })
+#: Reentrant locks with no ``locked()`` and no owner another thread can read (fastrlock's,
+#: and h5py's copy of it, its global ``phil``): told by a try to take them without
+#: waiting, at once given back.
+_TRY_LOCKS = frozenset({("fastrlock.rlock", "FastRLock"), ("h5py._objects", "FastRLock")})
 
 
 class _AfterImport:
@@ -205,8 +210,18 @@ def _lock_state(obj: object, ident: int) -> Optional[str]:
                 return None
             return "held by this thread" if owner == ident else None
         return None
-    if key == ("fastrlock.rlock", "FastRLock"):
-        return None  # no way to tell its owner from another thread
+    if key in _TRY_LOCKS:
+        # Taken without waiting (then given back at once): free, or held by the thread
+        # writing the list (reentrant), is not a lock another thread holds.  Its owner
+        # cannot be read, so "locked" says nothing of which thread holds it.
+        try:
+            taken = obj.acquire(False)  # type: ignore[attr-defined]
+        except Exception:
+            return None
+        if taken:
+            obj.release()  # type: ignore[attr-defined]
+            return None
+        return "locked"
     try:
         return "locked" if obj.locked() else None  # type: ignore[attr-defined]
     except Exception:
@@ -245,6 +260,15 @@ def _held_locks(frame: FrameType, ident: int) -> Optional[str]:
                     if held is not None:
                         kind = f"{type(candidate).__module__}.{type(candidate).__name__}"
                         found.append(f"{label} ({kind}, {held})")
+        # A module's global lock that its code takes in a compiled wrapper, which no name
+        # of the frame's code shows (h5py's ``@with_phil`` methods take ``phil``).
+        for label, candidate in list(current.f_globals.items()):
+            kind_key = (getattr(type(candidate), "__module__", ""), type(candidate).__name__)
+            if kind_key in _TRY_LOCKS and id(candidate) not in seen:
+                seen.add(id(candidate))
+                held = _lock_state(candidate, ident)
+                if held is not None:
+                    found.append(f"{label} ({kind_key[0]}.{kind_key[1]}, {held})")
         current = current.f_back
         depth += 1
     return "; ".join(found) if found else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from .parsers import Frame, ThreadStack
+from .parsers import FatalError, Frame, ThreadStack
 
 if TYPE_CHECKING:
     from ._result import ExitResult
@@ -55,6 +55,16 @@ def _library_frame(frame: str) -> bool:
     """Whether a ``file:line in function`` frame of a thread line is the standard
     library's or an installed package's (not the program's own code)."""
     return any(mark in frame for mark in _LIBRARY_MARKS)
+
+
+def still_running(threads: Sequence[LateThread]) -> list[str]:
+    """One detail line per thread still running at exit: its label and where it was."""
+    lines = []
+    for thread in threads:
+        where = thread.where()
+        line = f"still running at exit: {thread.label()}"
+        lines.append(line + (f", in {where}" if where else ""))
+    return lines
 
 
 def late_threads(result: ExitResult) -> list[LateThread]:
@@ -108,12 +118,27 @@ def is_main_stack(thread: ThreadStack) -> bool:
     )
 
 
+def main_stack(fatal: FatalError) -> Optional[ThreadStack]:
+    """The main thread of a dump: not one that ``threading`` started (a signal sent to the
+    process, the runner's own SIGABRT included, may be taken by any thread, which the dump
+    then calls the "current" one)."""
+    candidates = [t for t in fatal.threads if not started_thread(t)]
+    current = fatal.current_thread
+    if current is not None and current in candidates:
+        return current
+    with_frames = [t for t in candidates if t.frames]
+    if with_frames:
+        return with_frames[0]
+    return candidates[0] if candidates else current
+
+
 def started_thread(thread: ThreadStack) -> bool:
     """Whether a dumped stack is a thread that ``threading`` started (its outermost frame
-    is ``threading``'s ``_bootstrap``), not the main thread."""
-    return bool(thread.frames) and thread.frames[-1].function == "_bootstrap" and (
-        thread.frames[-1].file.endswith("threading.py")
-    )
+    is ``threading``'s ``_bootstrap``, or ``_bootstrap_inner`` where the dump was cut
+    short), not the main thread."""
+    outer = thread.frames[-1] if thread.frames else None
+    return outer is not None and file_name(outer) == "threading.py" and outer.function in (
+        "_bootstrap", "_bootstrap_inner")
 
 
 def in_exitsafe(thread: ThreadStack) -> bool:

@@ -65,6 +65,16 @@ HINTS: dict[str, tuple[str, str]] = {
         " `exitsafe.lowlevel.neutralize_at_exit(obj, attr=\"_handle\")`",
         "policies.md#hangs-and-timeouts",
     ),
+    "hang-in-finalizer-thread": (
+        "a finalizer blocked in a native call while the interpreter finalized, and a daemon"
+        " thread was still running then (it may hold what the finalizer waits for, or be"
+        " inside the same library): stop the thread before anything is released, with"
+        " `exitsafe.quiesce()` (it parks between two native calls), and release the object"
+        " in exitsafe's teardown with a time limit: `handle = exitsafe.adopt(obj,"
+        " close=\"close\", timeout=5)` (a release that overruns it is leaked and the exit"
+        " goes on)",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
+    ),
     "deadlock-at-exit": (
         "a thread that was stopped or left blocked at exit still holds a lock that the"
         " exit needs: stop that thread and let it leave the lock before the teardown, by"
@@ -119,13 +129,18 @@ HINTS: dict[str, tuple[str, str]] = {
         "a native library stopped the process on one of its own checks (the line above"
         " names it): release the objects it names in order before finalization (`handle ="
         " exitsafe.adopt(obj, close=\"close\")`), and stop the threads that use them first:"
-        " `exitsafe.quiesce()`, or `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        " `exitsafe.quiesce()`, or `exitsafe.worker(thread, stop=stop_event, uses=[handle])`;"
+        " a thread blocked in a native call (a recv, a query) needs a way out too:"
+        " `exitsafe.quiesce(wake=wake_it)`, wake_it sending it a message or interrupting"
+        " the call",
         "adapters.md#third-party-objects-adopt",
     ),
     "native-fatal-qthread": (
         "Qt aborts when a QThread object is destroyed while its thread runs: declare it as"
-        " a worker, so it is asked to quit and waited for before the objects it uses are"
-        " released: `exitsafe.worker(thread, stop=thread.quit, uses=[handle])`",
+        " a worker, so it is asked to stop and waited for before the objects it uses are"
+        " released: `exitsafe.worker(thread, stop=thread.quit, uses=[handle])` for a thread"
+        " running an event loop, `exitsafe.worker(thread, stop=thread.requestInterruption)`"
+        " for a run() loop that checks isInterruptionRequested()",
         "threads.md#any-kind-of-thread",
     ),
     "native-fatal-thread-in-native": (
@@ -139,7 +154,9 @@ HINTS: dict[str, tuple[str, str]] = {
         " finalized under it); stop the thread before the objects it uses are released:"
         " `exitsafe.quiesce()` parks it between two calls at exit, or give it a borrowing"
         " view of the object (`obj = exitsafe.adopt(obj, close=\"close\").borrowing()`), or"
-        " declare it: `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
+        " declare it: `exitsafe.worker(thread, stop=stop_event, uses=[handle])`; a thread"
+        " whose blocking call the exit interrupted (a recv, a query) is woken and parked"
+        " with `exitsafe.quiesce(wake=wake_it)`",
         "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "atexit-error": (
@@ -154,6 +171,14 @@ HINTS: dict[str, tuple[str, str]] = {
         " exitsafe.adopt(obj, close=\"close\")`, or `exitsafe.lowlevel.neutralize_at_exit(obj,"
         " attr=\"_handle\")` for an object you do not own)",
         "adapters.md#third-party-objects-adopt",
+    ),
+    "unraisable-at-exit-thread": (
+        "a finalizer raised while the interpreter was shutting down, and a daemon thread was"
+        " still running then: if that thread uses the object, declaring it alone would"
+        " release it under the thread; stop the thread first with `exitsafe.quiesce()` (it"
+        " parks between two native calls, before anything is released) and declare the"
+        " object: `handle = exitsafe.adopt(obj, close=\"close\")`",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "child-process": (
         "a forked child that ends normally runs the parent's finalizers on objects it does"

@@ -441,7 +441,18 @@ def results_summary(results: ExitResults) -> str:
         return f"CLEAN: {total} of {total} runs clean in {results.duration:.2f} s"
     failed = len(results.failures)
     kinds = ", ".join(f"{kind} x{count}" for kind, count in results.kinds.items())
-    return f"NOT CLEAN: {failed} of {total} runs failed ({results.failure_rate:.0%}): {kinds}"
+    # The diagnosed kinds in brackets, as a single run's summary shows its own.
+    diagnosed: dict[str, int] = {}
+    for result in results.failures:
+        diagnosis = result.diagnosis
+        if diagnosis is not None:
+            diagnosed[diagnosis.kind] = diagnosed.get(diagnosis.kind, 0) + 1
+    head = "NOT CLEAN"
+    if diagnosed:
+        head += " [" + ", ".join(
+            kind if count == failed else f"{kind} x{count}" for kind, count in diagnosed.items()
+        ) + "]"
+    return f"{head}: {failed} of {total} runs failed ({results.failure_rate:.0%}): {kinds}"
 
 
 def results_report(results: ExitResults) -> str:

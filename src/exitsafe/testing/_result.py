@@ -376,8 +376,10 @@ class ExitResults(Sequence[ExitResult]):
         return sum(r.duration for r in self._results)
 
     def summary(self) -> str:
-        """One line: ``CLEAN: 20 of 20 runs clean`` or ``NOT CLEAN: 3 of 20 runs failed (15%):
-        SIGSEGV x2, timeout x1``."""
+        """One line: ``CLEAN: 20 of 20 runs clean`` or ``NOT CLEAN [crash-at-exit x2,
+        hang-in-teardown x1]: 3 of 20 runs failed (15%): SIGSEGV x2, timeout x1``: the
+        diagnosed kinds of the failed runs (a count when not every failed run has it), then
+        each distinct [`ExitResult.failure_kind`][exitsafe.testing.ExitResult.failure_kind]."""
         return _report.results_summary(self)
 
     def report(self) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from ._diagnosis import Diagnosis, make_diagnosis
-from ._evidence import frame_text, late_threads
+from ._evidence import frame_text, late_threads, main_stack, still_running
 
 if TYPE_CHECKING:
     from ._result import ExitResult
@@ -29,7 +29,7 @@ def child_processes(result: ExitResult) -> Optional[Diagnosis]:
         details.append(child.describe() + top)
     first = bad[0]
     waited = ""
-    main = result.fatal_error.current_thread if result.fatal_error is not None else None
+    main = main_stack(result.fatal_error) if result.fatal_error is not None else None
     if main is not None and any(f.function in _WAIT_FUNCTIONS for f in main.frames[:4]):
         waited = f" while the program waited in {main.frames[0].function}"
     if first.state == "hung" and result.returncode == 0:
@@ -56,11 +56,7 @@ def lost_output(result: ExitResult) -> Optional[Diagnosis]:
     check = failed[0]
     details = [f"check {c.command_text!r}: {c.describe_status()}" for c in failed[1:]]
     daemons = [t for t in late_threads(result) if t.daemon]
-    for thread in daemons:
-        where = thread.where()
-        details.append(
-            f"still running at exit: {thread.label()}" + (f", in {where}" if where else "")
-        )
+    details += still_running(daemons)
     return make_diagnosis(
         "lost-output",
         f"the program exited 0 but the check {check.command_text!r} failed"
@@ -86,10 +82,12 @@ def unraisable(result: ExitResult) -> Optional[Diagnosis]:
         )
     first = reports[0]
     what = "a __del__ raised" if "__del__" in first.where else "a finalizer raised"
+    daemons = [t for t in late_threads(result) if t.daemon]
     return make_diagnosis(
         "unraisable-at-exit",
         f"{what} while the interpreter shut down ({first.describe()})",
-        [r.describe() for r in reports[1:4]],
+        [r.describe() for r in reports[1:4]] + still_running(daemons),
+        "unraisable-at-exit-thread" if daemons else None,
     )
 
 

@@ -14,7 +14,9 @@ from ._evidence import (
     frame_text,
     late_threads,
     library_of,
+    main_stack,
     stack_lines,
+    still_running,
     trace_stack_lines,
 )
 from .parsers import Frame, ThreadStack
@@ -93,7 +95,7 @@ class _Hang:
             main = next((t for t in self.threads
                          if (t.thread_id or "").lower() == main_ident.lower()), None)
         if main is None and fatal is not None:
-            main = _main_thread(fatal.threads, fatal.current_thread)
+            main = main_stack(fatal)
         self.main = main
         self.frames: Sequence[Frame] = () if main is None else main.frames
         outer = self.frames[-1] if self.frames else None
@@ -115,26 +117,6 @@ class _Hang:
             return [head, "    <no Python frame> (native code: a C finalizer or a C exit"
                     " handler)"]
         return [head, *stack_lines(self.frames)]
-
-
-def _started_by_threading(thread: ThreadStack) -> bool:
-    outer = thread.frames[-1] if thread.frames else None
-    return outer is not None and file_name(outer) == "threading.py" and outer.function in (
-        "_bootstrap", "_bootstrap_inner")
-
-
-def _main_thread(
-    threads: Sequence[ThreadStack], current: Optional[ThreadStack]
-) -> Optional[ThreadStack]:
-    """The main thread of a dump: not one that threading started (a signal sent to the
-    process may be taken by any thread, which is then the "current" one)."""
-    candidates = [t for t in threads if not _started_by_threading(t)]
-    if current is not None and current in candidates:
-        return current
-    with_frames = [t for t in candidates if t.frames]
-    if with_frames:
-        return with_frames[0]
-    return candidates[0] if candidates else current
 
 
 def _finalizer_frame(frames: Sequence[Frame]) -> Optional[Frame]:
@@ -216,7 +198,11 @@ def _finalizer(result: ExitResult, hang: _Hang) -> Optional[Diagnosis]:
                        " audit window opened)")
     elif running is None and frame is not None:
         details.append("run with --audit to name the object's type and where it was made")
-    return make_diagnosis("hang-in-finalizer", headline, details)
+    daemons = [t for t in late_threads(result) if t.daemon]
+    details += still_running(daemons)
+    return make_diagnosis(
+        "hang-in-finalizer", headline, details, "hang-in-finalizer-thread" if daemons else None
+    )
 
 
 def _atexit(result: ExitResult, hang: _Hang) -> Optional[Diagnosis]:

@@ -69,6 +69,11 @@ def python_argv(
         )
     if isinstance(args, str):
         raise TypeError("args must be a sequence of strings, not a string")
+    if code is not None and not isinstance(code, str):
+        raise TypeError(
+            f"code must be Python source (a str), not {type(code).__name__}; a command line "
+            "is run by run_command(argv), a file by run(script=path)"
+        )
     argv = [os.fspath(python), "-X", "faulthandler"]
     if code is not None:
         argv += ["-c", code]
@@ -547,8 +552,8 @@ def run(
             [`ExitResults`][exitsafe.testing.ExitResults].
 
     Raises:
-        TypeError: not exactly one of `code`, `script` and `module` was given, or `args` is
-            a string.
+        TypeError: not exactly one of `code`, `script` and `module` was given, `code` is
+            not a string (a command line: use `run_command`), or `args` is a string.
         ValueError: `repeat` is below 1 or `timeout` is not positive.
         OSError: `python` could not be started.
 

@@ -1,22 +1,22 @@
 """PROTECTED: h5py_pool_terminate.py, with SIGTERM turned into the worker's teardown and
-the shard adopted in the initializer, SIGTERM held back while it is opened and adopted
-(the recipe of docs/fork.md):
+the shard adopted in the initializer, the teardown deferred while it is opened and
+adopted (the recipe of docs/fork.md):
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    teardown_on_signals("SIGTERM", mode="immediate")
-    _file = ...; exitsafe.adopt(_file)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+    with exitsafe.signals.deferred():
+        _file = ...; exitsafe.adopt(_file)
 
 ``pool.terminate()``'s SIGTERM then runs each worker's teardown, which closes its file,
 and the worker dies by SIGTERM as ``terminate()`` expects.  Every shard reads back.  Exit 0.
-(Without holding SIGTERM back, a worker still in its initializer when ``terminate()`` came
-died with its file opened but not yet adopted: 1 run in 20.)
+(Without deferring the teardown, a worker still in its initializer when ``terminate()``
+came died with its file opened but not yet adopted: 1 run in 20.  Without ``watch=True``, a
+SIGTERM that landed just before an idle worker blocked on its task queue's lock waited for
+a second signal that ``terminate()`` never sends: a hang, 2 runs in 300.)
 """
 
 import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import tempfile
 
@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 import exitsafe
+import exitsafe.signals
 from exitsafe.signals import teardown_on_signals
 
 _file = None
@@ -31,11 +32,11 @@ _file = None
 
 def init(directory: str) -> None:
     global _file
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # (not between open and adopt)
-    teardown_on_signals("SIGTERM", mode="immediate")  # terminate()'s SIGTERM runs the teardown
-    _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
-    exitsafe.adopt(_file)  # which closes the shard
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one sent meanwhile: now
+    # terminate()'s SIGTERM runs the teardown; the watcher wakes an idle worker's wait
+    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+    with exitsafe.signals.deferred():  # not between open and adopt (one sent: at the end)
+        _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
+        exitsafe.adopt(_file)  # which closes the shard
 
 
 def work(i: int) -> int:

@@ -1,0 +1,159 @@
+"""dask distributed: each nanny worker of a ``LocalCluster(processes=True)`` opens its own
+HDF5 shard (``shard-<pid>.h5``) in a ``WorkerPlugin``'s ``setup``, adopts it
+(``exitsafe.adopt(f, close="close")``) and writes rows to it from tasks; after the run the
+client reads every shard back.  A shard whose file was never closed reads back as
+unreadable (HDF5's superblock is written at close).
+
+How the workers end is chosen with ``DASK_END``, one step or several in order
+(``restart,sigterm,crash``), the last workers then closed:
+
+* ``close`` (default): ``with Client(cluster)`` / ``with LocalCluster(...)``: the nanny asks
+  each worker to close, the worker process returns and exits normally;
+* ``restart``: ``client.restart()``: the nanny asks the workers to stop and starts new ones;
+* ``sigterm``: one worker process is sent SIGTERM (as by ``kill``, a container stop or a
+  supervisor); the nanny starts a new one;
+* ``crash``: one worker calls ``os._exit(1)`` (a crash: nothing runs in that process).
+
+Printed for each worker process: ``worker ended by HOW: shard readable|unreadable, ledger
+released|none``, then ``shards N, unreadable M``; exit 1 if a shard is unreadable.  With
+``EXITSAFE_LEDGER=ledger-{pid}.json`` (cwd: the run's directory) each worker writes its own
+ledger: ``released`` when it records the shard released.  One worker (``DASK_WORKERS``).
+
+Measured (tests/real/test_scaling_dask.py, docs/scaling.md): ``close`` and ``restart``
+read every shard back, the workers' exitsafe teardown ran (their ledgers record it);
+``sigterm`` and ``crash`` leave the dead worker's shard unreadable, and no ledger.
+``dask_worker_shards_protected.py`` runs the same with the recipe's ``WorkerPlugin``.
+"""
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+from distributed import Client, LocalCluster, WorkerPlugin, get_worker
+
+import exitsafe
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class ShardPlugin(WorkerPlugin):
+    """Each worker's shard, opened in ``setup`` (in every worker, those the nanny starts
+    later included) and adopted; kept on the plugin, not on the ``Worker``: see
+    docs/scaling.md."""
+
+    name = "shard"
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.shard = None
+
+    def setup(self, worker) -> None:
+        path = os.path.join(self.directory, f"shard-{os.getpid()}.h5")
+        self.shard = exitsafe.adopt(h5py.File(path, "w"), close="close", name="shard").raw
+
+
+def write(i: int) -> int:
+    get_worker().plugins["shard"].shard.create_dataset(f"row{i}", data=np.full(1000, i))
+    return os.getpid()
+
+
+def crash() -> None:
+    os._exit(1)
+
+
+def readable(path: str) -> bool:
+    try:
+        with h5py.File(path, "r") as shard:
+            len(shard)
+    except OSError:
+        return False
+    return True
+
+
+def released(pid: int) -> bool:
+    """Whether the worker's own ledger records its shard released."""
+    try:
+        with open(f"ledger-{pid}.json") as file:
+            ledger = json.load(file)
+    except (OSError, ValueError):
+        return False
+    return any(
+        entry["name"] == "shard" and entry["outcome"].startswith("released")
+        for registry in ledger["registries"]
+        for entry in registry["entries"]
+    )
+
+
+def pids(client) -> dict:
+    return client.run(os.getpid)  # address -> pid
+
+
+def end_one(client, how: str, workers: int) -> int:
+    """Send the first worker SIGTERM, or make it crash; wait for the nanny's new one."""
+    victim, pid = sorted(pids(client).items())[0]
+    doomed = None
+    if how == "sigterm":
+        os.kill(pid, signal.SIGTERM)
+    else:  # (restricted to that worker: the task is not retried on another one)
+        doomed = client.submit(crash, workers=[victim], allow_other_workers=False, pure=False)
+    deadline = time.monotonic() + 60  # (a bound for a broken run, not a timing)
+    while victim in client.scheduler_info()["workers"]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the worker sent {how} did not go away")
+        time.sleep(0.05)
+    client.wait_for_workers(workers, timeout=60)
+    if doomed is not None:
+        doomed.release()
+    return pid
+
+
+def main(register=None) -> int:
+    """The run; ``register(client)``, if given, is called first (the protected program
+    registers its worker plugin there)."""
+    steps = [s for s in os.environ.get("DASK_END", "close").split(",") if s != "close"]
+    workers = int(os.environ.get("DASK_WORKERS", "1"))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (HERE, os.environ.get("PYTHONPATH")) if p
+    )  # (inherited by the spawned workers: exitsafe, and the programs' modules)
+    directory = tempfile.mkdtemp()
+    ended = {}  # pid -> how its worker ended
+    try:
+        with LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+            silence_logs=50,
+        ) as cluster, Client(cluster) as client:
+            if register is not None:
+                register(client)
+            client.register_plugin(ShardPlugin(directory))
+            for n, how in enumerate(steps):
+                client.gather(client.map(write, range(20 * n, 20 * n + 20)))
+                if how == "restart":
+                    ended.update(dict.fromkeys(pids(client).values(), how))
+                    client.restart()
+                elif how in ("sigterm", "crash"):
+                    ended[end_one(client, how, workers)] = how
+                else:
+                    raise SystemExit(f"unknown DASK_END step {how!r}")
+            client.gather(client.map(write, range(20 * len(steps), 20 * len(steps) + 20)))
+            last = pids(client).values()
+        ended.update(dict.fromkeys(last, "close"))
+        bad = 0
+        for pid, how in ended.items():
+            ok = readable(os.path.join(directory, f"shard-{pid}.h5"))
+            bad += not ok
+            print(f"worker ended by {how}: shard {'readable' if ok else 'unreadable'}, "
+                  f"ledger {'released' if released(pid) else 'none'}", flush=True)
+        print(f"shards {len(os.listdir(directory))}, unreadable {bad}", flush=True)
+    finally:
+        shutil.rmtree(directory)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

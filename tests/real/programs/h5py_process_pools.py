@@ -1,0 +1,196 @@
+"""PROTECTED: the workers of a standard-library process pool each write an HDF5 shard with
+h5py, opened and adopted by the pool's initializer, which also turns SIGTERM into the
+worker's teardown (the recipe of docs/scaling.md):
+
+    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+    with exitsafe.signals.deferred():
+        _file = h5py.File(...); exitsafe.adopt(_file, close="close")
+
+    h5py_process_pools.py ENGINE END
+
+ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
+(``concurrent.futures.ProcessPoolExecutor``); END is how the workers end:
+
+* ``close``: ``pool.close(); pool.join()`` / ``executor.shutdown(wait=True)``, a normal end
+  (exitsafe's teardown runs there without the recipe);
+* ``cancel`` (executor): ``shutdown(wait=True, cancel_futures=True)`` with tasks queued;
+* ``sigterm`` (executor): SIGTERM sent to every worker from outside;
+* ``spawn-terminate`` (pool): the spawn start method, ``terminate()`` right after the work,
+  when a worker may still be in its initializer (its first task done by the other one);
+  a spawned worker has numpy's OpenBLAS threads, which take the SIGTERM a blocked main
+  thread would not, so only ``exitsafe.signals.deferred()`` keeps the teardown out from
+  between the open and the adopt (blocking SIGTERM left 2 shards of 16 unreadable);
+* ``crash``: one task segfaults (``ctypes.string_at(0)``).  Nothing runs in that worker: its
+  shard stays unreadable.  A ``Pool`` replaces it and is then terminated (``join()`` would
+  wait for ever for the lost task); a ``ProcessPoolExecutor`` is broken and sends SIGTERM
+  to the other workers itself.
+
+The parent then opens every shard but the crashed worker's, and the ledger each worker
+wrote (``EXITSAFE_LEDGER=ledger-{pid}.json``, in the current directory) when it is set.
+It prints ``shards N, unreadable M`` and exits 1 when a shard it should read is unreadable
+or a ledger does not say ``released_at_exit``.
+
+Signals are sent to idle workers only (each seen sleeping in the kernel).  A SIGTERM that
+lands just before an idle worker blocks on its task queue's lock would not be acted on
+until a second one came: ``watch=True`` wakes that wait (docs/fork.md).
+"""
+
+import ctypes
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+import exitsafe
+import exitsafe.signals
+from exitsafe.signals import teardown_on_signals
+
+_file = None
+
+
+def init(directory: str) -> None:
+    global _file
+    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+    with exitsafe.signals.deferred():  # (no teardown between the open and the adopt)
+        _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
+        exitsafe.adopt(_file, close="close")
+
+
+def work(i: int) -> int:
+    _file.create_dataset(f"row{i}", data=np.full(1000, i))
+    return os.getpid()
+
+
+def slow(i: int) -> int:
+    time.sleep(0.05)
+    return work(i)
+
+
+def crash(directory: str) -> None:
+    _file.create_dataset("crash", data=np.zeros(10))
+    open(os.path.join(directory, f"crashed-{os.getpid()}"), "w").close()
+    ctypes.string_at(0)  # SIGSEGV
+
+
+def idle(pids: list, limit: float = 20.0) -> None:
+    """Wait until every worker has been sleeping in the kernel (blocked on its task queue)
+    for 0.2 s in a row, or is dead, at most ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    calm = 0
+    while calm < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        states = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    states.append(stat.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                states.append("gone")
+        calm = calm + 1 if all(state in ("S", "Z", "gone") for state in states) else 0
+
+
+def check(directory: str) -> list:
+    crashed = {name.split("-")[1] for name in os.listdir(directory) if name.startswith("crashed-")}
+    bad = []
+    shards = sorted(name for name in os.listdir(directory) if name.endswith(".h5"))
+    for name in shards:
+        pid = name[len("shard-"):-len(".h5")]
+        if pid in crashed:
+            print(f"{name}: the crashed worker's, not read", flush=True)
+            continue
+        try:
+            with h5py.File(os.path.join(directory, name), "r") as shard:
+                len(shard)
+        except OSError as exc:
+            bad.append(f"{name}: {exc}")
+            continue
+        if os.environ.get("EXITSAFE_LEDGER") == "ledger-{pid}.json":
+            try:
+                with open(f"ledger-{pid}.json") as file:
+                    ledger = json.load(file)
+            except OSError as exc:
+                bad.append(f"{name}: no ledger ({exc})")
+                continue
+            outcomes = [e["outcome"] for r in ledger["registries"] for e in r["entries"]]
+            if outcomes != ["released_at_exit"]:
+                bad.append(f"{name}: ledger outcomes {outcomes}")
+    print(f"shards {len(shards)}, crashed {len(crashed)}, unreadable {len(bad)}", flush=True)
+    return bad
+
+
+def with_pool(directory: str, end: str) -> None:
+    method = "spawn" if end == "spawn-terminate" else None
+    context = multiprocessing.get_context(method)
+    pool = context.Pool(2, initializer=init, initargs=(directory,))
+    print("rows", len(pool.map(work, range(40))), flush=True)
+    if end == "close":
+        pool.close()
+        pool.join()
+        return
+    if end == "spawn-terminate":
+        pool.terminate()  # at once: the recipe's teardown in every worker it finds
+        return
+    assert end == "crash", end
+    pool.apply_async(crash, (directory,))
+    deadline = time.monotonic() + 20
+    while len(os.listdir(directory)) < 4 and time.monotonic() < deadline:  # 3 shards, 1 mark
+        time.sleep(0.05)
+    idle([p.pid for p in pool._pool])  # the replacement too
+    pool.terminate()  # SIGTERM: the recipe's teardown in each worker still alive
+
+
+def with_executor(directory: str, end: str) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    executor = ProcessPoolExecutor(2, initializer=init, initargs=(directory,))
+    print("rows", len(list(executor.map(work, range(40)))), flush=True)
+    workers = list(executor._processes.values())
+    if end == "close":
+        executor.shutdown(wait=True)
+    elif end == "cancel":
+        for i in range(40):
+            executor.submit(slow, 100 + i)
+        executor.shutdown(wait=True, cancel_futures=True)
+    elif end == "sigterm":
+        idle([p.pid for p in workers])
+        for process in workers:
+            os.kill(process.pid, signal.SIGTERM)
+        for process in workers:
+            process.join(30)
+        try:
+            executor.shutdown(wait=True)
+        except BrokenProcessPool:
+            pass
+    elif end == "crash":
+        idle([p.pid for p in workers])
+        try:
+            executor.submit(crash, directory).result(30)
+        except BrokenProcessPool:
+            print("broken process pool", flush=True)
+        executor.shutdown(wait=True)
+    else:
+        raise ValueError(end)
+    for process in workers:
+        process.join(30)
+    print("worker exit codes", sorted(p.exitcode for p in workers), flush=True)
+
+
+if __name__ == "__main__":
+    engine, end = sys.argv[1], sys.argv[2]
+    directory = tempfile.mkdtemp()
+    try:
+        (with_pool if engine == "pool" else with_executor)(directory, end)
+        bad = check(directory)
+        for line in bad:
+            print(line, flush=True)
+    finally:
+        shutil.rmtree(directory)
+    sys.exit(1 if bad else 0)

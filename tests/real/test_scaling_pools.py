@@ -1,0 +1,86 @@
+"""exitsafe in the workers of the standard library's process pools (docs/scaling.md): for each
+way a worker of ``multiprocessing.Pool`` or ``concurrent.futures.ProcessPoolExecutor`` ends
+where exitsafe's teardown can run (by itself, or with the initializer recipe), every
+worker's HDF5 shard reads back and its own ledger says ``released_at_exit``, 10 runs of 10
+on every interpreter with h5py (``programs/h5py_process_pools.py``).
+
+``with Pool(...)`` right after the work (terminate while workers may be going idle) is the
+``h5py-pool-terminate`` case of ``cases.py``; the crashed worker's own shard is never
+readable (nothing runs in a process killed by SIGSEGV), so the program does not read it.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from exitsafe.testing import ExitResult, run
+
+from .cases import PROGRAMS, Case
+from .conftest import environment_for, versions
+
+PROGRAM = PROGRAMS / "h5py_process_pools.py"
+RUNS = 10
+
+#: (engine, end of the workers): every path where the workers' teardown runs
+PATHS = [
+    ("pool", "close"),
+    ("pool", "crash"),
+    ("pool", "spawn-terminate"),
+    ("executor", "close"),
+    ("executor", "cancel"),
+    ("executor", "sigterm"),
+    ("executor", "crash"),
+]
+
+#: only for ``environment_for``: the package the program needs
+H5PY = Case(
+    id="h5py-process-pools",
+    program=PROGRAM.name,
+    package="h5py",
+    fails=lambda result, version: not result.clean,
+    runs=RUNS,
+    timeout=60.0,
+    summary="process-pool workers' HDF5 shards, adopted by the pool's initializer",
+)
+
+
+def passed(result: ExitResult, end: str) -> bool:
+    if result.timed_out or result.returncode != 0 or "Traceback" in result.stderr:
+        return False
+    if "unreadable 0" not in result.stdout:
+        return False
+    # a worker's SIGSEGV makes the run unclean for exitsafe.testing (a child crashed),
+    # which is the path itself; elsewhere the run must be clean
+    return end == "crash" or result.clean
+
+
+@pytest.mark.parametrize("version", versions())
+@pytest.mark.parametrize(("engine", "end"), PATHS, ids=[f"{e}-{p}" for e, p in PATHS])
+def test_every_worker_shard_reads_back(
+    engine: str, end: str, version: str, tmp_path: Path
+) -> None:
+    env = environment_for(version, H5PY)
+
+    def one(attempt: int) -> ExitResult:
+        cwd = tmp_path / f"run-{attempt + 1}"
+        cwd.mkdir()
+        return run(
+            script=PROGRAM,
+            args=[engine, end],
+            python=env.python,
+            timeout=H5PY.timeout,
+            cwd=cwd,
+            env={"EXITSAFE_LEDGER": "ledger-{pid}.json"},
+        )
+
+    # two runs at a time, each in its own directory (its workers' ledgers)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(one, range(RUNS)))
+    for attempt, result in enumerate(results):
+        assert passed(result, end), (
+            f"{PROGRAM.name} {engine} {end} on CPython {version}, run {attempt + 1} of "
+            f"{RUNS}: {result.summary()}\nstdout:\n{result.stdout}\n\n{result.report()}"
+        )
