@@ -124,8 +124,10 @@ TERMINATED = """
 
     if __name__ == "__main__":
         ctx = multiprocessing.get_context(METHOD)
-        # The recipe: each worker turns SIGTERM (what terminate() sends) into its teardown.
-        init = functools.partial(teardown_on_signals, "SIGTERM", mode="immediate")
+        # The recipe (docs/fork.md): each worker turns SIGTERM (what terminate() sends)
+        # into its teardown; watch=True wakes an idle worker whose lock wait began just
+        # after the signal landed (without it, 1 hang seen in a CI run on 3.14).
+        init = functools.partial(teardown_on_signals, "SIGTERM", mode="immediate", watch=True)
         with ctx.Pool(2, initializer=init) as pool:  # ends with terminate()
             pids = set(pool.map(work, range(4), chunksize=1))
         record(f"main {sorted(pids)}")
