@@ -134,6 +134,44 @@ def test_run_show_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--- stderr ---\nto err\n" in out
 
 
+DEL_RAISES = textwrap.dedent(
+    """
+    class Old:
+        def __del__(self):
+            raise RuntimeError("late")
+
+    old = Old()
+    """
+)
+
+
+def test_run_docs_url_sets_the_base_of_the_hint_links(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--docs-url`` is the base of the report's ``see:`` link, over ``EXITSAFE_DOCS_URL``
+    (the documented precedence: the flag, else the variable, else the project's site), and
+    the variable is as it was after the run."""
+    from exitsafe.testing._hints import HINTS, docs_url
+
+    base = "https://example.test/exitsafe/"
+    expected = docs_url(HINTS["unraisable-at-exit"][1], base)
+    assert expected.startswith(base + "adapters/#")
+    monkeypatch.setenv("EXITSAFE_DOCS_URL", "https://mirror.test/other/")
+    assert main(["run", "--docs-url", base, "--", sys.executable, "-c", DEL_RAISES]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("NOT CLEAN [unraisable-at-exit]")
+    assert f"  see: {expected}" in out.splitlines()
+    assert "mirror.test" not in out
+    assert os.environ["EXITSAFE_DOCS_URL"] == "https://mirror.test/other/"  # restored
+    argv = ["run", "--json", "--docs-url", base.rstrip("/"), "--", sys.executable, "-c"]
+    assert main([*argv, DEL_RAISES]) == 1
+    assert json.loads(capsys.readouterr().out)["diagnosis"]["url"] == expected
+    # without the flag, the variable's site
+    assert main(["run", "--", sys.executable, "-c", DEL_RAISES]) == 1
+    mirror = docs_url(HINTS["unraisable-at-exit"][1], "https://mirror.test/other/")
+    assert f"  see: {mirror}" in capsys.readouterr().out.splitlines()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -471,3 +471,59 @@ def test_a_failure_no_rule_names_links_to_the_kinds_the_diagnosis_knows() -> Non
     assert f"  see: {docs_url(UNRECOGNISED_DOC)}" in result.report().splitlines()
     clean = ExitResult.from_output(["python", "prog.py"], 0, "", "")
     assert "see:" not in clean.report()
+
+
+def test_every_hint_is_chosen_by_a_rule() -> None:
+    """Each key of HINTS is named in a diagnosis rule (a kind, or the hint of a kind's
+    variant): an entry no rule names is never printed."""
+    import ast
+
+    import exitsafe.testing
+
+    named: set[str] = set()
+    for source in Path(exitsafe.testing.__file__).parent.glob("_rules_*.py"):
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        named |= {
+            node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+    missing = sorted(set(HINTS) - named)
+    assert not missing, f"hints no rule chooses: {missing}"
+
+
+QTHREAD_ABORT = textwrap.dedent(
+    """\
+    QThread: Destroyed while thread is still running
+    Fatal Python error: Aborted
+
+    Thread 0x00007f2159b856c0 (most recent call first):
+      File "app.py", line 12 in run
+
+    Current thread 0x00007f215a3c1740 (most recent call first):
+      <no Python frame>
+    """
+)
+
+
+def test_a_qthread_destroyed_while_running_gets_the_qthread_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from exitsafe.testing import ExitResult
+
+    monkeypatch.delenv("EXITSAFE_DOCS_URL", raising=False)
+    hint, doc = HINTS["native-fatal-qthread"]
+    for stderr in ("QThread: Destroyed while thread is still running\n", QTHREAD_ABORT):
+        result = ExitResult.from_output(["python", "app.py"], -6, "", stderr)
+        assert result.signal == "SIGABRT"
+        diagnosis = result.diagnosis
+        assert diagnosis is not None and diagnosis.kind == "native-fatal"
+        assert (diagnosis.hint, diagnosis.doc) == (hint, doc)
+        report = result.report().splitlines()
+        assert report[0].startswith(
+            "NOT CLEAN [native-fatal]: a native library aborted on its own check (Qt):"
+            " QThread: Destroyed while thread is still running"
+        )
+        assert f"hint: {hint}" in report
+        assert f"  see: {DOCS_URL}threads/#any-kind-of-thread" in report
+    other = ExitResult.from_output(["python", "app.py"], -6, "", "FATAL: runtime gone\n")
+    assert other.diagnosis is not None and other.diagnosis.hint == HINTS["native-fatal"][0]

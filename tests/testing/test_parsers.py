@@ -488,3 +488,75 @@ def test_trace_lines_written_between_the_lines_of_a_traceback_are_stepped_over()
     assert [s.get("name") for s in result.trace if s.event == "thread"] == [
         "report-query", "MainThread",
     ]
+
+
+# Two threads writing to stderr at exit: a daemon thread's uncaught exception and a
+# finalizer's "Exception ignored" block, the second header written before the first's
+# newline.
+GLUED = (
+    "Exception in thread writer:Exception ignored in: <function Writer.__del__ at 0x7f00>\n"
+    "Traceback (most recent call last):\n"
+    '  File "app.py", line 9, in __del__\n'
+    "    self.stream.close()\n"
+    "ValueError: I/O operation on closed file.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.12/threading.py", line 1073, in _bootstrap_inner\n'
+    "    self.run()\n"
+    "RuntimeError: cannot schedule new futures after interpreter shutdown\n"
+)
+
+
+def test_a_thread_header_and_an_unraisable_header_on_one_line_are_both_read() -> None:
+    from exitsafe.testing.parsers import parse_thread_exceptions
+
+    (thread,) = parse_thread_exceptions(GLUED)
+    assert (thread.object, thread.exc_type) == ("writer", "RuntimeError")
+    assert "_bootstrap_inner" in thread.traceback  # its own traceback, after the other block
+    (ignored,) = parse_unraisable(GLUED)
+    assert (ignored.where, ignored.exc_type) == ("<function Writer.__del__>", "ValueError")
+    assert parse_uncaught(GLUED) is None  # the thread's traceback is not the program's
+    result = ExitResult.from_output(["app"], 0, "", GLUED)
+    assert not result.clean
+    assert result.diagnosis is not None and result.diagnosis.kind == "thread-exception"
+    assert result.summary().startswith("NOT CLEAN [thread-exception]: thread 'writer'")
+    assert "1 unraisable exception at exit" in result.summary()
+
+
+def test_headers_written_after_other_text_on_the_line_are_read() -> None:
+    thread = (
+        "some output without newlineException in thread worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 4, in run\n'
+        "KeyError: 'x'\n"
+    )
+    result = ExitResult.from_output(["app"], 0, "", thread)
+    assert [(r.object, r.exc_type) for r in result.thread_exceptions] == [("worker", "KeyError")]
+    assert result.diagnosis is not None and result.diagnosis.kind == "thread-exception"
+    assert result.uncaught is None
+    ignored = (
+        "progress 99%Exception ignored in: <function Device.__del__ at 0x7f3f5eec0820>\n"
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 12, in __del__\n'
+        "AttributeError: 'NoneType' object has no attribute 'device_release'\n"
+    )
+    result = ExitResult.from_output(["app"], 0, "", ignored)
+    assert [r.where for r in result.unraisable] == ["<function Device.__del__>"]
+    assert result.diagnosis is not None and result.diagnosis.kind == "unraisable-at-exit"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'INFO app: the log said "Exception in thread worker:" once',
+        "WARNING app: retrying after Exception in thread worker:",  # no traceback follows
+        "INFO app: 'Exception ignored in: <function f>' is harmless",
+        "INFO app: Exception ignored in: <function f>",  # nor an exception line
+    ],
+)
+def test_a_log_line_quoting_a_header_is_not_a_block(line: str) -> None:
+    from exitsafe.testing.parsers import parse_thread_exceptions
+
+    stderr = line + "\nretrying\ndone in 3 s\n"
+    assert parse_thread_exceptions(stderr) == []
+    assert parse_unraisable(stderr) == []
+    assert ExitResult.from_output(["app"], 0, "", stderr).clean

@@ -143,12 +143,6 @@ HINTS: dict[str, tuple[str, str]] = {
         " for a run() loop that checks isInterruptionRequested()",
         "threads.md#any-kind-of-thread",
     ),
-    "native-fatal-thread-in-native": (
-        "a thread was ended while inside native code: add `exitsafe.quiesce()` (the thread"
-        " is parked between two native calls at exit, before anything is released), or"
-        " declare the thread with `exitsafe.worker(thread, stop=stop_event, uses=[handle])`",
-        "threads.md#quiescing-the-threads-left-exitsafequiesce",
-    ),
     "thread-exception": (
         "a thread ended with an uncaught exception (at exit: the runtime it called was"
         " finalized under it); stop the thread before the objects it uses are released:"

@@ -25,6 +25,8 @@ and the exit-status decoders ([`decode_signal`][exitsafe.testing.parsers.decode_
   top level);
 * a thread's uncaught exception (``Exception in thread NAME:`` and its traceback, printed
   by `threading.excepthook`);
+* the headers of those blocks when another thread's output shares their line (two threads
+  writing to stderr at exit: ``Exception in thread writer:Exception ignored in: <...>``);
 * the lines native libraries print right before they abort or when one of their checks
   fails: an assertion (glibc's ``...: Assertion `x' failed.``, libzmq's ``Assertion failed:
   ... (src/file.cpp:12)``), Qt's ``QThread: Destroyed while thread is still running``, a
@@ -59,6 +61,16 @@ _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: (?P<msg>.*))?\s*$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _THREAD_EXCEPTION = re.compile(r"^Exception in thread (?P<name>.*):\s*$")
+#: A thread's exception header anywhere in a line, when nothing but the end of the line or
+#: another block's header follows it on that line (two threads writing to stderr at once:
+#: ``Exception in thread writer:Exception ignored in: <...>``).
+_THREAD_EXCEPTION_GLUED = re.compile(
+    r"Exception in thread (?P<name>.+?):"
+    r"(?=\s*$|Exception ignored |Exception in thread |Traceback \(most recent call last\):)"
+)
+#: An "Exception ignored ..." header written after other text on a line: the rest of the
+#: line must look like a whole header (it ends with the object's repr or a colon).
+_UNRAISABLE_GLUED = re.compile(r"Exception ignored (?:in|on|while)\b.*[>:]\s*$")
 
 #: Lines a native library prints when it aborts the process or one of its own checks fails:
 #: (label, pattern matched at the start of a line).  A match makes a run not clean, whatever
@@ -407,10 +419,53 @@ def _past_trace_lines(lines: Sequence[str], index: int) -> int:
     return index
 
 
+def _glued_cut(line: str) -> Optional[int]:
+    """Where, in `line`, the first exception header that another writer glued onto it
+    begins (a header after other text, or text after a thread's header), or `None`."""
+    if "Exception " not in line:
+        return None
+    cuts = []
+    for match in _THREAD_EXCEPTION_GLUED.finditer(line):
+        cuts.append(match.start())
+        if line[match.end() :].strip():
+            cuts.append(match.end())
+    unraisable = _UNRAISABLE_GLUED.search(line, 1)
+    if unraisable is not None:
+        cuts.append(unraisable.start())
+    return min((cut for cut in cuts if cut > 0), default=None)
+
+
+def _unglue(text: str) -> tuple[list[str], frozenset[int]]:
+    """`text`'s lines, each exception header that shares a line with other text put on a
+    line of its own; and the indexes of the lines so cut off the end of another.
+
+    When two threads write to stderr at once (at exit: a daemon thread's uncaught exception
+    and a finalizer's "Exception ignored" block), one's header can end up in the middle of
+    the other's line: ``Exception in thread writer:Exception ignored in: <...>``, or
+    ``output without a newlineException in thread worker:``.  A header is cut off only
+    where it can be one: a thread's header must end its line or be followed by another
+    header; an "Exception ignored" header must be the rest of the line.
+    """
+    lines: list[str] = []
+    glued: set[int] = set()
+    for line in text.splitlines():
+        cut = _glued_cut(line)
+        while cut is not None:
+            lines.append(line[:cut])
+            glued.add(len(lines))
+            line = line[cut:]
+            cut = _glued_cut(line)
+        lines.append(line)
+    return lines, frozenset(glued)
+
+
 def parse_unraisable(text: str) -> list[ExceptionReport]:
     """Every "Exception ignored ..." block in `text`, in order.
 
-    3.9 to 3.12's `Error in atexit._run_exitfuncs:` blocks count too.
+    3.9 to 3.12's `Error in atexit._run_exitfuncs:` blocks count too.  A header that
+    another writer's text shares a line with (``Exception in thread w:Exception ignored
+    in: <...>``) counts when it is the rest of its line and a traceback or a ``Type:
+    message`` line follows it.
 
     Args:
         text: a process's stderr (or any text holding it), decoded.
@@ -418,7 +473,7 @@ def parse_unraisable(text: str) -> list[ExceptionReport]:
     Returns:
         One [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport] per block.
     """
-    lines = text.splitlines()
+    lines, glued = _unglue(text)
     out = []
     index = 0
     while index < len(lines):
@@ -426,7 +481,11 @@ def parse_unraisable(text: str) -> list[ExceptionReport]:
         match = _UNRAISABLE.match(line)
         if match is not None:
             context, obj = _split_context(match["rest"])
+            start = index
             report, index = _parse_exception(lines, index, index + 1, context, obj)
+            if start in glued and not (report.traceback or report.message):
+                index = start + 1  # text that merely ends like a header
+                continue
             out.append(report)
         elif line.strip() == _ATEXIT_OLD:
             report, index = _parse_exception(lines, index, index + 1, "atexit._run_exitfuncs", None)
@@ -487,6 +546,14 @@ def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
     """Every ``Exception in thread NAME:`` block in `text` (what `threading.excepthook`
     prints for a thread's uncaught exception), in order.
 
+    A header that shares its line with other text counts too (two threads writing to
+    stderr at once): at the start of the line followed by another block's header
+    (``Exception in thread writer:Exception ignored in: <...>``), or at the end of a line
+    after other text (``...no newlineException in thread worker:``) when a traceback
+    follows it; a line that merely mentions ``Exception in thread NAME:`` (a quoted log
+    message) does not.  When another block's header comes between a thread's header and
+    its traceback, that block is stepped over: the thread's traceback is the one after it.
+
     Args:
         text: a process's stderr (or any text holding it), decoded.
 
@@ -494,17 +561,47 @@ def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
         One [`ExceptionReport`][exitsafe.testing.parsers.ExceptionReport] per block, whose
             `context` is ``"thread NAME"`` and `object` the thread's name.
     """
-    lines = text.splitlines()
+    lines, glued = _unglue(text)
+    return [report for report, _ in _thread_blocks(lines, glued)]
+
+
+def _is_block_header(line: str) -> bool:
+    """Whether `line` begins an exception block: "Exception ignored", `Error in atexit`,
+    or a thread's header."""
+    return bool(
+        _UNRAISABLE.match(line)
+        or line.strip() == _ATEXIT_OLD
+        or _THREAD_EXCEPTION.match(line)
+    )
+
+
+def _thread_blocks(
+    lines: Sequence[str], glued: frozenset[int]
+) -> list[tuple[ExceptionReport, int]]:
+    """Each thread exception block of `lines` (unglued), with the index of the line where
+    its traceback begins (the block's own, after any other block stepped over)."""
     out = []
     index = 0
     while index < len(lines):
         match = _THREAD_EXCEPTION.match(lines[index])
-        if match is not None:
-            name = match["name"]
-            report, index = _parse_exception(lines, index, index + 1, f"thread {name}", name)
-            out.append(report)
-        else:
+        if match is None:
             index += 1
+            continue
+        header, name = index, match["name"]
+        start = _past_trace_lines(lines, header + 1)
+        stepped = False
+        while start < len(lines) and _is_block_header(lines[start]):
+            # another writer's block printed between this header and its traceback
+            _, start = _parse_exception(lines, start, start + 1, "", None)
+            start = _past_trace_lines(lines, start)
+            stepped = True
+        report, end = _parse_exception(lines, header, start, f"thread {name}", name)
+        if header in glued and not report.traceback:
+            index = header + 1  # a line that merely ends like a header: not a block
+            continue
+        # a block stepped over is read on its own: go on after this header, not its block
+        index = header + 1 if stepped else end
+        out.append((report, start))
     return out
 
 
@@ -533,7 +630,9 @@ def parse_uncaught(text: str) -> Optional[ExceptionReport]:
     """The last top-level uncaught exception traceback in `text`, if any.
 
     A traceback introduced by an "Exception ignored", an `Error in atexit` or an
-    `Exception in thread` line does not count.
+    `Exception in thread` line does not count, nor one that
+    [`parse_thread_exceptions`][exitsafe.testing.parsers.parse_thread_exceptions] gives to
+    a thread (after another block printed between its header and its traceback).
 
     Args:
         text: a process's stderr (or any text holding it), decoded.
@@ -541,10 +640,11 @@ def parse_uncaught(text: str) -> Optional[ExceptionReport]:
     Returns:
         The exception, or `None` when the program printed none.
     """
-    lines = text.splitlines()
+    lines, glued = _unglue(text)
+    threads = {start for _, start in _thread_blocks(lines, glued)}
     found: Optional[ExceptionReport] = None
     for index, line in enumerate(lines):
-        if line != _TRACEBACK:
+        if line != _TRACEBACK or index in threads:
             continue
         previous = lines[index - 1] if index else ""
         if (
