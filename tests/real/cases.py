@@ -214,6 +214,12 @@ class Case:
     #: other protected versions (another recipe for the same program): each must exit
     #: cleanly ``protected_runs`` times of as many, never an expected failure
     also_protected: Tuple[str, ...] = ()
+    #: the kinds ``exitsafe run`` may name a run that fails as described by (its report's
+    #: first line, ``NOT CLEAN [kind]: ...``): each one right for one way the program
+    #: fails; empty where no kind names the failure (`unnamed` says why)
+    kinds: Tuple[str, ...] = ()
+    #: why no kind names this case's failure (then ``kinds`` is empty)
+    unnamed: Optional[str] = None
 
     def missing_system_library(self) -> Optional[str]:
         """Why the case cannot run on this machine's system libraries, or ``None``."""
@@ -244,6 +250,7 @@ CASES = [
         timeout=60.0,
         summary="daemon thread in InferenceSession.run() at exit: SIGABRT (terminate)",
         protected="onnxruntime_daemon_protected.py",
+        kinds=("thread-in-native",),
     ),
     Case(
         id="grpc-stream-server",
@@ -254,6 +261,7 @@ CASES = [
         timeout=10.0,
         summary="streaming handler never ends: hang in threading._shutdown",
         protected="grpc_stream_server_protected.py",
+        kinds=("hang-before-teardown",),
     ),
     Case(
         id="pyopencl-daemon",
@@ -267,6 +275,7 @@ CASES = [
         # pytools warns about a missing optional hash module on every import
         env=(("PYTHONWARNINGS", "ignore"),),
         system=("/etc/OpenCL/vendors/pocl*.icd", "pocl (Debian pocl-opencl-icd)"),
+        kinds=("thread-in-native",),
     ),
     Case(
         id="wgpu-fork-child",
@@ -281,6 +290,7 @@ CASES = [
         env=(("XDG_RUNTIME_DIR", "/tmp"),),
         system=("/usr/share/vulkan/icd.d/lvp_icd*.json",
                 "Mesa lavapipe (Debian mesa-vulkan-drivers)"),
+        kinds=("child-process",),
     ),
     Case(
         id="wgpu-del-readback",
@@ -295,6 +305,7 @@ CASES = [
         env=(("XDG_RUNTIME_DIR", "/tmp"),),
         system=("/usr/share/vulkan/icd.d/lvp_icd*.json",
                 "Mesa lavapipe (Debian mesa-vulkan-drivers)"),
+        kinds=("unraisable-at-exit",),
     ),
     Case(
         id="h5py-daemon-writer",
@@ -318,6 +329,7 @@ CASES = [
         # the program's frame at `frames[i % 64] = row`).  Fixed next: a call event is a
         # safe point only where the caller executes a call instruction.  Then 20 of 20 on
         # 3.11 and 3.13, and in CI (2026-11-28, a loaded machine) on every one of 3.9-3.13.
+        kinds=("thread-exception", "hang-in-finalizer"),
     ),
     Case(
         id="cairocffi-daemon",
@@ -330,6 +342,7 @@ CASES = [
                 "(atexit): SIGSEGV in pixman",
         protected="cairocffi_daemon_protected.py",
         system=("/usr/lib/*/libcairo.so.2", "cairo (Debian libcairo2)"),
+        kinds=("thread-crash-at-exit",),
     ),
     Case(
         id="opencv-daemon",
@@ -347,6 +360,7 @@ CASES = [
         # series on 3.9 under a loaded machine aborted 14 of 20 ("FATAL: exception not
         # rethrown": the worker unwound, not parked), not seen again: 20 of 20 on every one
         # of 3.9-3.13 in CI since (2026-11-28, a loaded machine).
+        kinds=("thread-in-native",),
     ),
     Case(
         id="h5py-pool-terminate",
@@ -358,6 +372,8 @@ CASES = [
         summary="with multiprocessing.Pool(...) ends with terminate(): the workers' HDF5 "
                 "shards are never closed and read back as unreadable",
         protected="h5py_pool_terminate_protected.py",
+        unnamed="the workers die by the pool's SIGTERM, which the parent's run cannot see: "
+                "the report is the program's own read-back failure (exit status 1)",
     ),
     Case(
         id="duckdb-daemon-query",
@@ -369,6 +385,7 @@ CASES = [
         summary="daemon thread inside a DuckDB query at exit: its interrupted query's "
                 "exception printed, or SIGABRT (forced unwind)",
         protected="duckdb_daemon_query_protected.py",
+        kinds=("thread-in-native",),
     ),
     Case(
         id="pyzmq-daemon-receiver",
@@ -380,6 +397,7 @@ CASES = [
         summary="daemon thread blocked in a ZeroMQ recv() while the context is destroyed at "
                 "exit: libzmq's assertion aborts the process, or ContextTerminated printed",
         protected="pyzmq_daemon_receiver_protected.py",
+        kinds=("native-fatal",),
     ),
     Case(
         id="jpype-exit-handler",
@@ -394,6 +412,7 @@ CASES = [
                 "JVM shutdown runs first and waits for it for ever (hang in _JTerminate)",
         protected="jpype_exit_handler_protected.py",
         system=("/usr/lib/jvm/*/lib/server/libjvm.so", "a JDK (Debian default-jdk-headless)"),
+        kinds=("hang-in-atexit",),
     ),
     Case(
         id="pyside6-qthread",
@@ -408,6 +427,7 @@ CASES = [
         env=(("QT_QPA_PLATFORM", "offscreen"),),
         # QtCore's only system library not in a minimal Debian (libgthread-2.0)
         system=("/usr/lib/*/libglib-2.0.so.0", "GLib (Debian libglib2.0-0)"),
+        kinds=("native-fatal",),
     ),
     Case(
         id="pyav-daemon-decoder",
@@ -419,6 +439,7 @@ CASES = [
         summary="daemon thread decoding a PyAV input container that the program closes at "
                 "exit (atexit): SIGSEGV or SIGABRT in the demuxer",
         protected="pyav_daemon_decoder_protected.py",
+        kinds=("thread-crash-at-exit",),
     ),
     Case(
         id="pyarrow-daemon-writer",
@@ -430,6 +451,7 @@ CASES = [
         summary="daemon thread in ParquetWriter.write_batch() while atexit closes the writer: "
                 "SIGSEGV, SIGABRT or close()'s error printed, the Parquet file unreadable",
         protected="pyarrow_daemon_writer_protected.py",
+        kinds=("thread-exception", "thread-crash-at-exit", "native-fatal"),
     ),
 ]
 

@@ -1,11 +1,14 @@
 """Each real-binding program, unprotected, really fails: in at least one of N runs it ends
-the way its case describes (see ``cases.py``), on every interpreter with the package."""
+the way its case describes (see ``cases.py``), on every interpreter with the package, and
+``exitsafe run``'s report names that failure by one of the case's kinds in its first line."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from exitsafe.testing import ExitResult
 
 from .cases import CASES, Case
 from .conftest import environment_for, run_until_failure, versions
@@ -21,3 +24,23 @@ def test_unprotected_program_fails(case: Case, version: str, tmp_path: Path) -> 
         f"{case.program} on CPython {version} did not fail as described "
         f"({case.summary}) in {len(results)} runs: {seen}\n\nlast run:\n{results[-1].report()}"
     )
+    assert_named(case, results[-1])
+
+
+def assert_named(case: Case, result: ExitResult) -> None:
+    """The report's first line names the failure with one of the case's kinds (issue 29's
+    bar: a real program the project never saw is diagnosed right in its first line)."""
+    assert bool(case.kinds) != bool(case.unnamed), f"{case.id}: give kinds or unnamed"
+    first = result.summary()
+    diagnosis = result.diagnosis
+    if not case.kinds:
+        # a known gap (case.unnamed): a kind showing up here means it is closed
+        assert diagnosis is None, f"{case.id} is now named: {first}; update cases.py"
+        assert first.startswith("NOT CLEAN: "), first
+        return
+    named = diagnosis.kind if diagnosis is not None else None
+    assert named in case.kinds, (
+        f"{case.program}: the report's first line names {named!r}, not one of "
+        f"{case.kinds}:\n{result.report()}"
+    )
+    assert first.startswith(f"NOT CLEAN [{named}]: "), first

@@ -81,6 +81,8 @@ CASES = [
     Case("hang-in-finalizer", "hang_in_finalizer.py", timeout=HANG_TIMEOUT, needs="lab"),
     Case("hang-in-finalizer", "hang_in_native_finalizer.py", timeout=HANG_TIMEOUT,
          needs="lab", audit=True, variant="native-audited"),
+    Case("hang-in-finalizer", "hang_in_del_audited.py", timeout=HANG_TIMEOUT, audit=True,
+         variant="del-audited"),
     Case("deadlock-at-exit", "deadlock_at_exit.py", timeout=HANG_TIMEOUT),
     Case("hang-in-teardown", "hang_in_teardown.py", timeout=HANG_TIMEOUT),
     Case("hang-in-main", "hang_in_main.py", timeout=HANG_TIMEOUT),

@@ -71,6 +71,11 @@ EXPECTED = {
         "ffi.gc of cdata 'rt_device *' created at", "hang_in_native_finalizer.py:12",
         "<no Python frame>",
     ],
+    "hang-in-finalizer-del-audited": [
+        "hang in a finalizer: __main__.Readback.__del__ (",
+        "the audit saw this release begin and never end: __del__ of __main__.Readback"
+        " created at", "hang_in_del_audited.py:21",
+    ],
     "deadlock-at-exit": ["daemon thread 'writer'", "holding lock (_thread.lock, locked)",
                          "in write_chunks", "the main thread"],
     "thread-exception": ["thread 'report-query'", "RuntimeError: Connection already closed!"],

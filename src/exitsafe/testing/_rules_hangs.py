@@ -194,8 +194,10 @@ def _finalizer(result: ExitResult, hang: _Hang) -> Optional[Diagnosis]:
             " --audit to name it)"
         )
     if running is None and frame is not None and result.audited:
-        details.append("the audit saw no release begin (the object was released before the"
-                       " audit window opened)")
+        details.append("the audit saw no release begin: it watches ffi.gc pointers,"
+                       " weakref.finalize, known bindings and objects with a __del__ that"
+                       " hold a native pointer, from exitsafe's teardown on; this one is"
+                       " none of them, or was released before")
     elif running is None and frame is not None:
         details.append("run with --audit to name the object's type and where it was made")
     daemons = [t for t in late_threads(result) if t.daemon]
