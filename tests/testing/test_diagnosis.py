@@ -717,3 +717,47 @@ def test_a_daemon_threads_crash_during_the_teardown_is_the_threads_not_the_steps
     assert diagnosis is not None and diagnosis.kind == "thread-crash-at-exit"
     assert "'painter'" in diagnosis.headline and "in painter" in diagnosis.headline
     assert "quiesce()" in diagnosis.hint
+
+
+# PyAV on CPython 3.12 (tests/real's pyav-daemon-decoder): the daemon thread's demuxer
+# aborts on the container that atexit closed under it; the dump shows only the main
+# thread, with no Python frame, and no library printed a message.
+_BARE_ABORT = (
+    'exitsafe: thread ident=0x00007fe54f0106c0 name="player" daemon=true'
+    ' frame="/app/play.py:49 in play_forever" target="play_forever"'
+    ' stack="/app/play.py:49 in play_forever <- /py/threading.py:1010 in run" when="exit"\n'
+    "Fatal Python error: Aborted\n\n"
+    "Thread 0x00007fe55ff95b80 (most recent call first):\n"
+    "  <no Python frame>\n"
+)
+
+
+def test_a_bare_abort_at_exit_with_a_daemon_thread_running_is_that_threads_crash():
+    result = ExitResult.from_output(
+        ["python", "play.py"], -6, "playing\n", _BARE_ABORT, exit_phase="finalizing 0x1"
+    )
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "thread-crash-at-exit", result.report()
+    assert "crash at exit (SIGABRT)" in diagnosis.headline
+    assert "'player'" in diagnosis.headline and "play_forever" in diagnosis.headline
+
+
+def test_an_abort_with_a_library_message_or_an_interpreter_error_keeps_its_own_kind():
+    # a library's check (native-fatal names it), and an interpreter's own fatal error
+    # (not a daemon thread's native crash): not taken for the thread's crash
+    checked = _BARE_ABORT.replace(
+        "Fatal Python error: Aborted", "Assertion failed: pfd.revents & POLLIN"
+        " (src/signaler.cpp:238)\nFatal Python error: Aborted"
+    )
+    own = _BARE_ABORT.replace(
+        "Fatal Python error: Aborted",
+        "Fatal Python error: _enter_buffered_busy: could not acquire lock",
+    )
+    kinds = []
+    for stderr in (checked, own):
+        result = ExitResult.from_output(
+            ["python", "play.py"], -6, "", stderr, exit_phase="finalizing 0x1"
+        )
+        kinds.append(result.diagnosis.kind if result.diagnosis is not None else None)
+    assert kinds[0] == "native-fatal"
+    assert kinds[1] != "thread-crash-at-exit"

@@ -117,7 +117,8 @@ def thread_exception(result: ExitResult) -> Optional[Diagnosis]:
     )
 
 
-#: The signals of a crash (an abort has its own rules: a forced unwind, a library's check).
+#: The signals of a crash (an abort has rules of its own first: a forced unwind, a
+#: library's check; a bare one counts as a crash, see `thread_crash_at_exit`).
 _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 
 
@@ -125,14 +126,21 @@ def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
     """A crash at exit while daemon threads were still running, and not on a thread the
     fatal error's dump shows in Python code of its own: the crash is a daemon thread's
     native code using what the exit freed (an ``atexit`` close, a finalizer, exitsafe's
-    teardown without the thread declared)."""
-    crashed = result.signal in _CRASH_SIGNALS or (
+    teardown without the thread declared).  A bare abort counts as a crash (no library
+    message, no fatal error of the interpreter's own: FFmpeg's demuxer aborting on a
+    container closed under it, as PyAV's does on CPython 3.12)."""
+    fatal = result.fatal_error
+    bare_abort = (
+        result.signal == "SIGABRT"
+        and not result.native_fatal
+        and (fatal is None or fatal.message.strip() == "Aborted")
+    )
+    crashed = bare_abort or result.signal in _CRASH_SIGNALS or (
         result.ntstatus is not None and "ACCESS_VIOLATION" in result.ntstatus.name
     )
     if not crashed or result.timed_out:
         return None
     daemons = [t for t in late_threads(result) if t.daemon]
-    fatal = result.fatal_error
     current = next((t for t in fatal.threads if t.current), None) if fatal is not None else None
     crashing = daemons
     if current is not None:
