@@ -560,3 +560,24 @@ def test_a_log_line_quoting_a_header_is_not_a_block(line: str) -> None:
     assert parse_thread_exceptions(stderr) == []
     assert parse_unraisable(stderr) == []
     assert ExitResult.from_output(["app"], 0, "", stderr).clean
+
+
+@pytest.mark.parametrize("tail", ["Exception in thread ", "Exception in thread recei",
+                                  "Exception in thread"])
+def test_a_thread_header_cut_off_by_the_end_of_the_process_is_not_clean(tail):
+    # pyzmq on CPython 3.13: the receiver's ContextTerminated was being printed when the
+    # process ended; stderr stops inside the header (the run was called CLEAN)
+    stderr = 'exitsafe: thread ident=0x1 name="receiver" daemon=true when="exit"\n' + tail
+    result = ExitResult.from_output(["python", "recv.py"], 0, "", stderr)
+    assert not result.clean
+    assert result.diagnosis is not None and result.diagnosis.kind == "thread-exception"
+    assert "cut off when the process ended" in result.summary()
+
+
+@pytest.mark.parametrize("text", [
+    "Exception in thread worker\nmore output\n",  # not at the end
+    "print('Exception in thread ')",  # quoted
+    "log: Exception in thread ",  # not at the start of the line
+])
+def test_a_mention_of_a_thread_header_elsewhere_is_not_a_cut_report(text):
+    assert ExitResult.from_output(["python", "x.py"], 0, text, text).clean

@@ -61,6 +61,9 @@ _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: (?P<msg>.*))?\s*$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _THREAD_EXCEPTION = re.compile(r"^Exception in thread (?P<name>.*):\s*$")
+#: The start of a thread's header at the very end of the output, no colon yet: the daemon
+#: thread printing its uncaught exception was stopped by the end of the process.
+_THREAD_EXCEPTION_CUT = re.compile(r"^Exception in thread(?: (?P<name>[^:]*))?$")
 #: A thread's exception header anywhere in a line, when nothing but the end of the line or
 #: another block's header follows it on that line (two threads writing to stderr at once:
 #: ``Exception in thread writer:Exception ignored in: <...>``).
@@ -553,6 +556,9 @@ def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
     follows it; a line that merely mentions ``Exception in thread NAME:`` (a quoted log
     message) does not.  When another block's header comes between a thread's header and
     its traceback, that block is stepped over: the thread's traceback is the one after it.
+    A header cut off at the very end of `text` (``Exception in thread recei``: the process
+    ended while a daemon thread printed it) counts too, with no exception type and the
+    message ``its report was cut off when the process ended``.
 
     Args:
         text: a process's stderr (or any text holding it), decoded.
@@ -562,7 +568,15 @@ def parse_thread_exceptions(text: str) -> list[ExceptionReport]:
             `context` is ``"thread NAME"`` and `object` the thread's name.
     """
     lines, glued = _unglue(text)
-    return [report for report, _ in _thread_blocks(lines, glued)]
+    reports = [report for report, _ in _thread_blocks(lines, glued)]
+    cut = _THREAD_EXCEPTION_CUT.match(lines[-1]) if lines else None
+    if cut is not None:  # the process ended while the thread printed its header
+        name = cut["name"] or "?"
+        reports.append(ExceptionReport(
+            f"thread {name}", name, None, "its report was cut off when the process ended",
+            "", lines[-1],
+        ))
+    return reports
 
 
 def _is_block_header(line: str) -> bool:

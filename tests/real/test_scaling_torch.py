@@ -1,0 +1,111 @@
+"""torch.distributed (gloo, CPU) workers under ``torchrun``, each with an adopted HDF5
+shard, ended every way torch elastic ends them (``tests/real/programs/torch_gloo_shards.py``,
+docs/scaling.md "torch.distributed"): a normal end with the process group left to the
+interpreter, a SIGTERM to ``torchrun`` (the agent sends SIGTERM to each worker), and a crash
+of one worker (``os._exit``; the agent then ends the other with SIGTERM).  After the run
+each worker's shard is read back and its own ledger (``EXITSAFE_LEDGER=ledger-{pid}.json``)
+is looked at.
+
+* unprotected (the shard adopted, nothing else): a normal end runs exitsafe's teardown;
+  a SIGTERM leaves every shard unreadable and no ledger, a crash both shards;
+* protected (the recipe: ``teardown_on_signals("SIGTERM", mode="immediate")``, the open and
+  the adoption in ``exitsafe.signals.deferred()``, ``destroy_process_group`` as a teardown
+  hook after the shard): the worker sent SIGTERM closes its shard, destroys its group and
+  writes its ledger, 10 runs of 10; the crashed worker runs nothing, with or without it.
+
+Only where ``.ci/install-real`` could install a CPU build of torch (PyPI's wheels are CUDA
+builds of several GB; a CPU one lies on the CI machine's disk for CPython 3.11).
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from exitsafe.testing import ExitResult, run
+
+from .cases import Case
+from .conftest import environment_for, versions
+
+#: rank -> (shard readable, ledger records it released, group destroyed by the teardown)
+Ends = dict[int, tuple[bool, bool, bool]]
+LINE = re.compile(
+    r"^rank (\d) ended by \w+: shard (readable|unreadable), ledger (\w+), group (\w+)$", re.M
+)
+UNPROTECTED: dict[str, Ends] = {
+    "close": {0: (True, True, False), 1: (True, True, False)},
+    "sigterm": {0: (False, False, False), 1: (False, False, False)},
+    "crash": {0: (False, False, False), 1: (False, False, False)},
+}
+PROTECTED: dict[str, Ends] = {
+    "close": {0: (True, True, True), 1: (True, True, True)},
+    "sigterm": {0: (True, True, True), 1: (True, True, True)},
+    "crash": {0: (True, True, True), 1: (False, False, False)},
+}
+
+
+def _case(program: str, end: str, runs: int) -> Case:
+    return Case(
+        id=f"{program.replace('_', '-')[:-3]}-{end}",
+        program=program,
+        package="torch",
+        fails=lambda result, version: not result.clean,
+        runs=runs,
+        # a run takes 10-20 s on an idle machine (torchrun and two workers import torch):
+        # the bound is for a hang only
+        timeout=300.0,
+        summary=f"two gloo workers under torchrun, ended by {end}",
+        env=(("TORCH_END", end),),
+    )
+
+
+#: (case, expected ends)
+CASES = [
+    (_case("torch_gloo_shards.py", "close", 2), UNPROTECTED["close"]),
+    (_case("torch_gloo_shards.py", "sigterm", 2), UNPROTECTED["sigterm"]),
+    (_case("torch_gloo_shards.py", "crash", 2), UNPROTECTED["crash"]),
+    (_case("torch_gloo_shards_protected.py", "close", 10), PROTECTED["close"]),
+    (_case("torch_gloo_shards_protected.py", "sigterm", 10), PROTECTED["sigterm"]),
+    (_case("torch_gloo_shards_protected.py", "crash", 10), PROTECTED["crash"]),
+]
+
+
+def ended(result: ExitResult) -> Ends:
+    return {int(rank): (shard == "readable", ledger == "released", group == "destroyed")
+            for rank, shard, ledger, group in LINE.findall(result.stdout)}
+
+
+@pytest.mark.parametrize("version", versions())
+@pytest.mark.parametrize(("case", "expected"), CASES, ids=[c.id for c, _ in CASES])
+def test_torch_workers_teardown_per_path(
+    case: Case, expected: Ends, version: str, tmp_path: Path
+) -> None:
+    env = environment_for(version, case)
+
+    def one(attempt: int) -> ExitResult:
+        cwd = tmp_path / f"run-{attempt + 1}"
+        cwd.mkdir()
+        result = run(script=case.script, python=env.python, timeout=case.timeout, cwd=cwd,
+                     env=dict(case.env or ()))
+        assert isinstance(result, ExitResult)
+        return result
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # (two runs at a time, as elsewhere)
+        results = list(pool.map(one, range(case.runs)))
+    for attempt, result in enumerate(results):
+        where = f"{case.program} on CPython {version}, run {attempt + 1} of {case.runs}"
+        assert not result.timed_out and result.signal is None, (
+            f"{where}: {result.summary()}\n\n{result.report()}"
+        )
+        assert ended(result) == expected, (
+            f"{where}: each rank's end -> (shard readable, ledger released, group "
+            f"destroyed): {ended(result)}, expected {expected}\n\n{result.stdout}\n"
+            f"{result.stderr[-3000:]}"
+        )
+        # exit 1 exactly when a shard is unreadable
+        assert result.returncode == int(not all(ok for ok, _, _ in expected.values())), (
+            f"{where}: {result.summary()}"
+        )
