@@ -45,7 +45,8 @@ def environment_for(version: str, case: Case) -> RealEnv:
             if installed == "-":
                 pytest.skip(
                     f"{case.package} could not be installed for CPython {version} "
-                    f"(no wheel; see the UNAVAILABLE lines of .ci/install-real)"
+                    f"(the UNAVAILABLE lines of .ci/install-real say why: no wheel, or for "
+                    f"torch no CPU build on this machine)"
                 )
             return env
     pytest.skip(

@@ -11,7 +11,9 @@ is looked at.
 * protected (the recipe: ``teardown_on_signals("SIGTERM", mode="immediate")``, the open and
   the adoption in ``exitsafe.signals.deferred()``, ``destroy_process_group`` as a teardown
   hook after the shard): the worker sent SIGTERM closes its shard, destroys its group and
-  writes its ledger, 10 runs of 10; the crashed worker runs nothing, with or without it.
+  writes its ledger, 10 runs of 10, also when worker 0 waits in a receive that never
+  completes (native code: its handler runs when worker 1's teardown has destroyed its group
+  and the receive fails); the crashed worker runs nothing, with or without it.
 
 Only where ``.ci/install-real`` could install a CPU build of torch (PyPI's wheels are CUDA
 builds of several GB; a CPU one lies on the CI machine's disk for CPython 3.11).
@@ -33,7 +35,7 @@ from .conftest import environment_for, versions
 #: rank -> (shard readable, ledger records it released, group destroyed by the teardown)
 Ends = dict[int, tuple[bool, bool, bool]]
 LINE = re.compile(
-    r"^rank (\d) ended by \w+: shard (readable|unreadable), ledger (\w+), group (\w+)$", re.M
+    r"^rank (\d) ended by [\w-]+: shard (readable|unreadable), ledger (\w+), group (\w+)$", re.M
 )
 UNPROTECTED: dict[str, Ends] = {
     "close": {0: (True, True, False), 1: (True, True, False)},
@@ -70,6 +72,9 @@ CASES = [
     (_case("torch_gloo_shards_protected.py", "close", 10), PROTECTED["close"]),
     (_case("torch_gloo_shards_protected.py", "sigterm", 10), PROTECTED["sigterm"]),
     (_case("torch_gloo_shards_protected.py", "crash", 10), PROTECTED["crash"]),
+    # worker 0 waits in a receive (native code) when the SIGTERM comes: its handler runs
+    # once worker 1's teardown has destroyed its group, which ends the receive with an error
+    (_case("torch_gloo_shards_protected.py", "sigterm-blocked", 10), PROTECTED["sigterm"]),
 ]
 
 

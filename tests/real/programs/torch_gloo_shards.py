@@ -13,6 +13,9 @@ How the workers end (``END``):
 * ``sigterm``: the launcher sends SIGTERM to ``torchrun`` (a job scheduler cancelling the
   job, a container stop) while the workers wait between two steps; torch elastic's agent
   sends SIGTERM to each worker, then SIGKILL to those still alive after its grace period;
+* ``sigterm-blocked``: the same, worker 0 waiting in a receive from worker 1 that never
+  comes (a collective that waits in native code, where a signal's Python handler cannot
+  run until it returns);
 * ``crash``: worker 1 calls ``os._exit(1)`` after its rows (a crash: nothing runs there);
   the agent then ends worker 0 with SIGTERM (``--max-restarts=0``).
 
@@ -63,7 +66,9 @@ def worker(end: str, protect=None) -> None:
         file.write(str(float(total[0])))
     if end == "crash" and rank == 1:
         os._exit(1)
-    if end in ("sigterm", "crash"):
+    if end == "sigterm-blocked" and rank == 0:
+        dist.recv(torch.zeros(4), src=1)  # never sent: a collective waiting in native code
+    if end in ("sigterm", "sigterm-blocked", "crash"):
         deadline = time.monotonic() + 120  # (a bound for a broken run: the agent ends us)
         while time.monotonic() < deadline:  # between two steps: Python code, signals run
             time.sleep(0.01)
@@ -103,7 +108,7 @@ def launch(script: str, end: str) -> int:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={WORLD}", "--max-restarts=0", script]
     agent = subprocess.Popen(command, env=env)
-    if end == "sigterm":
+    if end.startswith("sigterm"):
         deadline = time.monotonic() + 120  # (a bound for a broken run, not a timing)
         while len(glob.glob("written-*")) < WORLD and agent.poll() is None:
             if time.monotonic() > deadline:
