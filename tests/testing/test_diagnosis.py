@@ -761,3 +761,26 @@ def test_an_abort_with_a_library_message_or_an_interpreter_error_keeps_its_own_k
         kinds.append(result.diagnosis.kind if result.diagnosis is not None else None)
     assert kinds[0] == "native-fatal"
     assert kinds[1] != "thread-crash-at-exit"
+
+
+def test_a_hang_shows_the_whole_stack_of_the_main_thread():
+    # (issue 29: "whole stacks, not only the top frame"; it was cut at 12 frames)
+    code = textwrap.dedent(
+        """
+        import atexit, threading
+
+        def level(n):
+            if n:
+                return level(n - 1)
+            threading.Event().wait()  # an exit handler that never returns
+
+        atexit.register(level, 30)
+        """
+    )
+    result = run(code, timeout=4)
+    assert result.timed_out
+    report = result.report()
+    assert result.diagnosis is not None and result.diagnosis.kind == "hang-in-atexit", report
+    shown = [line for line in result.diagnosis.details if "in level" in line or "level (" in line]
+    assert len(shown) == 31, report
+    assert "more frame" not in "\n".join(result.diagnosis.details), report

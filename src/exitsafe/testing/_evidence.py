@@ -172,7 +172,14 @@ def library_of(frames: Sequence[Frame]) -> Optional[str]:
     return None
 
 
-def stack_lines(frames: Sequence[Frame], indent: str = "    ", limit: int = 12) -> list[str]:
+#: Frames of one stack a diagnosis shows: faulthandler dumps at most 100 per thread, so a
+#: dumped stack is shown whole.
+WHOLE_STACK = 100
+
+
+def stack_lines(
+    frames: Sequence[Frame], indent: str = "    ", limit: int = WHOLE_STACK
+) -> list[str]:
     lines = [f"{indent}{frame_text(f)}" for f in frames[:limit]]
     if len(frames) > limit:
         lines.append(f"{indent}... {len(frames) - limit} more frame(s)")
