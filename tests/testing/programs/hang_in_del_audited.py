@@ -5,17 +5,17 @@ says its release was running when the process was killed.
 """
 
 import ctypes
-import threading
+import os
 
 
 class Readback:
     def __init__(self) -> None:
         self._mapped = ctypes.create_string_buffer(4096)  # the mapped buffer (native memory)
-        self._done = threading.Lock()
-        self._done.acquire()  # the queue's completion, which never comes at exit
+        self._done, self._signal = os.pipe()  # the queue's completion, never signalled
+        self._read = os.read  # (bound now: module globals may be gone at finalization)
 
     def __del__(self) -> None:
-        self._done.acquire()  # a native wait (C code), as wgpu's map_read
+        self._read(self._done, 1)  # a native wait (C code), as wgpu's map_read
 
 
 readback = Readback()
