@@ -278,13 +278,16 @@ class Adapter:
             ))
         address = self.pointer_address(ptr, ctx)
         reg = registry_arg(registry)
-        parents = resolve(depends_on, reg, "depends_on")
+        parents = (
+            () if type(depends_on) is tuple and not depends_on
+            else resolve(depends_on, reg, "depends_on")
+        )
         if lib is not None and not self.is_library(lib):
             raise TypeError(
                 f"lib must be a library of {self.name} or None, got {type(lib).__name__}"
             )
         pin = self.pin_of(lib, reg) if lib is not None else None
-        if pin is None:  # (lib not pinned: the pin of release's own library, if any)
+        if pin is None and self._pins:  # (the pin of release's own library, if any)
             pins_changed = self._pins_changed
             pin = self.pin_for_release(_unwrapped(release), ctx, reg)
             if (

@@ -14,6 +14,7 @@ from _weakref import ref as _weakref
 
 from . import _sync
 from ._errors import AlreadyTrackedError
+from ._record import RELEASING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class ClaimTable:
 
     def bind(self, key: object, handle: Handle) -> None:
         """Record the handle of a claimed key (or drop the claim if it is not live)."""
-        if handle.state == "live":
+        if handle._state <= RELEASING:  # (Handle.state == "live")
             self._entries[key] = handle if self._strong else _weakref(handle)
         else:
             self.cancel(key)
@@ -112,19 +113,26 @@ class ClaimTable:
         _sync.locked("track()", lambda: self._drop_reserved(key))
 
     def forget(self, key: object, handle: Optional[Handle]) -> None:
-        """Remove ``key`` if ``handle`` (or a dead handle) still owns it."""
-        entries, strong = self._entries, self._strong
-
-        def drop() -> None:
+        """Remove ``key`` if ``handle`` (or a dead handle) still owns it.  (A section
+        written out: this runs in every adapter handle's release.)"""
+        if _sync.reentered():
+            raise _sync.refused("release")
+        entries = self._entries
+        try:
+            _sync.acquire(False) or _sync.wait()
             entry = entries.get(key)
-            if entry is None or entry is _RESERVED:
-                return
-            current = entry if strong else entry()
-            if current is None or current is handle:
-                del entries[key]
-                self._identities.pop(key, None)
-
-        _sync.locked("release", drop)
+            if entry is not None and entry is not _RESERVED:
+                current = entry if self._strong else entry()
+                if current is None or current is handle:
+                    del entries[key]
+                    self._identities.pop(key, None)
+            _sync.release()  # (the section's shape: see exitsafe._sync.locked)
+        except BaseException:
+            if _sync.reentered():  # (the section's shape: see exitsafe._sync.locked)
+                _sync.release()
+            raise
+        if _sync.deferred:
+            _sync.run_deferred()
 
     def _drop_reserved(self, key: object) -> None:
         """Drop ``key`` if it is still only reserved (under the lock)."""

@@ -308,7 +308,7 @@ def borrow_exit(node: Record, borrow: Optional[Borrow] = None) -> None:
         if _record.is_due(node) and not state.phase:
             _record.claim(node, me)
         _release()  # (the section's shape: see exitsafe._sync.locked)
-        if node._state == RELEASING and node._releaser == me:
+        if _record.claimed_by(node, me):
             error = _release_chain(node)
         else:
             error = None
@@ -325,7 +325,7 @@ def borrow_exit(node: Record, borrow: Optional[Borrow] = None) -> None:
             if _record.is_due(node) and not state.phase:
                 _record.claim(node, me)
             _release()
-        if node._state == RELEASING and node._releaser == me:
+        if _record.claimed_by(node, me):
             _release_chain(node)  # claimed, not yet released: released all the same
         raise
     if error is not None:

@@ -11,11 +11,12 @@ like take no lock: each reads one field, which is atomic.
 from __future__ import annotations
 
 from . import _record, _sync
+from ._collected import collected
 from ._core import speedups
 from ._gate import Borrow, borrow_enter, borrow_exit, refuse_raw
 from ._lookup import parents, resolve
 from ._record import LIVE, STATE_NAMES, Record, display_name
-from ._releases import collected, detach, drop_owner, retain
+from ._releases import detach, drop_owner, retain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

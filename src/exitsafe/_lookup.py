@@ -112,4 +112,6 @@ def parents(handles: object, state: Any, what: str) -> tuple[Record, ...]:
                 f"{what}: {item.name!r} belongs to registry {owner.name!r}, "  # type: ignore[attr-defined]
                 f"not {state.name!r}; dependencies cannot cross registries"
             )
+    if len(items) == 1:
+        return items  # type: ignore[return-value]  # (one: nothing repeats)
     return _graph.unique(items)  # type: ignore[arg-type]

@@ -232,11 +232,25 @@ def add_parent(node: Record, parent: Record) -> None:
     node._parents = (*node._parents, parent)
 
 
-def count_parents(node: Record) -> None:
-    """Count ``node`` as a live dependent of each record it was created depending on."""
-    if node._role != HOOK:
-        for parent in node._parents:
+def number_with_parents(node: Record, seq: int) -> None:
+    """Register ``node``, created depending on its parents: its creation number (see
+    `number`), and, unless it is a hook, one more live dependent for each parent.  An
+    exception in the middle (an interrupt) completes it first: numbered, and each
+    parent counted once (the caller holds the lock throughout)."""
+    parents = node._parents if node._role != HOOK else ()
+    counts = [p._children for p in parents]
+    try:
+        for parent in parents:
             parent._children += 1
+        node._rank = seq
+        node._seq = seq
+    except BaseException:
+        for parent, count in zip(parents, counts):
+            if parent._children == count:
+                parent._children = count + 1
+        node._rank = seq
+        node._seq = seq
+        raise
 
 
 # ---------------------------------------------------------------------- owners and borrows
@@ -265,6 +279,19 @@ def release_owner(node: Record, me: int) -> bool:
     return True
 
 
+def release_all_owners(node: Record, me: int) -> bool:
+    """No owner any more (its last reference was dropped), and if nothing else holds
+    ``node`` (no live dependent, no borrow), thread ``me`` claims it: whether it did.
+    The caller checked it is ``LIVE`` and the registry open.  (`drop_all_owners` then
+    `claim`, in one call: the garbage collection's hot path.)"""
+    node._refs = 0
+    if node._children or node._borrows:
+        return False
+    node._releaser = me
+    node._state = RELEASING
+    return True
+
+
 def drop_all_owners(node: Record) -> None:
     """Nobody can release ``node`` any more (its last reference was dropped, or it is
     given back to the program)."""
@@ -285,6 +312,12 @@ def is_due(node: Record) -> bool:
     """Whether ``node``'s native release may run now: ``LIVE``, and no owner, no live
     dependent and no borrow holds it.  (The registry also asks whether it is open.)"""
     return node._state == LIVE and not (node._refs or node._children or node._borrows)
+
+
+def claimed_by(node: Record, me: int) -> bool:
+    """Whether thread ``me`` claimed ``node`` and has not ended it yet (it must release
+    it: see `claim`)."""
+    return node._state == RELEASING and node._releaser == me
 
 
 def is_usable(node: Record) -> bool:
@@ -366,6 +399,74 @@ def end_released(node: Record, records: list[Any], live: Any, cap: int) -> bool:
     return len(records) > cap
 
 
+def end_released_dependent(
+    node: Record,
+    records: list[Any],
+    live: Any,
+    cap: int,
+    ready: Optional[list[Record]],
+    me: int,
+) -> bool:
+    """`end_released` for a claimed record with parents (not tainted, not a hook, not
+    thread-affine, not inherited): the same end, and each parent loses this dependent.
+    A parent left due is appended to ``ready`` (the caller's list, made before the
+    section) and claimed by thread ``me``, in that order, for the caller to release
+    after its section, as a release chain would; ``ready`` is ``None`` once the registry
+    is not open (nothing is claimed: the teardown settles them).  The caller holds the
+    lock, and its own references to the raw object, the release function and the parents
+    (see `end_released`).  Returns whether ``records`` now hold more than ``cap``.  An
+    exception in the middle completes the end first: one record, one
+    removal, each parent's count down once."""
+    if node._state != RELEASING:
+        return False
+    parents = node._parents
+    counts = [p._children for p in parents]
+    record = (node._seq, node._kind, node._name, _RELEASED, None, False)
+    try:
+        records.append(record)  # the end's commit
+        if _DICT_TABLE:
+            live.pop(node._seq, None)  # (LiveTable.discard, written out)
+        else:
+            live.discard(node)
+        node._state = RELEASED
+        node._releaser = 0
+        lose_dependents(parents, counts, ready, me)
+    except BaseException:
+        if not (records and records[-1] is record):
+            records.append(record)
+        live.discard(node)
+        node._state = RELEASED
+        node._releaser = 0
+        lose_dependents(parents, counts, ready, me)
+        raise
+    node._parents = ()
+    node._raw = node._fn = None
+    if node.__class__ is _FINALIZING:
+        node.__class__ = _WITHOUT_FINALIZER
+    return len(records) > cap
+
+
+def lose_dependents(
+    parents: tuple[Record, ...], counts: list[int], ready: Optional[list[Record]], me: int
+) -> None:
+    """Each of ``parents`` lost one dependent (its count was ``counts`` before: down once,
+    even when this runs a second time after an interrupt; the caller holds the lock
+    throughout).  Unless ``ready`` is ``None``, those left due are appended to it, then
+    claimed by thread ``me``."""
+    for parent, count in zip(parents, counts):
+        if parent._children == count:
+            parent._children = count - 1
+        if (
+            ready is not None
+            and parent._state == LIVE
+            and not (parent._children or parent._refs or parent._borrows)
+        ):
+            if parent not in ready:
+                ready.append(parent)
+            parent._releaser = me
+            parent._state = RELEASING
+
+
 # ---------------------------------------------------------------------- ends
 
 
@@ -374,7 +475,7 @@ def end(node: Record, outcome: str, at_exit: bool) -> tuple[Any, Any, tuple[Reco
 
     Returns ``(raw, fn, parents)``, which the caller drops outside its section (dropping
     a user object may run its ``__del__``) after it has told each parent it lost a
-    dependent (`lose_dependent`).  A tainting outcome first taints the parents."""
+    dependent (`lose_dependents`).  A tainting outcome first taints the parents."""
     if outcome == Outcome.DETACHED:
         node._state = DETACHED
     else:
@@ -405,14 +506,6 @@ def drop_payload(node: Record) -> None:
     """Let go of the raw object and the release function (outside any section: dropping
     them may run the object's ``__del__``)."""
     node._raw = node._fn = None
-
-
-
-
-def lose_dependent(parent: Record) -> bool:
-    """A record depending on ``parent`` ended; whether ``parent`` is now due."""
-    parent._children -= 1
-    return parent._state == LIVE and not (parent._children or parent._refs or parent._borrows)
 
 
 def taint_parents(node: Record, outcome: str) -> None:

@@ -15,15 +15,14 @@ import _thread
 from . import _exit, _hooks, _lookup, _process, _record, _sync, _threads
 from ._checks import check_name, check_policy, check_timeout
 from ._closing import teardown as _teardown
+from ._collected import collected, log_collected_failure
 from ._core import speedups
 from ._handle import Handle, HandleInfo, OwnedHandle
 from ._ledger import LedgerEntry, Outcome
 from ._phase import CLOSED, OPEN
 from ._record import HANDLE, LIBRARY, RELEASING
 from ._releases import (
-    collected,
     drop_owner,
-    log_collected_failure,
     release_chain,
     release_failed,
     retain,

@@ -1,7 +1,7 @@
 """Releases outside a teardown: owners dropped, handles collected, chains of parents.
 
 [`Handle.release`][exitsafe.Handle.release] drops one owner (`drop_owner`); the garbage
-collection of a handle with owners drops all of them (`collected`); the end of the last
+collection of a handle with owners drops all of them (`exitsafe._collected`); the end of the last
 borrow settles a handle whose release waited for it (`settle`).  Whichever makes a record
 due *claims* it in a section (`exitsafe._record.claim`), then runs its release function
 outside the lock, records the outcome in another section, and goes on, iteratively, with
@@ -10,7 +10,9 @@ not own a thread-affine handle is queued for that thread (`run_pending`).
 
 Each function takes the record (its registry's state is the record's ``_registry``).
 The pure-Python core runs all of them; the compiled core runs its own copy of the common
-cases (a leaf with no taint, affinity or inheritance) and calls these for the rest.
+cases (a leaf with no taint, affinity or inheritance) and calls these for the rest.  The
+common cases of the pure-Python core are written out too: a release whose end only lets
+its parents lose a dependent (`drop_owner`) skips the general chain.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from . import _record, _sync, _threads
 from ._errors import HandleClosedError, LiveDependentsError, RegistryClosedError
 from ._ledger import Outcome
 from ._record import RELEASING, Record, closed_message, display_name
-from ._report import error_from_finalizer, log
+from ._report import log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional
 
-__all__ = ["collected", "detach", "drop_owner", "release_chain", "retain", "run_pending"]
+__all__ = [
+    "detach", "drop_owner", "record_end", "release_all", "release_chain", "retain", "run_pending",
+]
 
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
@@ -41,12 +45,14 @@ _defer = _sync.defer
 _until_done = _sync.until_done
 _affine = _threads.pending  # owner thread -> queued releases: a cheap truthiness test
 _RELEASED = Outcome.RELEASED
+_FAILED = Outcome.RELEASE_FAILED
 _is_usable = _record.is_usable
 _drop_one = _record.drop_owner
 _claim = _record.claim
 _release_owner = _record.release_owner
 _needs_chain = _record.needs_chain
 _end_released = _record.end_released
+_end_released_dependent = _record.end_released_dependent
 
 
 # ---------------------------------------------------------------------- owners
@@ -81,14 +87,10 @@ def retain(node: Record) -> None:
 def drop_owner(node: Record) -> None:
     """``Handle.release()``: drop one owner; release natively when nothing holds it.
 
-    An exception (an interrupt) anywhere in it either leaves the owner in place, or, once
-    the owner is dropped, still releases a record that became due (the release asked
-    for happens, is recorded, then the exception is raised): a claimed record is never
-    left with nobody releasing it, and its release function never runs twice.
-
-    Written for the exception that can land at any line or instruction: every ``try``
-    line comes before the owner is dropped (CPython covers no ``try`` line with a
-    handler), and what happened is told by ``stage`` (see `exitsafe._sync.locked`)."""
+    An exception (an interrupt) at any line either leaves the owner in place or, once it
+    is dropped, still releases a record it left due (once), records it, then is raised:
+    every ``try`` line comes before the owner is dropped (CPython covers none with a
+    handler), and ``stage`` tells what happened (see `exitsafe._sync.locked`)."""
     state = node._registry
     if state.phase == 2:  # CLOSED, spelled out: this may run from a finalizer late in
         state.late_request(node)  # shutdown, when module globals can already be None
@@ -97,7 +99,8 @@ def drop_owner(node: Record) -> None:
         _defer(drop_owner, node)
         return
     me = _get_ident()
-    target = refs = None
+    target = refs = error = None
+    ready: Optional[list[Record]] = None
     stage = 0  # 1: the release function is called; 2: it returned (then its end recorded)
     try:
         _acquire(False) or _wait()
@@ -108,49 +111,52 @@ def drop_owner(node: Record) -> None:
             target = node
         _release()  # (the section's shape: see exitsafe._sync.locked)
         if target is None:
-            error = None
+            pass
         elif target is state:  # a late request (the registry closed meanwhile)
             if state.trace:
                 state.trace_late(node)
             return
-        elif (
-            target._parents
-            or target._taint is not None
-            or target._affinity is not None
-            or target._gen != _sync.generation
-        ):  # (exitsafe._record.needs_chain, written out on the hot path)
+        elif target._taint is not None or target._affinity is not None or (
+            target._gen != _sync.generation  # (exitsafe._record.needs_chain but parents)
+        ):
             error = release_chain(target)
-        else:
-            # A leaf: release_chain's steps for a record with nothing else to let go of.
-            fn, raw = target._fn, target._raw  # (dropped outside the lock: see below)
+        else:  # (the chain's steps when parents only lose a dependent: see the module)
+            fn, raw, parents = target._fn, target._raw, target._parents  # (dropped last)
+            ready = [] if parents else None  # (the parents its end leaves due, claimed)
             stage = 1
-            fn(raw)
-            stage = 2
-            if _acquire(False):  # (_record_end's common case, written out)
-                if _end_released(target, state.records, state.live, state.cap):
-                    state.ledger.trim()
-                _release()
-                error = None
+            try: fn(raw)  # noqa: E701  (one line: see exitsafe._sync.until_done)
+            except BaseException as exc:  # recorded, then raised (an interrupt: stage 1)
+                error = record_end(target, _FAILED, repr(exc), exc, None, ready)
             else:
-                error = _record_end(target, _RELEASED, None, None)
-            # (fn and raw are dropped as this returns: outside the lock; an exception
-            # from here on finds the end recorded, and recording it again does nothing)
+                stage = 2
+                if ready is not None:
+                    error = _end_dependent(target, state, ready, me)
+                elif _acquire(False):  # (record_end's common case, written out)
+                    if _end_released(target, state.records, state.live, state.cap):
+                        state.ledger.trim()
+                    _release()
+                    error = None
+                else:
+                    error = record_end(target, _RELEASED, None, None)
+            if ready:  # (an exception from here on finds the end recorded, once)
+                error = _first_error(error, release_all(ready))
         if _deferred:
             _run_deferred()
     except BaseException as exc:
         if _reentered():  # (in a section: what it did is settled before the lock goes)
-            if not stage:  # (else the section recording the end: _record_end completes it)
+            if not stage:  # (else the section recording the end: record_end completes it)
                 target = _claim_dropped(node, refs, me)
             _release()
         if stage == 1:  # the release function raised (or its call was interrupted)
-            error = _record_end(target, Outcome.RELEASE_FAILED, repr(exc), exc)  # type: ignore[arg-type]
+            error = record_end(target, _FAILED, repr(exc), exc, None, ready)  # type: ignore[arg-type]
         elif stage == 2:  # it returned (its end recorded, or now)
-            error = _record_end(target, _RELEASED, None, exc)  # type: ignore[arg-type]
+            error = record_end(target, _RELEASED, None, exc, None, ready)  # type: ignore[arg-type]
         else:
             error = None
-            if target is not None and target is not state:
-                if target._state == RELEASING and target._releaser == me:
-                    release_chain(target)  # claimed, not yet released: released all the same
+            if target is not None and target is not state and _record.claimed_by(target, me):
+                release_chain(target)  # claimed, not yet released: released all the same
+        if ready:  # the parents its end left due (claimed): released all the same
+            error = _first_error(error, release_all(ready))
         if error is None or error is exc:
             error = None  # (no frame of ours keeps the exception: see release_chain)
             raise
@@ -161,6 +167,36 @@ def drop_owner(node: Record) -> None:
             error = None  # (see release_chain: no frame of ours keeps it)
     if _affine:
         _run_mine_quietly()
+
+
+def _end_dependent(
+    node: Record, state: Any, ready: list[Record], me: int
+) -> Optional[BaseException]:
+    """The end of claimed ``node`` with parents, whose release function returned (see
+    `exitsafe._record.end_released_dependent`): in one section when the lock is free at
+    once, else as `record_end` records it (it waits, and goes on past interrupts).
+    The interrupt that came meanwhile, or ``None``."""
+    if _acquire(False):
+        if _end_released_dependent(
+            node, state.records, state.live, state.cap, None if state.phase else ready, me
+        ):
+            state.ledger.trim()
+        _release()
+        return None
+    return record_end(node, _RELEASED, None, None, None, ready)
+
+
+def _first_error(
+    first: Optional[BaseException], then: Optional[BaseException]
+) -> Optional[BaseException]:
+    """The error to raise of two: an interrupt first, else the earlier one."""
+    try:
+        if first is None or (then is not None and _sync.is_interrupt(then)
+                             and not _sync.is_interrupt(first)):
+            return then
+        return first
+    finally:
+        del first, then  # (see release_chain: no frame of ours keeps them)
 
 
 def _drop_rarely(node: Record, refs: int) -> Any:
@@ -193,7 +229,7 @@ def _claim_dropped(node: Record, refs: Optional[int], me: int) -> Optional[Recor
     """`drop_owner`'s section was interrupted (the lock still held): ``node`` if it is
     claimed by this thread or due after this call dropped its owner (then it is claimed
     now), else ``None``."""
-    if node._state == RELEASING and node._releaser == me:
+    if _record.claimed_by(node, me):
         return node
     if refs is not None and node._refs == refs - 1 and _record.is_due(node):
         if not node._registry.phase:
@@ -202,7 +238,7 @@ def _claim_dropped(node: Record, refs: Optional[int], me: int) -> Optional[Recor
     return None
 
 
-def _record_end(
+def record_end(
     node: Record,
     outcome: str,
     detail: Optional[str],
@@ -231,7 +267,7 @@ def _record_once(
     trash: list[object],
     ready: Optional[list[Record]],
 ) -> None:
-    """One try of `_record_end`: in one section, the end of ``node`` (nothing if it
+    """One try of `record_end`: in one section, the end of ``node`` (nothing if it
     ended: a teardown gave up waiting for it and recorded it, or a try before)."""
     state = node._registry
     try:
@@ -261,7 +297,7 @@ def release_failed(
     (``None``: none)."""
     if ready is None:
         ready = []
-    interrupt = _record_end(node, Outcome.RELEASE_FAILED, repr(exc), None, None, ready)
+    interrupt = record_end(node, Outcome.RELEASE_FAILED, repr(exc), None, None, ready)
     error = release_all(ready)  # (last first, as release_chain's stack takes them)
     try:
         return interrupt if interrupt is not None else _interrupt_only(error)
@@ -284,7 +320,7 @@ def release_all(nodes: list[Record]) -> Optional[BaseException]:
 def _release_each(nodes: list[Record], errors: list[Optional[BaseException]]) -> None:
     me = _get_ident()
     for node in reversed(nodes):
-        if node._state == RELEASING and node._releaser == me:
+        if _record.claimed_by(node, me):
             error = release_chain(node)  # (goes on past interrupts: see release_chain)
             if error is not None and errors[0] is None:
                 errors[0] = error
@@ -379,7 +415,7 @@ def _run_chain(chain: _Chain) -> None:
                 Outcome.RELEASE_FAILED,
                 "interrupted as its release function was called",
             )
-        stop = _record_end(node, verdict[0], verdict[1], None, chain.trash, pending)
+        stop = record_end(node, verdict[0], verdict[1], None, chain.trash, pending)
         if stop is not None and chain.interrupt is None:
             chain.interrupt = stop
         stop = None
@@ -398,104 +434,6 @@ def _call_release(node: Record, chain: _Chain) -> tuple[str, Optional[str]]:
     return (Outcome.RELEASED, None)
 
 
-# ---------------------------------------------------------------------- garbage collection
-
-
-def collected(node: Record) -> None:
-    """The garbage collection of a handle that still has owners (its finalizer), on any
-    thread, possibly during interpreter finalization (then the registry is closed) or
-    while this very thread is inside an exitsafe section (a collection can run at any
-    bytecode).  Attributes only until the registry is known open: module globals may
-    already be None.  Safe to call again after an interrupt cut it short: it goes on
-    from where it stopped, and does nothing once the handle has no owner."""
-    if not getattr(node, "_refs", 0):  # no owner left, or never initialized
-        return
-    state = node._registry
-    if state.phase and node._state:  # claimed by the teardown, or ended: no request
-        return
-    if _reentered():
-        _defer(_collected_now, node)
-        return
-    _collected_now(node)
-
-
-def _collected_now(node: Record) -> None:
-    state = node._registry
-    trash: list[object] = []
-    me = _get_ident()
-    target = None
-    refs = None
-    try:
-        if not state.phase:
-            _acquire(False) or _wait()
-        else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
-            _sync.enter_if_possible()  # (without the lock: no other thread runs)
-        refs = node._refs
-        # (not in the live table: never registered, track() was interrupted and its
-        # caller still owns the object)
-        if _is_usable(node) and state.live.hold(node):
-            if state.phase:
-                # A teardown began but its snapshot did not hold this handle: a cyclic
-                # collection cleared our weak reference to it before running this
-                # finalizer.  Native code must not run any more: leak it, so that it
-                # still ends in exactly one outcome, and taint what it depends on.
-                state.finish(
-                    node, Outcome.LEAKED_AFTER_CLOSE,
-                    "collected while the teardown began, unseen by it", True, trash,
-                )
-            else:
-                _record.drop_all_owners(node)  # (held above: the teardown sees it)
-                if _record.is_due(node):
-                    _claim(node, me)
-                    target = node
-        if _reentered():  # (the section's shape: see exitsafe._sync.locked)
-            _release()
-        trash.clear()
-        if target is not None:
-            _release_collected(target)
-            target = None
-    except BaseException:
-        if _reentered():  # (in the section: complete what it began before the lock goes)
-            if refs and node._state != 0:
-                pass  # ended (finish completes what it began) or claimed
-            elif refs and not state.phase:  # (the owners' drop, completed)
-                _record.drop_all_owners(node)
-                state.live.hold(node)
-                if _record.is_due(node):
-                    _claim(node, me)
-            if node._state == RELEASING and node._releaser == me:
-                target = node
-            _release()
-        if target is not None and target._state == RELEASING and target._releaser == me:
-            _release_collected(target)  # claimed, then interrupted: see drop_owner
-        raise
-    if _deferred:
-        _run_deferred()
-
-
-def _release_collected(node: Record) -> None:
-    """Release ``node``, claimed after its last reference was dropped; log a failure
-    (nobody can receive it)."""
-    error = release_chain(node)
-    if error is not None:
-        log_collected_failure(node, error)
-        error = None  # (see release_chain)
-
-
-def log_collected_failure(node: Record, error: BaseException) -> None:
-    """Log that the release of a collected handle failed (the compiled core's too).
-
-    The repr, not the exception: a handler that keeps records (pytest's caplog, a
-    MemoryHandler) would otherwise keep its traceback, and through its frames every
-    handle they refer to."""
-    error_from_finalizer(
-        "release of %s %r failed after its last reference was dropped: %s",
-        node._kind,
-        display_name(node),
-        repr(error),
-    )
-
-
 # ---------------------------------------------------------------------- borrows, detach, undo
 
 
@@ -508,12 +446,12 @@ def settle(node: Record) -> None:
     def claim_if_due() -> bool:
         if _record.is_due(node) and state.phase == 0:
             _claim(node, me)
-        return node._state == RELEASING and node._releaser == me
+        return _record.claimed_by(node, me)
 
     try:
         claimed = _sync.locked_quietly(claim_if_due)
     except BaseException:
-        if node._state == RELEASING and node._releaser == me:
+        if _record.claimed_by(node, me):
             release_chain(node)  # claimed, then interrupted: see drop_owner
         raise
     if claimed:

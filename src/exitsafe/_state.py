@@ -171,7 +171,10 @@ class RegistryState(_StateBase):
             self.registered_after_close(node)
             return False
         try:
-            error = _sync.locked_quietly(self._add, node, after)
+            if after or node._role == HOOK:
+                error = _sync.locked_quietly(self._add, node, after)
+            else:
+                error = self._add_dependent(node)
         except BaseException:  # interrupted (KeyboardInterrupt): registered meanwhile or not
             undo_track(node)
             raise
@@ -197,8 +200,7 @@ class RegistryState(_StateBase):
         if error is not None:
             return error
         seq = self.seq = self.seq + 1
-        _record.number(node, seq)
-        _record.count_parents(node)
+        _record.number_with_parents(node, seq)
         if after:
             # (a renumbering must rank the hook too, which joins the live table last)
             def every_node() -> list[Record]:
@@ -215,6 +217,36 @@ class RegistryState(_StateBase):
         else:
             self.live.add(node, False)
         return None
+
+    def _add_dependent(self, node: Record) -> Optional[Exception]:
+        """`add` for a handle with parents and no ``after`` edges (no edge can close a
+        cycle: the handle is new), in one section of its own, written out for the hot
+        path of ``track(depends_on=...)``; ``None``, or the error refusing it."""
+        error: Optional[Exception] = None
+        try:
+            _acquire(False) or _sync.wait()
+            if self.phase != OPEN:
+                error = RegistryClosedError(f"registry {self.name!r} is closed")
+            else:
+                for parent in node._parents:
+                    if parent._state != LIVE or not parent._refs:  # (is_usable)
+                        error = HandleClosedError(
+                            "depends_on: " + _record.closed_message(parent)
+                        )
+                        break
+                else:
+                    seq = self.seq = self.seq + 1
+                    _record.number_with_parents(node, seq)
+                    if _DICT_TABLE:
+                        self.live[seq] = _weakref(node)  # (LiveTable.add, written out)
+                    else:
+                        self.live.add(node, False)
+            _release()  # (the section's shape: see exitsafe._sync.locked)
+        except BaseException:
+            if _sync.reentered():  # (the section's shape: see exitsafe._sync.locked)
+                _sync.release()
+            raise
+        return error
 
     def _check_new_edges(self, node: Record, after: tuple[Record, ...]) -> Optional[Exception]:
         """Why ``node`` cannot join the graph with its parents and ``after`` edges, or None."""
@@ -379,19 +411,12 @@ class RegistryState(_StateBase):
     def _lose_dependent(
         self, parents: tuple[Record, ...], counts: list[int], ready: Optional[list[Record]]
     ) -> None:
-        """Each of ``parents`` lost one dependent (whose count was ``counts`` before): its
-        count goes down once, even when this runs a second time after an interrupt (the
-        caller holds the lock throughout).  Those left due while the registry is open go
-        to ``ready``, then are claimed by this thread."""
-        claim = ready is not None and self.phase == OPEN
-        me = _get_ident()
-        for parent, count in zip(parents, counts):
-            if parent._children == count:
-                _record.lose_dependent(parent)
-            if claim and _record.is_due(parent):
-                if parent not in ready:  # type: ignore[operator]
-                    ready.append(parent)  # type: ignore[union-attr]
-                _record.claim(parent, me)
+        """Each of ``parents`` lost one dependent (see `exitsafe._record.lose_dependents`);
+        those left due while the registry is open go to ``ready``, then are claimed by
+        this thread."""
+        _record.lose_dependents(
+            parents, counts, ready if self.phase == OPEN else None, _get_ident()
+        )
 
     def late_request(self, node: Record) -> None:
         """Count (and trace) a release request that arrived after close.

@@ -479,10 +479,15 @@ def _track(p: Program) -> Callable[[], object]:
 def _release(p: Program) -> Callable[[], object]:
     p.track("simple")
     p.track("option", exit_policy="release")
+    p.track("fail-leaf")  # (its release fails: recorded release_failed, then raised)
 
     def action() -> None:
         p.held["simple"].release()
         p.held["option"].release()
+        try:
+            p.held["fail-leaf"].release()
+        except OSError:  # (its documented error: recorded release_failed)
+            pass
 
     return action
 
@@ -608,6 +613,7 @@ def _gc(p: Program) -> Callable[[], object]:
     a = p.track("a")
     p.track("b", depends_on=[a])
     p.track("simple")
+    p.track("fail-dropped")  # (its release fails: recorded release_failed, and logged)
     a.release()
     del a
     box = Box("cyclic")
@@ -616,6 +622,7 @@ def _gc(p: Program) -> Callable[[], object]:
 
     def action() -> None:
         p.drop("simple")  # its finalizer releases it
+        p.drop("fail-dropped")
         p.drop("b")  # its finalizer releases b, then a
         p.drop("cyclic")
         gc.collect()  # (the only way the cycle goes)
