@@ -719,6 +719,60 @@ def test_a_daemon_threads_crash_during_the_teardown_is_the_threads_not_the_steps
     assert "quiesce()" in diagnosis.hint
 
 
+def test_a_crash_in_an_exit_handler_while_a_daemon_thread_runs_names_the_thread():
+    # soundfile (tests/real's soundfile-daemon-writer), 1 run in 30: the atexit close of
+    # the file crashes on the main thread, freeing what the writer's native call in flight
+    # corrupted; the writer is the cause, the handler only where the crash showed.
+    code = textwrap.dedent(
+        """
+        import atexit, ctypes, threading
+
+        started = threading.Event()
+
+        def writer():
+            started.set()
+            threading.Event().wait()  # stands for a native write in flight
+
+        def close():
+            ctypes.string_at(0)  # stands for sf_close on a structure the writer corrupted
+
+        threading.Thread(target=writer, name="writer", daemon=True).start()
+        started.wait()
+        atexit.register(close)
+        """
+    )
+    result = run(code, timeout=30)
+    assert result.signal == "SIGSEGV" or result.ntstatus is not None
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "thread-crash-at-exit", result.report()
+    assert "in an exit handler" in diagnosis.headline and "'writer'" in diagnosis.headline
+    assert "exit handler, close (" in diagnosis.headline
+    assert "quiesce()" in (diagnosis.hint or "")
+
+
+def test_a_crash_in_the_programs_body_with_a_daemon_thread_is_not_an_exit_handlers():
+    # (the main thread still in the program's body: not an exit handler; other rules say)
+    code = textwrap.dedent(
+        """
+        import ctypes, threading
+
+        started = threading.Event()
+
+        def writer():
+            started.set()
+            threading.Event().wait()
+
+        threading.Thread(target=writer, name="writer", daemon=True).start()
+        started.wait()
+        ctypes.string_at(0)
+        """
+    )
+    result = run(code, timeout=30)
+    assert result.signal == "SIGSEGV" or result.ntstatus is not None
+    diagnosis = result.diagnosis
+    assert diagnosis is None or "exit handler" not in diagnosis.headline, result.report()
+
+
 # PyAV on CPython 3.12 (tests/real's pyav-daemon-decoder): the daemon thread's demuxer
 # aborts on the container that atexit closed under it; the dump shows only the main
 # thread, with no Python frame, and no library printed a message.

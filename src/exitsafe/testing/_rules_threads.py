@@ -20,6 +20,7 @@ from ._evidence import (
 
 if TYPE_CHECKING:
     from ._result import ExitResult
+    from .parsers import ThreadStack
 
 #: Lines a C++ runtime prints when a thread is unwound through a frame that cannot be
 #: unwound (``pthread_exit``'s forced unwind through ``noexcept`` or ``catch (...)``).
@@ -147,6 +148,8 @@ def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
         ident = (current.thread_id or "").lower()
         listed = [t for t in daemons if t.ident == ident]
         if not listed and not (started_thread(current) and not in_exitsafe(current)):
+            if daemons and current.frames and not is_main_stack(current):
+                return _crash_in_exit_handler(result, current, daemons)
             return None  # crashed on a thread of its own (the main one): other rules say where
         # Where it crashed is the dump's stack (the list of threads is from the exit's start);
         # a thread of the program's not listed (no start-up hook, no trace) is named by it.
@@ -177,5 +180,32 @@ def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
         "thread-crash-at-exit",
         f"crash at exit ({crash}) {on} while the daemon thread{name} was still running"
         f"{where}: its native code used what the exit freed",
+        details,
+    )
+
+
+def _crash_in_exit_handler(
+    result: ExitResult, main: ThreadStack, daemons: list[LateThread]
+) -> Diagnosis:
+    """The main thread crashed in an exit handler (its stack has no frame of the program's
+    own body any more: an ``atexit`` callback) while daemon threads still ran: the handler
+    released what one of them was using, and the crash came on the releasing side (a
+    close freeing a structure the thread's native call was writing)."""
+    handler = frame_text(main.frames[-1])  # (the outermost frame: the handler called)
+    stack = " <- ".join(frame_text(f) for f in main.frames[:8])
+    details = [f"the main thread crashed in the exit handler {handler} (no frame of the"
+               f" program's body is left on its stack), whole stack: {stack}"]
+    for thread in daemons[:4]:
+        frames = (thread.stack or thread.frame or "?").split(" <- ")
+        details.append(f"{thread.label()} at exit, whole stack: " + " <- ".join(frames[:8]))
+    before = stderr_before(result, 3)
+    if before:
+        details.append("the program's last stderr lines: " + " | ".join(before))
+    crash = result.exit_description.split(" (")[0]
+    name = f" {daemons[0].name!r}" if len(daemons) == 1 else "s"
+    return make_diagnosis(
+        "thread-crash-at-exit",
+        f"crash at exit ({crash}) in an exit handler, {handler}, while the daemon thread{name}"
+        " was still running: the handler released what the thread was using",
         details,
     )
