@@ -19,15 +19,15 @@ understood, so each path has its own runs.)
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from exitsafe.testing import ExitResult, run
+from exitsafe.testing import ExitResult
 
 from .cases import Case
 from .conftest import environment_for, versions
+from .scaling import assert_ends, per_end_case, run_two_at_a_time
 
 #: how each worker ends -> (shard readable, ledger records it released)
 UNPROTECTED = {"restart": (True, True), "sigterm": (False, False), "crash": (False, False),
@@ -37,12 +37,9 @@ LINE = re.compile(r"^worker ended by (\w+): shard (readable|unreadable), ledger 
 
 
 def _case(program: str, end: str, runs: int) -> Case:
-    return Case(
-        id=f"{program.replace('_', '-')[:-3]}-{end}",
-        program=program,
+    return per_end_case(
+        program, end, runs,
         package="distributed",
-        fails=lambda result, version: not result.clean,
-        runs=runs,
         # a run takes 4-8 s on an idle machine (three interpreters start: the client and
         # two workers), a few times that on a loaded one: the bound is for a hang only
         timeout=180.0,
@@ -73,26 +70,8 @@ def test_dask_workers_teardown_per_path(
     case: Case, expected: dict, version: str, tmp_path: Path
 ) -> None:
     env = environment_for(version, case)
-
-    def one(attempt: int) -> ExitResult:
-        cwd = tmp_path / f"run-{attempt + 1}"
-        cwd.mkdir()
-        return run(script=case.script, python=env.python, timeout=case.timeout, cwd=cwd,
-                   env=dict(case.env or ()))
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # (two runs at a time, as elsewhere)
-        results = list(pool.map(one, range(case.runs)))
-    for attempt, result in enumerate(results):
-        where = f"{case.program} on CPython {version}, run {attempt + 1} of {case.runs}"
-        assert not result.timed_out and result.signal is None, (
-            f"{where}: {result.summary()}\n\n{result.report()}"
-        )
-        want = {how: expected[how] for how in (case.env[0][1], "close")}
-        assert ended(result) == want, (
-            f"{where}: each worker's end -> (shard readable, ledger released): "
-            f"{ended(result)}, expected {want}\n\n{result.stdout}\n{result.stderr[-3000:]}"
-        )
-        # exit 1 exactly when a shard is unreadable
-        assert result.returncode == int(not all(ok for ok, _ in want.values())), (
-            f"{where}: {result.summary()}"
-        )
+    results = run_two_at_a_time(case.script, case.runs, tmp_path, python=env.python,
+                                timeout=case.timeout, env=dict(case.env or ()))
+    want = {how: expected[how] for how in (dict(case.env or ())["DASK_END"], "close")}
+    assert_ends(results, f"{case.program} on CPython {version}", ended, want,
+                "each worker's end -> (shard readable, ledger released)")

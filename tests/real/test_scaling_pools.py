@@ -11,15 +11,15 @@ readable (nothing runs in a process killed by SIGSEGV), so the program does not 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from exitsafe.testing import ExitResult, run
+from exitsafe.testing import ExitResult
 
 from .cases import PROGRAMS, Case
 from .conftest import environment_for, versions
+from .scaling import run_two_at_a_time
 
 PROGRAM = PROGRAMS / "h5py_process_pools.py"
 RUNS = 10
@@ -63,22 +63,9 @@ def test_every_worker_shard_reads_back(
     engine: str, end: str, version: str, tmp_path: Path
 ) -> None:
     env = environment_for(version, H5PY)
-
-    def one(attempt: int) -> ExitResult:
-        cwd = tmp_path / f"run-{attempt + 1}"
-        cwd.mkdir()
-        return run(
-            script=PROGRAM,
-            args=[engine, end],
-            python=env.python,
-            timeout=H5PY.timeout,
-            cwd=cwd,
-            env={"EXITSAFE_LEDGER": "ledger-{pid}.json"},
-        )
-
-    # two runs at a time, each in its own directory (its workers' ledgers)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(one, range(RUNS)))
+    results = run_two_at_a_time(PROGRAM, RUNS, tmp_path, python=env.python,
+                                timeout=H5PY.timeout, args=[engine, end],
+                                env={"EXITSAFE_LEDGER": "ledger-{pid}.json"})
     for attempt, result in enumerate(results):
         assert passed(result, end), (
             f"{PROGRAM.name} {engine} {end} on CPython {version}, run {attempt + 1} of "

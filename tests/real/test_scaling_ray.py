@@ -24,16 +24,16 @@ interpreter gets); 2 runs on the others (the same Ray as 3.13), keeping the file
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
-from exitsafe.testing import ExitResult, run
+from exitsafe.testing import ExitResult
 
 from .cases import Case
 from .conftest import environment_for, versions
+from .scaling import assert_ends, run_two_at_a_time
 
 #: the interpreters with the full 10 runs (see the docstring); the others get 2
 FULL_RUNS = ("3.9", "3.13")
@@ -88,30 +88,9 @@ def test_ray_actors_teardown_per_path(version: str, tmp_path: Path) -> None:
     env = environment_for(version, CASE)
     want = expected(env.packages["ray"])
     runs = CASE.runs if version in FULL_RUNS else 2
-
-    def one(attempt: int) -> ExitResult:
-        cwd = tmp_path / f"run-{attempt + 1}"
-        cwd.mkdir()
-        result = run(script=CASE.protected_script, python=env.python, timeout=CASE.timeout,
-                     cwd=cwd)
-        (cwd / "stdout.txt").write_text(result.stdout)  # (what each actor's end gave)
-        return result
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # (two runs at a time, as elsewhere)
-        results = list(pool.map(one, range(runs)))
-    for attempt, result in enumerate(results):
-        where = (f"{CASE.protected} on CPython {version} (ray {env.packages['ray']}), "
-                 f"run {attempt + 1} of {runs}")
-        assert not result.timed_out and result.signal is None, (
-            f"{where}: {result.summary()}\n\n{result.report()}"
-        )
-        got = ended(result)
-        assert set(got) == set(want) and all(
-            got[how] == ok if ok is not None else got[how] in ((True, True), (False, False))
-            for how, ok in want.items()
-        ), (
-            f"{where}: each actor's end -> (shard readable, ledger released): "
-            f"{got}, expected {want}\n\n{result.stdout}\n{result.stderr[-3000:]}"
-        )
-        # exit 1 exactly when a shard is unreadable (always: the crashed actor's)
-        assert result.returncode == 1, f"{where}: {result.summary()}"
+    # (each run's stdout kept in its directory: what each actor's end gave)
+    results = run_two_at_a_time(CASE.protected_script, runs, tmp_path, python=env.python,
+                                timeout=CASE.timeout, keep_stdout=True)
+    # (exit 1 in every run: the crashed actor's shard never reads back)
+    assert_ends(results, f"{CASE.protected} on CPython {version} (ray {env.packages['ray']})",
+                ended, want, "each actor's end -> (shard readable, ledger released)")

@@ -22,15 +22,15 @@ builds of several GB; a CPU one lies on the CI machine's disk for CPython 3.11).
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from exitsafe.testing import ExitResult, run
+from exitsafe.testing import ExitResult
 
 from .cases import Case
 from .conftest import environment_for, versions
+from .scaling import assert_ends, per_end_case, run_two_at_a_time
 
 #: rank -> (shard readable, ledger records it released, group destroyed by the teardown)
 Ends = dict[int, tuple[bool, bool, bool]]
@@ -50,12 +50,9 @@ PROTECTED: dict[str, Ends] = {
 
 
 def _case(program: str, end: str, runs: int) -> Case:
-    return Case(
-        id=f"{program.replace('_', '-')[:-3]}-{end}",
-        program=program,
+    return per_end_case(
+        program, end, runs,
         package="torch",
-        fails=lambda result, version: not result.clean,
-        runs=runs,
         # a run takes 10-20 s on an idle machine (torchrun and two workers import torch):
         # the bound is for a hang only
         timeout=300.0,
@@ -89,28 +86,7 @@ def test_torch_workers_teardown_per_path(
     case: Case, expected: Ends, version: str, tmp_path: Path
 ) -> None:
     env = environment_for(version, case)
-
-    def one(attempt: int) -> ExitResult:
-        cwd = tmp_path / f"run-{attempt + 1}"
-        cwd.mkdir()
-        result = run(script=case.script, python=env.python, timeout=case.timeout, cwd=cwd,
-                     env=dict(case.env or ()))
-        assert isinstance(result, ExitResult)
-        return result
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # (two runs at a time, as elsewhere)
-        results = list(pool.map(one, range(case.runs)))
-    for attempt, result in enumerate(results):
-        where = f"{case.program} on CPython {version}, run {attempt + 1} of {case.runs}"
-        assert not result.timed_out and result.signal is None, (
-            f"{where}: {result.summary()}\n\n{result.report()}"
-        )
-        assert ended(result) == expected, (
-            f"{where}: each rank's end -> (shard readable, ledger released, group "
-            f"destroyed): {ended(result)}, expected {expected}\n\n{result.stdout}\n"
-            f"{result.stderr[-3000:]}"
-        )
-        # exit 1 exactly when a shard is unreadable
-        assert result.returncode == int(not all(ok for ok, _, _ in expected.values())), (
-            f"{where}: {result.summary()}"
-        )
+    results = run_two_at_a_time(case.script, case.runs, tmp_path, python=env.python,
+                                timeout=case.timeout, env=dict(case.env or ()))
+    assert_ends(results, f"{case.program} on CPython {version}", ended, expected,
+                "each rank's end -> (shard readable, ledger released, group destroyed)")

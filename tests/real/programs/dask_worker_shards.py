@@ -25,7 +25,6 @@ read every shard back, the workers' exitsafe teardown ran (their ledgers record 
 ``dask_worker_shards_protected.py`` runs the same with the recipe's ``WorkerPlugin``.
 """
 
-import json
 import os
 import shutil
 import signal
@@ -36,6 +35,7 @@ import time
 import h5py
 import numpy as np
 from distributed import Client, LocalCluster, WorkerPlugin, get_worker
+from shards import read_back
 
 import exitsafe
 
@@ -65,29 +65,6 @@ def write(i: int) -> int:
 
 def crash() -> None:
     os._exit(1)
-
-
-def readable(path: str) -> bool:
-    try:
-        with h5py.File(path, "r") as shard:
-            len(shard)
-    except OSError:
-        return False
-    return True
-
-
-def released(pid: int) -> bool:
-    """Whether the worker's own ledger records its shard released."""
-    try:
-        with open(f"ledger-{pid}.json") as file:
-            ledger = json.load(file)
-    except (OSError, ValueError):
-        return False
-    return any(
-        entry["name"] == "shard" and entry["outcome"].startswith("released")
-        for registry in ledger["registries"]
-        for entry in registry["entries"]
-    )
 
 
 def pids(client) -> dict:
@@ -145,10 +122,9 @@ def main(register=None) -> int:
         ended.update(dict.fromkeys(last, "close"))
         bad = 0
         for pid, how in ended.items():
-            ok = readable(os.path.join(directory, f"shard-{pid}.h5"))
+            ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid)
             bad += not ok
-            print(f"worker ended by {how}: shard {'readable' if ok else 'unreadable'}, "
-                  f"ledger {'released' if released(pid) else 'none'}", flush=True)
+            print(f"worker ended by {how}: {read}", flush=True)
         print(f"shards {len(os.listdir(directory))}, unreadable {bad}", flush=True)
     finally:
         shutil.rmtree(directory)

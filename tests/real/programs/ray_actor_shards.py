@@ -29,7 +29,6 @@ adds actors ended with the recipe (``__ray_terminate__`` first).
 """
 
 import ctypes
-import json
 import os
 import shutil
 import sys
@@ -39,6 +38,7 @@ import time
 import h5py
 import numpy as np
 import ray
+from shards import read_back
 
 import exitsafe
 
@@ -79,29 +79,6 @@ def wait_gone(pid: int, how: str) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"the actor ended by {how} (pid {pid}) did not go away")
         time.sleep(0.02)
-
-
-def readable(path: str) -> bool:
-    try:
-        with h5py.File(path, "r") as shard:
-            len(shard)
-    except OSError:
-        return False
-    return True
-
-
-def released(path: str) -> bool:
-    """Whether the worker's own ledger records its shard released."""
-    try:
-        with open(path) as file:
-            ledger = json.load(file)
-    except (OSError, ValueError):
-        return False
-    return any(
-        entry["name"] == "shard" and entry["outcome"].startswith("released")
-        for registry in ledger["registries"]
-        for entry in registry["entries"]
-    )
 
 
 def main(recipe=None) -> int:
@@ -162,11 +139,9 @@ def main(recipe=None) -> int:
             ended[pids[how]] = how
         bad = 0
         for pid, how in ended.items():
-            ok = readable(os.path.join(directory, f"shard-{pid}.h5"))
+            ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid, directory)
             bad += not ok
-            ledger = released(os.path.join(directory, f"ledger-{pid}.json"))
-            print(f"actor ended by {how}: shard {'readable' if ok else 'unreadable'}, "
-                  f"ledger {'released' if ledger else 'none'}", flush=True)
+            print(f"actor ended by {how}: {read}", flush=True)
         print(f"shards {len(ended)}, unreadable {bad}", flush=True)
     finally:
         ray.shutdown()

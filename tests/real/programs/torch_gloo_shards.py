@@ -28,12 +28,13 @@ docs/scaling.md.
 """
 
 import glob
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+
+from shards import read_back
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
@@ -75,31 +76,6 @@ def worker(end: str, protect=None) -> None:
         raise SystemExit("the agent never ended this worker")
 
 
-def readable(path: str) -> bool:
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as shard:
-            len(shard)
-    except OSError:
-        return False
-    return True
-
-
-def released(pid: str) -> bool:
-    """Whether the worker's own ledger records its shard released."""
-    try:
-        with open(f"ledger-{pid}.json") as file:
-            ledger = json.load(file)
-    except (OSError, ValueError):
-        return False
-    return any(
-        entry["name"] == "shard" and entry["outcome"].startswith("released")
-        for registry in ledger["registries"]
-        for entry in registry["entries"]
-    )
-
-
 def launch(script: str, end: str) -> int:
     """Run ``script`` under torchrun with two workers, end them as ``end`` says, and read
     the shards back (in the current directory)."""
@@ -125,11 +101,10 @@ def launch(script: str, end: str) -> int:
                 pid = file.read()
         except OSError:
             pid = "?"
-        ok = readable(f"shard-{rank}.h5")
+        ok, read = read_back(f"shard-{rank}.h5", pid)
         unreadable += not ok
         destroyed = os.path.exists(f"destroyed-{pid}")
-        print(f"rank {rank} ended by {end}: shard {'readable' if ok else 'unreadable'}, "
-              f"ledger {'released' if released(pid) else 'none'}, "
+        print(f"rank {rank} ended by {end}: {read}, "
               f"group {'destroyed' if destroyed else 'left'}", flush=True)
     print(f"shards {WORLD}, unreadable {unreadable}", flush=True)
     return 1 if unreadable else 0

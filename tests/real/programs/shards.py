@@ -1,0 +1,55 @@
+"""What the scaling programs (``dask_worker_shards.py``, ``ray_actor_shards.py``,
+``torch_gloo_shards.py``) share: after the run, reading back each worker's HDF5 shard and
+its own exitsafe ledger (``EXITSAFE_LEDGER=ledger-{pid}.json``).  Not a program.
+
+Imported from this directory: ``sys.path[0]`` of a program run as a script (a
+``torchrun`` worker runs the script itself), and on the ``PYTHONPATH`` that each program
+sets for the workers it starts (a dask nanny's, Ray's, ``torchrun``'s), so that a worker
+which imports a program's module (to unpickle a class sent by reference) imports this one
+with it.  h5py is imported by :func:`readable`, not with this module: the torch launcher
+reads the shards back but has no other use for h5py.
+"""
+
+import json
+import os
+from typing import Tuple, Union
+
+
+def readable(path: str) -> bool:
+    """Whether the HDF5 file at ``path`` opens and its root group lists; ``False`` on an
+    ``OSError``: a file never closed does not open (HDF5 writes its superblock at close)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as shard:
+            len(shard)
+    except OSError:
+        return False
+    return True
+
+
+def released(pid: Union[int, str], directory: str = "") -> bool:
+    """Whether the ledger of the worker ``pid``, ``ledger-<pid>.json`` in ``directory``
+    (default: the current one), records its shard (the entry named ``shard``) released (an
+    outcome ``released...``); ``False`` when that file is missing or not JSON."""
+    try:
+        with open(os.path.join(directory, f"ledger-{pid}.json")) as file:
+            ledger = json.load(file)
+    except (OSError, ValueError):
+        return False
+    return any(
+        entry["name"] == "shard" and entry["outcome"].startswith("released")
+        for registry in ledger["registries"]
+        for entry in registry["entries"]
+    )
+
+
+def read_back(shard: str, pid: Union[int, str], ledgers: str = "") -> Tuple[bool, str]:
+    """A worker's shard (the file ``shard``) and ledger (``pid``'s in the directory
+    ``ledgers``, as :func:`released`) read back, in that order: whether the shard is
+    readable, and what the programs print of both, ``shard readable|unreadable, ledger
+    released|none``."""
+    ok = readable(shard)
+    ledger = released(pid, ledgers)
+    return ok, (f"shard {'readable' if ok else 'unreadable'}, "
+                f"ledger {'released' if ledger else 'none'}")
