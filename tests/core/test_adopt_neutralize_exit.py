@@ -1,0 +1,126 @@
+"""Non-idempotent finalizers at the exit (issue 26, rule 5): once the exit has closed an
+adopted object, that object's own ``__del__``, run later by the interpreter's finalization
+(the object is still referenced by a module global), does nothing.
+
+The object stands for a third-party wrapper whose ``close()`` frees its native handle but
+leaves the attribute set, and whose ``__del__`` frees whatever the attribute holds: run after
+the close, it frees the handle a second time.  Its "native library" aborts the process on a
+double free, as glibc does, so without exitsafe the hazard is a crash every run.  Each
+program records what ran in the order log (with functions bound at definition, since
+finalization clears the module's globals before the object goes).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from ..support import assert_clean, run_program
+
+PROGRAM = """
+    class Library:  # stands for the C library: freeing a handle twice aborts the process
+        def __init__(self):
+            self.live = set()
+            self.count = 0
+
+        def alloc(self):
+            self.count += 1
+            self.live.add(self.count)
+            return self.count
+
+        def free(self, handle, _write=os.write, _abort=os.abort, _note=record):
+            if handle not in self.live:
+                _note(f"double free of handle {{handle}}")
+                _write(2, b"double free detected\\n")
+                _abort()
+            self.live.discard(handle)
+            _note(f"freed handle {{handle}}")
+
+    lib = Library()
+
+    class Native:
+        def __init__(self):
+            self._lib = lib
+            self._handle = lib.alloc()
+
+        def close(self):  # not idempotent: frees the handle, leaves the attribute set
+            record("close")
+            self._lib.free(self._handle)
+
+        def __del__(self, _note=record):
+            _note("__del__ ran")
+            if self._handle is not None:
+                self._lib.free(self._handle)
+
+    obj = Native()
+    handle = exitsafe.adopt(obj, close={close}, early={early}{neutralize})
+    record("main done")
+"""
+
+#: How the close is named: the method, the ``__del__`` itself (which exitsafe recognises:
+#: the object's class becomes a twin without ``__del__``), or the same ``__del__`` hidden in
+#: a lambda (not recognised: only the neutralization keeps the second run harmless).
+CLOSES = {
+    "method": '"close"',
+    "del": "type(obj).__del__",
+    "del-in-a-lambda": "lambda o: type(o).__del__(o)",
+}
+
+#: What the close itself records, per kind of close.
+CLOSE_RECORDS = {
+    "method": ["close", "freed handle 1"],
+    "del": ["__del__ ran", "freed handle 1"],
+    "del-in-a-lambda": ["__del__ ran", "freed handle 1"],
+}
+
+
+def run(tmp_path, close, *, neutralize, early=False):
+    body = PROGRAM.format(
+        close=CLOSES[close],
+        early=early,
+        neutralize=', neutralize="_handle"' if neutralize else "",
+    )
+    return run_program(body, tmp_path, ledger=True, timeout=30)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["teardown", "early"])
+@pytest.mark.parametrize("close", ["method", "del-in-a-lambda"])
+def test_the_finalizer_of_an_object_closed_at_exit_does_nothing(tmp_path, close, early):
+    result = run(tmp_path, close, neutralize=True, early=early)
+    assert_clean(result)
+    assert "double free" not in result.stderr, result.describe()
+    # The exit closed it once; the interpreter's finalization then ran its __del__ (the
+    # global still referenced it), which found the handle neutralized and freed nothing.
+    assert result.order == ["main done", *CLOSE_RECORDS[close], "__del__ ran"], (
+        result.describe()
+    )
+    outcomes = result.outcomes()
+    if early:  # closed by the early hook (a release), before the teardown
+        assert outcomes["Native#1"] == "released", outcomes
+        assert outcomes["close Native#1"] == "hook_ran", outcomes
+    else:
+        assert outcomes["Native#1"] == "released_at_exit", outcomes
+
+
+@pytest.mark.parametrize("close", ["method", "del-in-a-lambda"])
+def test_without_neutralize_the_finalizer_frees_again_and_aborts(tmp_path, close):
+    """The control: the hazard is real, the same program without ``neutralize=`` dies."""
+    result = run(tmp_path, close, neutralize=False)
+    assert result.returncode == -signal.SIGABRT, result.describe()
+    assert "double free detected" in result.stderr, result.describe()
+    assert result.order == [
+        "main done", *CLOSE_RECORDS[close], "__del__ ran", "double free of handle 1",
+    ], result.describe()
+
+
+@pytest.mark.parametrize("neutralize", [False, True], ids=["plain", "neutralize"])
+def test_a_del_adopted_as_the_close_does_not_run_again_at_finalization(tmp_path, neutralize):
+    """``close=type(obj).__del__``: the destructor runs once, as the close, at the exit;
+    the object, still referenced, is not finalized again (its class is the twin whose
+    ``__del__`` does nothing), with or without ``neutralize=``."""
+    result = run(tmp_path, "del", neutralize=neutralize)
+    assert_clean(result)
+    assert "may run again" not in result.stderr, result.describe()
+    assert result.order == ["main done", *CLOSE_RECORDS["del"]], result.describe()
+    assert result.outcomes()["Native#1"] == "released_at_exit", result.outcomes()
