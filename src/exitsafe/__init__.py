@@ -432,8 +432,8 @@ def quiesce(
 
     When the main thread finishes, once the interpreter has joined its non-daemon threads
     and before any `atexit` callback runs (a library's own exit cleanup included), every
-    thread still running Python code (daemon threads, threads a library started, a
-    `QThread`) is parked at its next call or return from a C function made from the
+    thread still running Python code (daemon threads, threads a library started) is
+    parked at its next call or return from a C function made from the
     program's own code: never inside a native call, never inside a library's Python code
     (where the library may hold its own lock), and it never runs Python code again. Its
     borrows end as it parks. Threads idle in the standard library (a `queue.get()`, an
@@ -442,7 +442,9 @@ def quiesce(
     A thread that is still inside a library's code after `timeout` seconds may be using
     anything: the exit teardown then releases nothing (every handle ends `leaked_in_use`,
     the detail naming the thread and where it was), since it cannot release under it.
-    The teardown's own hooks still run.
+    The teardown's own hooks still run, and so do the other exit handlers (an `atexit`
+    close the program registered itself included). A `QThread` is declared with
+    [`worker()`][exitsafe.worker] instead: Qt counts a parked one as still running.
 
     A thread blocked in a native call (a query, a `recv()`) is woken by `wake`: callables
     run once, on the exiting thread, right after the threads are set to park and before

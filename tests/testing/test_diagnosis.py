@@ -18,6 +18,7 @@ import pytest
 
 from exitsafe.cli import main
 from exitsafe.testing import ExitNotClean, ExitResult, assert_clean_exit, run
+from exitsafe.testing._hints import HINTS
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="fork, signals and /proc are POSIX")
 
@@ -490,6 +491,35 @@ def test_a_finalizer_raising_at_exit_names_the_daemon_thread_still_running(with_
 
 
 @pytest.mark.parametrize("with_thread", [False, True], ids=["alone", "daemon-thread"])
+def test_an_atexit_callback_raising_names_the_daemon_thread_still_running(with_thread) -> None:
+    # (pyarrow's daemon writer, tests/real: atexit closes the writer under a write in
+    # flight and the close raises; ordering the callback alone would not fix it)
+    code = textwrap.dedent(
+        """
+        import atexit
+
+        class Writer:
+            def close(self):
+                raise OSError("write in progress")
+
+        atexit.register(Writer().close)
+        """
+    ) + (_DAEMON if with_thread else "")
+    result = _one(run(code, timeout=30))
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "atexit-error", result.report()
+    assert result.report().startswith("NOT CLEAN [atexit-error]: ")
+    named = [d for d in diagnosis.details if "daemon thread 'infer'" in d]
+    variant = "atexit-error-thread" if with_thread else "atexit-error"
+    assert (diagnosis.hint, diagnosis.doc) == HINTS[variant]
+    if with_thread:
+        assert named and "in infer" in named[0]
+        assert "exitsafe.quiesce()" in diagnosis.hint
+    else:
+        assert "quiesce" not in diagnosis.hint and not named
+
+
+@pytest.mark.parametrize("with_thread", [False, True], ids=["alone", "daemon-thread"])
 def test_a_finalizer_hanging_at_exit_names_the_daemon_thread_still_running(with_thread) -> None:
     code = textwrap.dedent(
         """
@@ -662,6 +692,10 @@ def test_lost_output_names_the_daemon_threads_own_function_not_only_its_wait(tmp
     assert diagnosis is not None and diagnosis.kind == "lost-output"
     (line,) = [d for d in diagnosis.details if "daemon thread 'render'" in d]
     assert "in wait" in line and "in render_worker" in line
+    # the thread's variant of the hint (the complete recipe, not "adopt the writer" alone);
+    # the kind, and so the report's first line, stay lost-output's
+    assert (diagnosis.hint, diagnosis.doc) == HINTS["lost-output-thread"]
+    assert result.report().startswith("NOT CLEAN [lost-output]: ")
 
 
 def test_the_output_tails_of_a_failed_run_are_bounded_and_clean_runs_show_none():
@@ -838,3 +872,74 @@ def test_a_hang_shows_the_whole_stack_of_the_main_thread():
     shown = [line for line in result.diagnosis.details if "in level" in line or "level (" in line]
     assert len(shown) == 31, report
     assert "more frame" not in "\n".join(result.diagnosis.details), report
+
+
+# A crash at exit in native code with no Python frame on the main thread (an ffi.gc
+# destructor, an extension type's deallocator): the thread rule leaves it to the crash
+# rules, whose hint has a variant when a daemon thread was still running at exit.
+_DECODER = (
+    'exitsafe: thread ident=0x00007f1258edd6c0 name="decoder" daemon={daemon}'
+    ' frame="/app/decode.py:21 in decode_forever" target="decode_forever"'
+    ' stack="/app/decode.py:21 in decode_forever <- /py/threading.py:982 in run" when="exit"\n'
+)
+_TEARDOWN_FINISHED = (
+    'exitsafe: teardown-begin registry="default" reason="atexit" live=1 hooks=0\n'
+    'exitsafe: plan registry="default" steps=1\n'
+    'exitsafe: step-begin registry="default" index=1 of=1 kind="runtime" name="runtime"\n'
+    'exitsafe: step registry="default" index=1 of=1 action=release kind="runtime"'
+    ' name="runtime" outcome=released_at_exit ms=0.031\n'
+    'exitsafe: teardown-end registry="default" released=1 leaked=0 failed=0 ms=1.283\n'
+)
+_NATIVE_SEGV = (
+    "Fatal Python error: Segmentation fault\n\n"
+    "Current thread 0x00007f1259a8ab80 (most recent call first):\n"
+    "  <no Python frame>\n"
+)
+
+
+@pytest.mark.parametrize("thread", ["none", "daemon", "non-daemon"])
+@pytest.mark.parametrize(
+    ("kind", "teardown"),
+    [("crash-at-exit", ""), ("crash-after-teardown", _TEARDOWN_FINISHED)],
+    ids=["no-teardown", "after-teardown"],
+)
+def test_a_native_crash_at_exit_with_a_daemon_thread_running_gets_the_thread_recipe(
+    kind: str, teardown: str, thread: str
+) -> None:
+    lines = "" if thread == "none" else _DECODER.format(
+        daemon="true" if thread == "daemon" else "false"
+    )
+    result = ExitResult.from_output(
+        ["python", "decode.py"], -11, "decoded\n", teardown + lines + _NATIVE_SEGV,
+        exit_phase="finalizing 0x00007f1259a8ab80",
+    )
+    assert result.signal == "SIGSEGV"
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == kind, result.report()
+    assert result.report().startswith(f"NOT CLEAN [{kind}]: ")  # the kind is unchanged
+    named = [d for d in diagnosis.details if "daemon thread 'decoder'" in d]
+    if thread == "daemon":
+        assert (diagnosis.hint, diagnosis.doc) == HINTS[f"{kind}-thread"]
+        assert "exitsafe.quiesce()" in diagnosis.hint and ".borrowing()" in diagnosis.hint
+        assert named and "in decode_forever" in named[0]
+    else:
+        assert (diagnosis.hint, diagnosis.doc) == HINTS[kind]
+        assert not named
+
+
+def test_an_interpreter_abort_at_exit_possibly_due_to_daemon_threads_gets_the_thread_recipe():
+    # the interpreter's own fatal error (not a bare abort: not taken for the thread's
+    # crash) with the daemon thread listed at exit: crash-at-exit, and its thread recipe
+    own = _BARE_ABORT.replace(
+        "Fatal Python error: Aborted",
+        "Fatal Python error: _enter_buffered_busy: could not acquire lock for"
+        " <_io.BufferedWriter name='<stdout>'> at interpreter shutdown, possibly due to"
+        " daemon threads",
+    )
+    result = ExitResult.from_output(
+        ["python", "play.py"], -6, "", own, exit_phase="finalizing 0x1"
+    )
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "crash-at-exit", result.report()
+    assert (diagnosis.hint, diagnosis.doc) == HINTS["crash-at-exit-thread"]
+    assert any("daemon thread 'player'" in d for d in diagnosis.details)

@@ -20,6 +20,8 @@ DOCS_URL = "https://exitsafe.github.io/exitsafe/"
 #: ``page.md#anchor``).  Code between backquotes is runnable as written, the names it uses
 #: standing for the program's objects (``thread``, ``stop_event``, ``handle``, ``obj``,
 #: ``writer``, ``executor``, ``ffi``, ``lib``, ``fn``); tests/testing/test_hints.py runs each.
+#: A key ending in ``-thread`` is the hint of its kind when a daemon thread was still
+#: running at exit (the kind is the same; the recipe stops or waits for the thread first).
 HINTS: dict[str, tuple[str, str]] = {
     "thread-in-native": (
         "a thread must not be inside a native call when the interpreter finalizes: add"
@@ -118,12 +120,42 @@ HINTS: dict[str, tuple[str, str]] = {
         " exitsafe.cffi.pin(ffi, lib)`); exitsafe run --audit lists every such finalizer",
         "adapters.md#third-party-objects-adopt",
     ),
+    "crash-after-teardown-thread": (
+        "native code ran after exitsafe's teardown, from a finalizer exitsafe does not"
+        " know, and a daemon thread was still running then (it may have been inside the"
+        " same library, or using that object): declaring the object alone would release it"
+        " under the thread; stop the thread before anything is released, with"
+        " `exitsafe.quiesce()` (it parks between two native calls, before the teardown and"
+        " before the libraries' exit handlers), or let it use the object through a"
+        " borrowing view, `obj = exitsafe.adopt(obj, close=\"close\").borrowing()` (the"
+        " close waits for the call in flight, then the thread parks), or declare the"
+        " thread: `exitsafe.worker(thread, stop=stop_event, uses=[handle])`; and make the"
+        " object's own finalizer a no-op at exit (`exitsafe.lowlevel.neutralize_at_exit(obj,"
+        " attr=\"_handle\")`) and keep its library loaded (`lib_pin ="
+        " exitsafe.cffi.pin(ffi, lib)`); exitsafe run --audit lists every such finalizer",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
+    ),
     "crash-at-exit": (
         "native code crashed at exit and the program does not use exitsafe (or crashed"
         " before its teardown): declare the handles and their dependencies, so they are"
         " released in a safe order before finalization (`device = exitsafe.track(raw, fn,"
         " depends_on=[handle])`); exitsafe run --audit lists the late finalizers",
         "concepts.md#dependencies",
+    ),
+    "crash-at-exit-thread": (
+        "native code crashed at exit while a daemon thread was still running (the program"
+        " does not use exitsafe, or crashed before its teardown): the thread may have been"
+        " inside the library whose objects the exit freed, so declaring the handles alone"
+        " would release them under it; stop the thread first, with `exitsafe.quiesce()`"
+        " (at exit it parks between two native calls, before anything is released and"
+        " before the libraries' exit handlers), or let it use the object through a"
+        " borrowing view, `obj = exitsafe.adopt(obj, close=\"close\").borrowing()` (the"
+        " close waits for the call in flight, then the thread parks), or declare the"
+        " thread: `exitsafe.worker(thread, stop=stop_event, uses=[handle])`; then declare"
+        " the handles and their dependencies, released in a safe order before"
+        " finalization (`device = exitsafe.track(raw, fn, depends_on=[handle])`);"
+        " exitsafe run --audit lists the late finalizers",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "native-fatal": (
         "a native library stopped the process on one of its own checks (the line above"
@@ -158,6 +190,20 @@ HINTS: dict[str, tuple[str, str]] = {
         " an exitsafe hook ordered with the handles it uses: `exitsafe.on_teardown(fn,"
         " before=[handle])`",
         "concepts.md#hooks",
+    ),
+    "atexit-error-thread": (
+        "an atexit callback raised, and a daemon thread was still running then: if the"
+        " callback closed what that thread uses (a library's exit handler closing a writer"
+        " under a write in flight), ordering the callback is not enough; stop the thread"
+        " before any exit handler runs, with `exitsafe.quiesce()` (it parks between two"
+        " native calls, before anything is released and before the libraries' exit"
+        " handlers), or let it use the object through a borrowing view, `obj ="
+        " exitsafe.adopt(obj, close=\"close\").borrowing()` (the close waits for the call"
+        " in flight, then the thread parks), or declare the thread:"
+        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])`; a callback of your own"
+        " is then declared as an exitsafe hook ordered with the handles it uses:"
+        " `exitsafe.on_teardown(fn, before=[handle])`",
+        "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "unraisable-at-exit": (
         "a finalizer raised while the interpreter was shutting down: declare the object so"

@@ -14,6 +14,7 @@ from ._evidence import (
     library_of,
     started_thread,
     stderr_before,
+    still_running,
 )
 from .parsers import NativeFatal
 
@@ -123,6 +124,10 @@ def crash_after(result: ExitResult) -> Optional[Diagnosis]:
         details.append(f"the native release running when it crashed (audit): {running.describe()}")
     elif findings:
         details.append(f"last native release recorded by the audit: {findings[-1].describe()}")
+    # a daemon thread still running at exit may have been inside the same library: its
+    # variant of the hint stops the thread before anything is released
+    daemons = [t for t in late_threads(result) if t.daemon]
+    details += still_running(daemons)
     crash = result.exit_description.split(" (")[0]
     where = f" in {library}" if library else ""
     if registries and all(r.finished for r in registries):
@@ -131,6 +136,7 @@ def crash_after(result: ExitResult) -> Optional[Diagnosis]:
             f"crash after exitsafe's teardown finished: native code{where} ran while the"
             f" interpreter finalized ({crash})",
             details,
+            "crash-after-teardown-thread" if daemons else None,
         )
     if not registries and (
         (fatal is not None and (fatal.during_finalization or not fatal.top_frames))
@@ -140,5 +146,6 @@ def crash_after(result: ExitResult) -> Optional[Diagnosis]:
             "crash-at-exit",
             f"crash at exit{where} ({crash}), with no exitsafe teardown traced",
             details,
+            "crash-at-exit-thread" if daemons else None,
         )
     return None

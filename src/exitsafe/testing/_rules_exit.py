@@ -70,6 +70,7 @@ def unraisable(result: ExitResult) -> Optional[Diagnosis]:
     reports = [r for r in result.unraisable if "thread started by" not in r.context]
     if not reports:
         return None
+    daemons = [t for t in late_threads(result) if t.daemon]
     atexit = [r for r in reports if "atexit" in r.context]
     if atexit:
         first = atexit[0]
@@ -78,11 +79,11 @@ def unraisable(result: ExitResult) -> Optional[Diagnosis]:
             "atexit-error",
             f"an atexit callback raised at exit ({first.exc_type or 'an exception'}"
             f"{': ' + first.message if first.message else ''} in {where})",
-            [r.describe() for r in reports if r is not first][:3],
+            [r.describe() for r in reports if r is not first][:3] + still_running(daemons),
+            "atexit-error-thread" if daemons else None,
         )
     first = reports[0]
     what = "a __del__ raised" if "__del__" in first.where else "a finalizer raised"
-    daemons = [t for t in late_threads(result) if t.daemon]
     return make_diagnosis(
         "unraisable-at-exit",
         f"{what} while the interpreter shut down ({first.describe()})",
