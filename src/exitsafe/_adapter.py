@@ -34,7 +34,7 @@ from ._errors import ExitsafeError, HandleClosedError
 from ._handle import Handle, enter_borrow, exit_borrow
 from ._lookup import register_lookup, resolve
 from ._process import keep_forever, process_ending
-from ._registry import state_of
+from ._registry import default_registry, state_of
 from ._report import log_if_loaded
 from ._threads import running_elsewhere, thread_name
 from ._usage import describe, release_not_callable
@@ -277,7 +277,7 @@ class Adapter:
                 + ("ffi, ptr, release)" if self.name == "cffi" else "ptr, release)"),
             ))
         address = self.pointer_address(ptr, ctx)
-        reg = registry_arg(registry)
+        reg = default_registry() if registry is None else registry_arg(registry)
         parents = (
             () if type(depends_on) is tuple and not depends_on
             else resolve(depends_on, reg, "depends_on")

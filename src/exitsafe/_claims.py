@@ -77,29 +77,42 @@ class ClaimTable:
         handle owns it, with the message ``describe(key, that handle)`` (``None``: another
         thread is registering the key right now).  When the queued work run on leaving
         the section raises, the reservation is dropped before that error is raised."""
+        if _sync.reentered():
+            raise _sync.refused("track()")
         entries, identities = self._entries, self._identities
-
-        def reserve() -> None:
+        taken = False
+        entry = existing = _UNREAD
+        try:
+            _sync.acquire(False) or _sync.wait()
             entry = entries.get(key)
             if entry is not None:
                 if entry is _RESERVED:
-                    raise AlreadyTrackedError(describe(key, None), None)
-                existing = self.get(key, identity)
-                if existing is not None:
-                    raise AlreadyTrackedError(describe(key, existing), existing)
-            entries[key] = _RESERVED
-            if identity is not None:
-                identities[key] = identity
-            else:
-                identities.pop(key, None)
-
-        try:
-            _sync.locked("track()", reserve)
-        except AlreadyTrackedError:
+                    taken = True
+                else:
+                    existing = self.get(key, identity)
+                    taken = existing is not None
+            if not taken:
+                entries[key] = _RESERVED
+                if identity is not None:
+                    identities[key] = identity
+                elif identities:
+                    identities.pop(key, None)
+            _sync.release()  # (the section's shape: see exitsafe._sync.locked)
+        except BaseException:  # (an interrupt: the reservation, if made, is dropped)
+            if _sync.reentered():
+                if entry is None and entries.get(key) is _RESERVED:  # (found free: ours)
+                    self._drop_reserved(key)
+                _sync.release()
             raise
-        except BaseException:  # (the queued work run after the section, or an interrupt)
-            _sync.locked_quietly(lambda: self._drop_reserved(key))  # (the error first)
-            raise
+        if taken:
+            found = None if existing is _UNREAD else existing
+            raise AlreadyTrackedError(describe(key, found), found)
+        if _sync.deferred:
+            try:
+                _sync.run_deferred()
+            except BaseException:  # (the queued work raised: the error first)
+                _sync.locked_quietly(self._drop_reserved, key)
+                raise
 
     def bind(self, key: object, handle: Handle) -> None:
         """Record the handle of a claimed key (or drop the claim if it is not live)."""
@@ -142,3 +155,5 @@ class ClaimTable:
 
 
 _RESERVED = object()
+#: A value not read yet (in `ClaimTable.claim`'s section).
+_UNREAD: Any = object()

@@ -2592,18 +2592,21 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         goto slow;
     }
     PyObject *address;
+    int nonzero;
     if (cffi_to_c_pointer != NULL) {
         char *value = cffi_to_c_pointer(ptr, ctype); /* the pointer, of its own C type */
         address = value != NULL ? PyLong_FromVoidPtr(value) : NULL;
+        nonzero = address != NULL; /* (NULL, or an error: the Python path explains) */
     }
     else {
         PyObject *cast_args[2] = {cffi_uintptr, ptr};
         PyObject *number = PyObject_Vectorcall(cffi_cast, cast_args, 2, NULL);
         address = number ? PyNumber_Long(number) : NULL;
         Py_XDECREF(number);
+        nonzero = address != NULL && PyObject_IsTrue(address) == 1;
     }
     Py_DECREF(ctype);
-    if (address == NULL || PyObject_IsTrue(address) != 1) { /* NULL: explained there */
+    if (!nonzero) { /* NULL: explained there */
         Py_XDECREF(address);
         PyErr_Clear();
         goto slow;

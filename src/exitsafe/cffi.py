@@ -373,7 +373,8 @@ def track(
                                   kind="buffer", depends_on=[dev])
         ```
     """
-    _check_ffi(ffi, "exitsafe.cffi.track(ffi, ptr, release)")
+    if type(ffi) not in _FFI_TYPES:  # (_check_ffi's own first test, on the hot path)
+        _check_ffi(ffi, "exitsafe.cffi.track(ffi, ptr, release)")
     return _ADAPTER.track(
         ffi, ptr, release, registry=registry, lib=lib, kind=kind, depends_on=depends_on,
         exit_policy=exit_policy, name=name, timeout=timeout, affinity=affinity,
