@@ -20,7 +20,8 @@ from .cases import REAL_ENVS, Case, RealEnv, real_envs
 #: one that ``.ci/install-real`` prepared.
 SUPPORTED = ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
 #: Supported interpreters that come only from Debian's sid packages, in
-#: ``.ci/sid-python``'s root: their programs cannot be started from this side of it.
+#: ``.ci/sid-python``'s root: their programs cannot be started from outside it, so their
+#: real tests run inside it.
 SID_ONLY = ("3.14", "3.15")
 
 
@@ -54,9 +55,10 @@ def environment_for(version: str, case: Case) -> RealEnv:
             return env
     if version in SID_ONLY:
         pytest.skip(
-            f"no real-binding environment for CPython {version}: here it is only in "
-            f".ci/sid-python's root, where .ci/install-real builds none yet (its wheels "
-            f"install there; the programs' failures on {version} are not measured)"
+            f"no real-binding environment for CPython {version} here: its interpreter is "
+            f"Debian sid's, whose real tests run inside .ci/sid-python's root (.ci/run: "
+            f".ci/sid-python run -- bash .ci/install-real {version}, then .ci/sid-python "
+            f"test {version} -m real -k {version} tests/real)"
         )
     pytest.skip(
         f"no environment for CPython {version} in {REAL_ENVS}: the interpreter is not on "
