@@ -247,6 +247,9 @@ class Case:
     #: (CPython itself changed), with what was measured there: the test then checks that
     #: every run is clean instead
     clean_from: Optional[Tuple[Version, str]] = None
+    #: other import names the program needs besides ``package`` (h5py for the shards the
+    #: scaling programs' workers write)
+    also_needs: Tuple[str, ...] = ()
 
     def missing_system_library(self) -> Optional[str]:
         """Why the case cannot run on this machine's system libraries, or ``None``."""

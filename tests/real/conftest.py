@@ -45,13 +45,13 @@ def environment_for(version: str, case: Case) -> RealEnv:
         pytest.skip(missing)
     for env in real_envs():
         if env.name == version:
-            installed = env.packages.get(case.package, "-")
-            if installed == "-":
-                pytest.skip(
-                    f"{case.package} could not be installed for CPython {version} "
-                    f"(the UNAVAILABLE lines of .ci/install-real say why: no wheel, or for "
-                    f"torch no CPU build on this machine)"
-                )
+            for package in (case.package, *case.also_needs):
+                if env.packages.get(package, "-") == "-":
+                    pytest.skip(
+                        f"{package} could not be installed for CPython {version} "
+                        f"(the UNAVAILABLE lines of .ci/install-real say why: no wheel, or "
+                        f"for torch no CPU build on this machine)"
+                    )
             return env
     if version in SID_ONLY:
         pytest.skip(

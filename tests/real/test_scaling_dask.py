@@ -40,6 +40,7 @@ def _case(program: str, end: str, runs: int) -> Case:
     return per_end_case(
         program, end, runs,
         package="distributed",
+        also_needs=("h5py",),  # (the workers' shards)
         # a run takes 4-8 s on an idle machine (three interpreters start: the client and
         # two workers), a few times that on a loaded one: the bound is for a hang only
         timeout=180.0,

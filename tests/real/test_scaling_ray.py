@@ -43,6 +43,7 @@ CASE = Case(
     id="ray-actor-shards",
     program="ray_actor_shards.py",
     package="ray",
+    also_needs=("h5py",),  # (the workers' shards)
     fails=lambda result, version: not result.clean,
     runs=10,
     # a run takes 10-15 s on an idle 2-core machine (a Ray node, nine actors): the bound

@@ -53,6 +53,7 @@ def _case(program: str, end: str, runs: int) -> Case:
     return per_end_case(
         program, end, runs,
         package="torch",
+        also_needs=("h5py",),  # (the workers' shards)
         # a run takes 10-20 s on an idle machine (torchrun and two workers import torch):
         # the bound is for a hang only
         timeout=300.0,
