@@ -103,6 +103,8 @@ class ClaimTable:
                 if entry is None and entries.get(key) is _RESERVED:  # (found free: ours)
                     self._drop_reserved(key)
                 _sync.release()
+            elif entry is None:  # (reserved, then interrupted as the section ended)
+                _sync.locked_quietly(self._drop_reserved, key)
             raise
         if taken:
             found = None if existing is _UNREAD else existing
