@@ -68,7 +68,7 @@ PROGRAM = textwrap.dedent(
     def main(warm, n):
         options = {} if LIMIT is None else {"ledger_limit": LIMIT}
         if options:  # the default registry (exitsafe.track, exitsafe.cffi.track) too
-            exitsafe._registry._default.append(exitsafe.Registry("default", **options))
+            exitsafe._registry.default_holder.append(exitsafe.Registry("default", **options))
         reg = exitsafe.Registry("bench", **options)
         dep = (reg.track(ptr, release, kind="parent"),)
         gc, rel = ffi.gc, ffi.release

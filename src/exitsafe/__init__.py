@@ -167,6 +167,8 @@ def __dir__() -> list[str]:
     "exitsafe.track",
     "exitsafe.track(raw, release, depends_on=[...])",
     rename=False,  # (Registry.track's messages say "track()", from either call)
+    # (the pure-Python core's hot path: the wrapper calls the default registry's track)
+    forward=(Registry.track, _registry.default_holder, _default_registry),
     needs={
         "raw": "the native object",
         "release": "the function that frees it, called as release(raw)",

@@ -112,7 +112,7 @@ def _release_collected(node: Record) -> None:
         or node._taint is not None
         or node._affinity is not None
         or node._gen != _sync.generation
-    ):  # (exitsafe._record.needs_chain, written out on the hot path)
+    ):  # (anything but a leaf needs the general chain)
         error = release_chain(node)
         if error is not None:
             log_collected_failure(node, error)

@@ -535,18 +535,6 @@ def display_name(node: Record) -> str:
     return name if name is not None else f"{node._kind}#{node._seq}"
 
 
-def needs_chain(node: Record, generation: int) -> bool:
-    """Whether the release of ``node`` needs the general chain (parents to let go of, a
-    taint, a thread affinity, or inherited from a parent process) rather than the leaf's
-    few steps."""
-    return bool(
-        node._parents
-        or node._taint is not None
-        or node._affinity is not None
-        or node._gen != generation
-    )
-
-
 def closed_message(node: Record) -> str:
     """Why ``node``'s raw object must not be used any more (no import here: this may run
     from a finalizer late in interpreter shutdown)."""

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     ExitPolicy = Union[str, Callable[[HandleInfo], str]]
 
-__all__ = ["Registry", "default_registry", "registries"]
+__all__ = ["Registry", "default_holder", "default_registry", "registries"]
 
 _get_ident = _thread.get_ident
 _reentered = _sync.reentered
@@ -632,19 +632,19 @@ def state_of(registry: Registry) -> RegistryState:
 
 #: ``[the default registry]`` once created (a list, read by the compiled core's
 #: ``exitsafe.track`` without a Python call).
-_default: list[Registry] = []
+default_holder: list[Registry] = []
 
 
 def default_registry() -> Registry:
     """The process-wide registry that the module-level functions act on (created on first use)."""
-    if _default:
-        return _default[0]
+    if default_holder:
+        return default_holder[0]
     created = Registry("default")
 
     def store() -> Registry:
-        if not _default:
-            _default.append(created)
-        return _default[0]
+        if not default_holder:
+            default_holder.append(created)
+        return default_holder[0]
 
     if _reentered():  # (a finalizer inside a section on this thread: it holds the lock)
         return store()
@@ -669,7 +669,7 @@ if speedups is not None:
         registry_type=RegistryState,
         facade_type=Registry,
         # (a wrong call reaches the Python function: named as the call the program made)
-        track=explained_track(Registry._track_py, _default),  # type: ignore[attr-defined]
+        track=explained_track(Registry._track_py, default_holder),  # type: ignore[attr-defined]
         drop_owner=drop_owner,
         retain=retain,
         collected=collected,
@@ -685,6 +685,6 @@ if speedups is not None:
         run_mine=run_mine_quietly,
         released=Outcome.RELEASED,
         released_at_exit=Outcome.RELEASED_AT_EXIT,
-        default_list=_default,
+        default_list=default_holder,
         default_registry=default_registry,
     )

@@ -38,7 +38,6 @@ _reentered = _sync.reentered
 _acquire = _sync.acquire
 _wait = _sync.wait
 _release = _sync.release
-_enter_to_record = _sync.enter_to_record
 _deferred = _sync.deferred  # the queue itself: a cheap truthiness test on the hot path
 _run_deferred = _sync.run_deferred
 _defer = _sync.defer
@@ -50,7 +49,6 @@ _is_usable = _record.is_usable
 _drop_one = _record.drop_owner
 _claim = _record.claim
 _release_owner = _record.release_owner
-_needs_chain = _record.needs_chain
 _end_released = _record.end_released
 _end_released_dependent = _record.end_released_dependent
 
@@ -117,7 +115,7 @@ def drop_owner(node: Record) -> None:
                 state.trace_late(node)
             return
         elif target._taint is not None or target._affinity is not None or (
-            target._gen != _sync.generation  # (exitsafe._record.needs_chain but parents)
+            target._gen != _sync.generation  # (the chain is needed; parents only: below)
         ):
             error = release_chain(target)
         else:  # (the chain's steps when parents only lose a dependent: see the module)

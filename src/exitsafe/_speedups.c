@@ -373,7 +373,7 @@ raise_exception(PyObject *exc) /* steals exc */
  * not lose the record.  Waits again (bounded: sections never wait) until it holds the
  * lock; the first interrupt is left in *interrupt (a new reference) for the caller to
  * raise once the record is made.  -1 with another error set (a RecursionError would come
- * back at every try), the lock not held, as exitsafe._sync.enter_to_record. */
+ * back at every try), the lock not held. */
 static int
 enter_section_to_record(unsigned long me, PyObject **interrupt)
 {

@@ -121,35 +121,6 @@ def enter() -> None:
         raise
 
 
-def enter_to_record() -> Optional[BaseException]:
-    """Take `LOCK` to record what already happened (a release function returned or
-    raised): an interrupt while waiting (``KeyboardInterrupt``) must not lose that record.
-
-    Waits again until it holds the lock (bounded: sections never wait) and returns the
-    first interrupt, for the caller to raise once the record is made (``None``: none).
-    Any other error (a ``RecursionError``: it would come back at every try) is raised,
-    without the lock.
-    """
-    interrupt: Optional[BaseException] = None
-    while True:
-        try:
-            if not acquire(False):
-                wait()  # (leaves the lock free when it raises)
-            try:
-                return interrupt
-            finally:
-                # (no frame of ours keeps an exception: its traceback reaches the callers'
-                # frames, a cycle that keeps their objects alive until a collection)
-                interrupt = None
-        except BaseException as exc:
-            if reentered():  # raised right after the lock was taken: it is held
-                return interrupt if interrupt is not None else exc
-            if not is_interrupt(exc):
-                raise
-            if interrupt is None:
-                interrupt = exc
-
-
 def is_interrupt(exc: BaseException) -> bool:
     """Whether ``exc`` is what a signal handler raises (``KeyboardInterrupt``, or the
     ``SystemExit`` of exitsafe's signal handlers), not an error of the code it interrupted."""

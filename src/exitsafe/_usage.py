@@ -41,6 +41,7 @@ def explained(
     needs: Optional[Mapping[str, str]] = None,
     method: bool = False,
     rename: bool = True,
+    forward: Optional[tuple[Callable[..., Any], list[Any], Callable[[], Any]]] = None,
 ) -> Callable[[F], F]:
     """Wrap a public function so that a wrong call says which call and what to write.
 
@@ -56,23 +57,52 @@ def explained(
             the call; ``False`` for a function that serves more than one public call
             (``track``: the module's and the registry's, whose messages say ``track()``).
             A ``name`` that is empty for the arguments given explains nothing.
+        forward: ``(method, instances, make)`` for a function that only calls a method of
+            a lazily made object with its own arguments (``exitsafe.track``: the default
+            registry's ``Registry.track``): the wrapper calls ``method(instance, *args,
+            **kwargs)`` itself, ``instance`` being ``instances[0]``, or ``make()`` while
+            ``instances`` is empty, one frame fewer on the hot path.  The wrapped function
+            still gives the signature, the documentation and the diagnosis, so its
+            parameters must be the method's (``self`` aside).
     """
 
     def decorate(fn: F) -> F:
-        def public(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except (TypeError, ValueError) as exc:
-                tb = exc.__traceback__
-                if tb is not None and tb.tb_next is None and type(exc) is TypeError:
-                    # raised by the call itself: Python could not bind the arguments
-                    new = _binding_error(fn, exc, args, kwargs, name, usage, diagnose,
-                                         needs, method)
+        def explain(
+            exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> Optional[TypeError]:
+            """The error to raise instead of ``exc`` (a call Python could not bind), or
+            ``None`` after naming the call in the message of ``exc`` (exitsafe's checks)."""
+            tb = exc.__traceback__
+            if tb is not None and tb.tb_next is None and type(exc) is TypeError:
+                # raised by the call itself: Python could not bind the arguments
+                return _binding_error(fn, exc, args, kwargs, name, usage, diagnose,
+                                      needs, method)
+            if rename and type(exc) in (TypeError, ValueError) and _raised_by_exitsafe(tb):
+                _name_the_call(exc, _text(name, args))
+            return None
+
+        if forward is None:
+
+            def public(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return fn(*args, **kwargs)
+                except (TypeError, ValueError) as exc:
+                    new = explain(exc, args, kwargs)
                     if new is not None:
                         raise new from None
-                elif rename and type(exc) in (TypeError, ValueError) and _raised_by_exitsafe(tb):
-                    _name_the_call(exc, _text(name, args))
-                raise
+                    raise
+
+        else:
+            call, instances, make = forward
+
+            def public(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return call(instances[0] if instances else make(), *args, **kwargs)
+                except (TypeError, ValueError) as exc:
+                    new = explain(exc, args, kwargs)
+                    if new is not None:
+                        raise new from None
+                    raise
 
         for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(public, attr, getattr(fn, attr))
