@@ -379,7 +379,7 @@ class _Adoption:
             # InUse, recorded leaked_in_use; the entry and the leak hooks stay).
             # (close=None runs no code of the object: letting go of it is always safe.)
             try:
-                _users.wait_until_unused(obj, self.use_wait)
+                _users.wait_until_unused(obj, self.use_wait, park=True)
             except _users.InUse:
                 # Nor neutralize it: that write would land under the thread too (its
                 # next call would hand the null value to the library).
@@ -493,12 +493,18 @@ def adopt(
     using it.  A thread still alive whose Python stack refers to `obj` (a local, a module
     global its code names, an attribute of a local, a bound method, an item of a built-in
     container held so), and that exitsafe does not already hold back (`quiesce()`, a
-    parked thread), makes the close wait at most 1 s
-    (or half of `timeout`); if the thread still refers to it then, `obj` is not closed and
-    its handle ends `leaked_in_use`, the thread named in the ledger and in a warning.  For
-    the close to happen, let the thread use the object through `handle.borrowing()`, or
-    declare it with [`worker`][exitsafe.worker] or [`quiesce`][exitsafe.quiesce].  A release
-    the program makes itself is never held back.
+    parked thread), is first *parked* if it is the program's own (its target is the
+    program's code, not a library's): at its next safe point, as
+    [`quiesce`][exitsafe.quiesce] parks a thread (never inside a library or a native call,
+    never where it holds a lock its code refers to), for good; then `obj` is closed.  Such
+    a thread also counts when it runs code of the installed package `obj` comes from, or
+    refers to any object of it (an h5py `Dataset` of an adopted `File`).  Any other such
+    thread, or one not parked within 1 s (or half of `timeout`), makes the close wait that
+    long; if the thread still refers to it then, `obj` is not closed and its handle ends
+    `leaked_in_use`, the thread named in the ledger and in a warning.  A parked thread never
+    runs again: one that an `atexit` callback registered before `import exitsafe` joins
+    would never end (stop it in an [`on_early_exit`][exitsafe.on_early_exit] hook).  A
+    release the program makes itself is never held back.
 
     Args:
         obj: the object to own.

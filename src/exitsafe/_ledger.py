@@ -437,6 +437,7 @@ TRACE_EVENTS: dict[str, tuple[str, ...]] = {
     "teardown-end": ("registry", "released", "leaked", "failed", "ms"),
     "late-release": ("registry", "kind", "name"),
     "quiesce": ("threads", "parked", "running", "ms"),
+    "park": ("threads", "parked", "running", "ms"),
 }
 
 #: Fields printed as JSON strings; the others are bare tokens.

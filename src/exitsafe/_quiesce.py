@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import _thread
 import sys
+from types import ModuleType
 
 from . import _process, _report, _sync, _threads
 
@@ -49,7 +50,10 @@ if TYPE_CHECKING:
     from types import CodeType, FrameType
     from typing import Any, Callable, Iterable, Optional, Sequence
 
-__all__ = ["covered", "is_exitsafe_file", "request", "requested", "run", "still_running"]
+__all__ = [
+    "code_library", "covered", "instance_dict", "is_exitsafe_file", "library_of", "park",
+    "program_thread", "request", "requested", "run", "still_running",
+]
 
 #: Kinds of code (see `_kind`).
 OWN, STDLIB, PACKAGE, STARTER = 0, 1, 2, 3
@@ -84,6 +88,10 @@ _in_native: dict[int, tuple[FrameType, int]] = {}
 _wakes: list[Callable[[], object]] = []
 #: The threads quiesced in this exit: ident -> True once parked.
 _targets: dict[int, bool] = {}
+#: ``[True]`` once `run` ran in this exit.
+_ran: list[bool] = []
+#: The threads `park` quiesces: they never park holding a lock (see `park`).
+_lock_free_only: set[int] = set()
 #: The threads still running when the bound was hit: ident -> where (for the ledger).
 _running: dict[int, str] = {}
 _kinds: dict[CodeType, int] = {}
@@ -198,22 +206,24 @@ def still_running() -> dict[int, str]:
 
 
 def covered() -> list[int]:
-    """The threads this exit quiesces (parked, or parking at their next call): they never
-    run the program's code again."""
-    return list(_targets)
+    """The threads this exit quiesces (parked, or parking at their next call) but those
+    still running when their bound was hit (see `still_running`): they never run the
+    program's code again."""
+    return [ident for ident in list(_targets) if ident not in _running]
 
 
 def run(exclude: Iterable[int] = ()) -> None:
     """Quiesce the requested threads (once per exit; never raises)."""
     asked = _request[0]
-    if asked is None or _targets:
+    if asked is None or _ran:
         return
+    _ran.append(True)
     idents, timeout = asked
     me = _thread.get_ident()
     try:
         alive = set(sys._current_frames())
         wanted = (idents & alive) if idents else alive
-        for ident in wanted - {me} - set(exclude):
+        for ident in wanted - {me} - set(exclude) - set(_targets):
             _targets[ident] = False
         if not _targets:
             return
@@ -234,6 +244,42 @@ def run(exclude: Iterable[int] = ()) -> None:
         _log_result((perf_counter() - started) * 1000)
     except Exception as exc:  # never into threading._shutdown: see _exit.run_early_phase
         _report.log().error("exitsafe: quiescing the threads failed: %s", repr(exc))
+
+
+def park(idents: Iterable[int], timeout: float) -> None:
+    """Quiesce ``idents`` now, from the exit teardown, and wait at most ``timeout``
+    seconds until each is parked or gone, not merely idle (never raises).
+
+    For `exitsafe._users`: the threads of the program's own seen using an adopted object
+    that the teardown is about to close.  They park as `run` parks its threads, at their
+    next safe point (never inside a library); one still running when the bound is hit is
+    kept in `still_running` (the caller then does not close the object under it).
+    Threads quiesced already are left as they are.
+
+    Unlike `run`'s, these threads never park where they hold a lock their code refers to
+    (`_holds_a_lock`): the close that follows may take it (a wrapper of the program's
+    whose ``write`` and ``close`` both take ``self._lock``), and would wait for ever on a
+    thread parked holding it.  Such a thread parks at its next safe point outside the
+    lock, or is still running at the bound."""
+    me = _thread.get_ident()
+    try:
+        alive = set(sys._current_frames())
+        new = {ident for ident in idents if ident in alive and ident != me} - set(_targets)
+        if not new:
+            return
+        from time import perf_counter
+
+        started = perf_counter()
+        _prepare()
+        for ident in new:
+            _lock_free_only.add(ident)
+            _targets[ident] = False
+        _install()
+        _note_calls_in_flight()
+        _wait(timeout, among=new)
+        _log_result((perf_counter() - started) * 1000, "park")
+    except Exception as exc:  # (the teardown goes on: the caller looks at the threads again)
+        _report.log().error("exitsafe: parking the threads failed: %s", repr(exc))
 
 
 # ---------------------------------------------------------------------- in each thread
@@ -260,6 +306,8 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
             return
     elif not _own_stack(frame):
         return
+    if me in _lock_free_only and _holds_a_lock(frame.f_back if event == "call" else frame):
+        return  # (parked by the teardown for a close, which may need that lock: later)
     _in_native.pop(me, None)
     _targets[me] = True
     _end_borrows()
@@ -364,6 +412,76 @@ def _end_borrows() -> None:
                 held.pop()
 
 
+_LOCK = _thread.LockType
+_RLOCK = type(_thread.RLock())
+
+
+def _holds_a_lock(frame: Optional[FrameType]) -> bool:
+    """Whether the calling thread, at ``frame``, may hold a lock: one that the program's
+    own frames from ``frame`` outward refer to (a local, a module global the code names,
+    an attribute of a local one level deep; a ``threading.Condition``'s lock too) and
+    that is held: an ``RLock`` by this thread, a ``Lock`` by anyone (its owner is not
+    known: taken as this thread's).  Runs no code of the program's (exact types and
+    instance dicts only); a ``threading.Thread``'s own attributes are not read (its
+    ``_tstate_lock`` is held while it runs)."""
+    threading = sys.modules["threading"]  # (no import in a profile function: see _prepare)
+    thread_type = threading.Thread
+    condition_type = threading.Condition
+
+    def held(value: object, depth: int) -> bool:
+        kind = type(value)
+        if kind is _LOCK:
+            return bool(value.locked())  # type: ignore[attr-defined]
+        if kind is _RLOCK:
+            return bool(value._is_owned())  # type: ignore[attr-defined]
+        if kind is condition_type and depth:
+            inner = value.__dict__.get("_lock")
+            return inner is not None and held(inner, 0)
+        return False
+
+    while frame is not None:
+        code = frame.f_code
+        if _kind(code) == OWN:
+            try:
+                values = list(frame.f_locals.values())
+            except Exception:  # (locals that cannot be read: nothing to tell from them)
+                values = []
+            module_globals = frame.f_globals
+            if type(module_globals) is dict:
+                values += [module_globals.get(name) for name in code.co_names]
+            for value in values:
+                if held(value, 1):
+                    return True
+                if issubclass(type(value), thread_type):
+                    continue
+                attrs = instance_dict(value)
+                if attrs and any(held(v, 1) for v in list(attrs.values())):
+                    return True
+        frame = frame.f_back
+    return False
+
+
+def instance_dict(value: object) -> Optional[dict[str, object]]:
+    """``value``'s own attribute dict, when its type keeps one the standard way (no
+    ``__dict__`` property of the program's, no class or module), else ``None``."""
+    kind = type(value)
+    if issubclass(kind, (type, ModuleType)):
+        return None
+    for klass in kind.__mro__:
+        slot = klass.__dict__.get("__dict__")
+        if slot is not None:
+            if type(slot).__name__ != "getset_descriptor":
+                return None  # (a __dict__ of the program's own making: not called)
+            break
+    else:
+        return None
+    try:
+        attrs = object.__getattribute__(value, "__dict__")
+    except Exception:  # (a standard slot that still failed: nothing one level down)
+        return None
+    return attrs if type(attrs) is dict else None
+
+
 def _own_stack(frame: Optional[FrameType]) -> bool:
     """Whether a thread at ``frame`` may park: every frame is the program's own (or only
     starts the thread), and none is a finalizer (a ``__del__`` may run inside a garbage
@@ -419,6 +537,41 @@ def is_exitsafe_file(filename: str) -> bool:
     return normalized.startswith(exitsafe_dir) and not normalized.startswith(
         exitsafe_dir + _LAB_PROGRAMS
     )
+
+
+def library_of(module_name: Optional[str]) -> Optional[str]:
+    """The installed package (its top-level name) that module ``module_name`` belongs
+    to, or ``None``: the standard library, exitsafe, the program's own code."""
+    if not module_name or _module_kind(module_name) != PACKAGE:
+        return None
+    top = module_name.split(".")[0]
+    return None if top in ("ctypes", "_ctypes") else top
+
+
+def code_library(code: CodeType) -> Optional[str]:
+    """The installed package (its top-level name) whose file ``code`` comes from, or
+    ``None``."""
+    if _kind(code) != PACKAGE:
+        return None
+    normalized = code.co_filename.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        at = normalized.rfind(marker)
+        if at >= 0:
+            rest = normalized[at + len(marker):]
+            return rest.split("/", 1)[0].split(".", 1)[0]
+    return None
+
+
+def program_thread(frame: Optional[FrameType]) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` runs the program's own code
+    at its base (its target, past the frames that only start a thread, is the
+    program's): a thread `park` can stop, rather than a library's own."""
+    base = None
+    while frame is not None:
+        if _kind(frame.f_code) != STARTER:
+            base = frame
+        frame = frame.f_back
+    return base is not None and _kind(base.f_code) == OWN
 
 
 def _library_paths() -> tuple[tuple[str, ...], str]:
@@ -510,9 +663,14 @@ def _install_with_ctypes() -> None:
 # ---------------------------------------------------------------------- waiting
 
 
-def _wait(timeout: float, actions: Sequence[Callable[[], object]] = ()) -> None:
-    """Wait until every thread to quiesce is parked, gone or idle, at most ``timeout``
-    seconds; while one is still running, the wake ``actions`` run again at `WAKE_AGAIN`."""
+def _wait(
+    timeout: float,
+    actions: Sequence[Callable[[], object]] = (),
+    among: Optional[set[int]] = None,
+) -> None:
+    """Wait until every thread to quiesce (of ``among``, if given) is parked, gone or
+    idle, at most ``timeout`` seconds; while one is still running, the wake ``actions``
+    run again at `WAKE_AGAIN`."""
     from time import monotonic
 
     started = monotonic()
@@ -522,8 +680,9 @@ def _wait(timeout: float, actions: Sequence[Callable[[], object]] = ()) -> None:
         frames = sys._current_frames()
         found = {
             ident: frames[ident]
-            for ident, parked in _targets.items()
-            if not parked and ident in frames and not _idle(frames[ident])
+            for ident, parked in list(_targets.items())
+            if not parked and ident in frames and (among is None or ident in among)
+            and not _harmless(ident, frames[ident])
         }
         elapsed = monotonic() - started
         if found and again and elapsed >= again[0]:
@@ -535,6 +694,14 @@ def _wait(timeout: float, actions: Sequence[Callable[[], object]] = ()) -> None:
     for ident, frame in still.items():
         _running[ident] = f"{_threads.thread_name(ident)} at {_where(frame)}"
     still.clear()  # (the other threads' frames: not kept)
+
+
+def _harmless(ident: int, frame: FrameType) -> bool:
+    """Whether thread ``ident`` (to quiesce, not parked) at ``frame`` needs no more
+    waiting: idle (see `_idle`), unless `park` quiesces it: the object it uses is closed
+    next, so it must be parked (or gone), not only idle, whose next step may reach the
+    library through no call (a subscript) or hold a lock where it wakes."""
+    return ident not in _lock_free_only and _idle(frame)
 
 
 def _idle(frame: FrameType) -> bool:
@@ -654,9 +821,9 @@ def _where(frame: FrameType) -> str:
     return f"{code.co_name} ({code.co_filename}:{frame.f_lineno})"
 
 
-def _log_result(ms: float) -> None:
+def _log_result(ms: float, what: str = "quiesce") -> None:
     parked = sum(1 for p in _targets.values() if p)
-    if _running:
+    if _running and what == "quiesce":  # (park: its caller says what it did not close)
         _report.log().warning(
             "exitsafe: %d thread(s) still running at exit after quiescing (%s): nothing "
             "is released (every handle leaked_in_use)",
@@ -670,7 +837,7 @@ def _log_result(ms: float) -> None:
 
         _report.emit(
             trace_line(
-                "quiesce", threads=len(_targets), parked=parked, running=len(_running),
+                what, threads=len(_targets), parked=parked, running=len(_running),
                 ms=f"{ms:.3f}",
             )
         )
@@ -680,6 +847,8 @@ def after_fork_in_child() -> None:
     """A forked child has its own exit; its parent's threads do not exist there (nor do
     the waits their wake actions would end)."""
     _targets.clear()
+    _ran.clear()
+    _lock_free_only.clear()
     _wakes.clear()
     _in_native.clear()
     _running.clear()

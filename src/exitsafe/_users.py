@@ -34,7 +34,7 @@ from __future__ import annotations
 import _thread
 import sys
 from time import monotonic, sleep
-from types import BuiltinMethodType, MethodType, ModuleType
+from types import BuiltinMethodType, MethodType
 
 from . import _quiesce, _threads
 
@@ -60,10 +60,16 @@ class InUse(Exception):
     teardown records the handle ``leaked_in_use``, with this message as its detail)."""
 
 
-def _refers_to(frame: FrameType, obj: object) -> bool:
-    """Whether ``frame`` refers to ``obj`` (see the module's docstring).  Runs no code of
-    the program's: only exact dicts (and 3.13's frame-locals proxy) are read, methods are
-    told by their exact type, and an attribute dict only through the standard slot."""
+def _refers_to(frame: FrameType, obj: object, library: Optional[str] = None) -> bool:
+    """Whether ``frame`` refers to ``obj`` (see the module's docstring), or, given the
+    ``library`` of ``obj``, runs that library's code or refers the same ways to any
+    object of it.  Runs no code of the program's: only exact dicts (and 3.13's
+    frame-locals proxy) are read, methods are told by their exact type, and an attribute
+    dict only through the standard slot."""
+    if library is not None:
+        if _quiesce.code_library(frame.f_code) == library:
+            return True
+        return _refers_to(frame, _OfLibrary(library))
     try:
         frame_locals = frame.f_locals
         if type(frame_locals) is not dict and type(frame_locals).__name__ != "FrameLocalsProxy":
@@ -71,21 +77,69 @@ def _refers_to(frame: FrameType, obj: object) -> bool:
         local_values = list(frame_locals.values())
     except Exception:  # a frame's locals that cannot be read: nothing to tell from them
         local_values = []
+    same = _is if type(obj) is _OfLibrary else _identical
     for value in local_values:
         kind = type(value)
-        if value is obj or ((kind is MethodType or kind is BuiltinMethodType)
-                            and value.__self__ is obj):
+        if same(value, obj) or ((kind is MethodType or kind is BuiltinMethodType)
+                                and value.__self__ is obj):
             return True
     for value in local_values:
         if _holds(value, obj):
             return True
-        attrs = _instance_dict(value)
-        if attrs is not None and any(v is obj or _holds(v, obj) for v in list(attrs.values())):
+        attrs = _quiesce.instance_dict(value)
+        if attrs is not None and any(same(v, obj) or _holds(v, obj)
+                                     for v in list(attrs.values())):
             return True
     module_globals = frame.f_globals
     if type(module_globals) is not dict:
         return False
-    return any(module_globals.get(name) is obj for name in frame.f_code.co_names)
+    return any(same(module_globals.get(name), obj) for name in frame.f_code.co_names)
+
+
+def _identical(value: object, obj: object) -> bool:
+    return value is obj
+
+
+class _OfLibrary:
+    """Stands for "any object of ``library``" in the identity tests of `_refers_to` and
+    `_holds` (`_is`)."""
+
+    __slots__ = ("library",)
+
+    def __init__(self, library: str) -> None:
+        self.library = library
+
+
+#: type -> the installed package its class is defined in (see `_library_of_type`).
+_type_libraries: dict[type, Optional[str]] = {}
+_type_module = type.__dict__["__module__"]
+
+
+def _library_of_type(kind: type) -> Optional[str]:
+    """The installed package ``kind`` comes from (read through ``type``'s own
+    ``__module__``: no metaclass of the program's runs), or ``None``."""
+    try:
+        return _type_libraries[kind]
+    except KeyError:
+        pass
+    try:
+        module = _type_module.__get__(kind, type)
+    except Exception:  # (a type whose module cannot be read: no library)
+        module = None
+    found = _quiesce.library_of(module if isinstance(module, str) else None)
+    _type_libraries[kind] = found
+    return found
+
+
+def _is(value: object, obj: object) -> bool:
+    """``value is obj``, or, for `_OfLibrary`, whether ``value`` is an object of that
+    library (a bound method: its object)."""
+    if type(obj) is not _OfLibrary:
+        return value is obj
+    kind = type(value)
+    if kind is MethodType or kind is BuiltinMethodType:
+        kind = type(value.__self__)  # type: ignore[attr-defined]
+    return kind is not _OfLibrary and _library_of_type(kind) == obj.library
 
 
 #: Items of one container that `_holds` looks at, at most (it runs for each frame of
@@ -111,28 +165,9 @@ def _holds(value: Any, obj: object) -> bool:
         items = list(value)
     else:
         return False
+    if type(obj) is _OfLibrary:
+        return any(_is(item, obj) for item in items)
     return any(item is obj for item in items)
-
-
-def _instance_dict(value: object) -> Optional[dict[str, object]]:
-    """``value``'s own attribute dict, when its type keeps one the standard way (no
-    ``__dict__`` property of the program's, no class or module), else ``None``."""
-    kind = type(value)
-    if issubclass(kind, (type, ModuleType)):
-        return None
-    for klass in kind.__mro__:
-        slot = klass.__dict__.get("__dict__")
-        if slot is not None:
-            if type(slot).__name__ != "getset_descriptor":
-                return None  # (a __dict__ of the program's own making: not called)
-            break
-    else:
-        return None
-    try:
-        attrs = object.__getattribute__(value, "__dict__")
-    except Exception:  # (a standard slot that still failed: nothing one level down)
-        return None
-    return attrs if type(attrs) is dict else None
 
 
 #: The threads running an exit teardown now (`_teardown.run` adds and removes its own).
@@ -165,39 +200,62 @@ def users_of(obj: object) -> dict[int, str]:
     """The other threads whose Python stack refers to ``obj``: ident -> where (the
     thread's name and the outermost frame that refers to it: the thread's own loop
     rather than the object's method it is in)."""
+    return {ident: where for ident, (where, _) in _find_users(obj).items()}
+
+
+def _find_users(obj: object) -> dict[int, tuple[str, bool]]:
+    """`users_of`, each with whether the thread is the program's own (`park` can stop
+    it).  Such a thread also uses ``obj`` when it runs the code of the installed package
+    ``obj`` comes from, or refers to any object of it (an h5py ``Dataset`` of an adopted
+    ``File``): the package's own threads are not counted that way."""
     candidates = _threads.running_elsewhere()
     if not candidates:
         return {}
     skip = _skipped()
+    library = _library_of_type(type(obj))
     frames = sys._current_frames()
-    found: dict[int, str] = {}
+    found: dict[int, tuple[str, bool]] = {}
     for ident in candidates:
         frame: Optional[FrameType] = frames.get(ident)
         if ident in skip or frame is None:
             continue
+        own = _quiesce.program_thread(frame)
+        wide = library if own else None
         outermost: Optional[FrameType] = None  # the thread's own loop, rather than a method
         while frame is not None:
-            if not _quiesce.is_exitsafe_file(frame.f_code.co_filename) and _refers_to(frame, obj):
+            if not _quiesce.is_exitsafe_file(frame.f_code.co_filename) and _refers_to(
+                frame, obj, wide
+            ):
                 outermost = frame
             frame = frame.f_back
         if outermost is not None:
             code = outermost.f_code
             found[ident] = (
                 f"thread {_threads.thread_name(ident)!r} "
-                f"({code.co_name}() at {code.co_filename}:{outermost.f_lineno})"
+                f"({code.co_name}() at {code.co_filename}:{outermost.f_lineno})",
+                own,
             )
     return found
 
 
-def wait_until_unused(obj: object, bound: float = USE_WAIT) -> None:
+def wait_until_unused(obj: object, bound: float = USE_WAIT, park: bool = False) -> None:
     """Return once no other thread refers to ``obj`` (at once when none does); raise
-    `InUse` if some still do after ``bound`` seconds."""
-    users = users_of(obj)
-    if not users:
+    `InUse` if some still do after ``bound`` seconds.
+
+    ``park`` (the exit teardown only: a parked thread never runs again): the program's
+    own threads among them are first parked at their next safe point (`_quiesce.park`,
+    within the bound), which ends their use; the others are waited for."""
+    found = _find_users(obj)
+    if not found:
         return
-    if set(users) <= _waited_out:
+    if set(found) <= _waited_out:
         bound = 0.0  # (those threads already outlasted a wait in this exit)
     deadline = monotonic() + bound
+    parkable = [ident for ident, (_, own) in found.items() if own]
+    if park and parkable and bound > 0:
+        _quiesce.park(parkable, bound)
+        found = _find_users(obj)
+    users = {ident: where for ident, (where, _) in found.items()}
     pause = 0.001
     while users and monotonic() < deadline:
         sleep(pause)

@@ -1,15 +1,20 @@
 """adopt() alone never closes an object under another thread still using it at exit.
 
 The exit teardown looks at the other threads' Python stacks before it closes an adopted
-object: one that refers to it (a local, a module global its code names, an attribute of
-a local, a bound method, an item of a container held so) makes the close wait, bounded,
-then leak the object ``leaked_in_use`` with the thread named, instead of closing it under
-that thread.
+object.  A thread of the program's own (its target is the program's code) that refers to
+it (a local, a module global its code names, an attribute of a local, a bound method, an
+item of a container held so), or, for an object of an installed package, to any object
+of that package (a dataset its file made) or runs that package's code, is parked at its
+next safe point, as ``quiesce()`` parks it, and then the object is closed.  Any other
+thread referring to it (a library's own), and one that does not reach a safe point
+within the bound, makes the close wait, bounded, then leak the object ``leaked_in_use``
+with the thread named, instead of closing it under that thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import textwrap
 import threading
 
@@ -37,6 +42,10 @@ WRITER = """
 
     started = threading.Event()
 """
+
+
+#: The trace line of the teardown parking the thread.
+PARKED = re.compile(r"exitsafe: park threads=1 parked=1 running=0 ")
 
 
 def _entry(run):
@@ -109,12 +118,113 @@ def _entry(run):
     ],
     ids=["global", "local", "attribute", "bound-method", "list-item", "dict-value"],
 )
-def test_a_thread_referring_to_the_object_keeps_it_from_being_closed(tmp_path, thread_code):
+def test_a_program_thread_referring_to_the_object_is_parked_then_it_is_closed(
+    tmp_path, thread_code
+):
     start = """
     threading.Thread(target=loop, daemon=True, name="recorder").start()
     started.wait(30)
     """
     body = "".join(textwrap.dedent(part) for part in (WRITER, thread_code, start))
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
+    assert_clean(run)
+    assert run.order == ["closed"]  # closed once the thread parked: no write after it
+    assert _entry(run)["outcome"] == "released_at_exit"
+    assert PARKED.search(run.stderr), run.stderr
+
+
+#: An installed package (under a ``site-packages`` directory): a file whose datasets the
+#: program's thread writes to, and a loop of the package's own.
+VENDOR = """
+    class File:
+        def __init__(self, record):
+            self.record = record
+            self.closed = False
+
+        def create_dataset(self):
+            return Dataset(self)
+
+        def close(self):
+            self.record("closed")
+            self.closed = True
+
+    class Dataset:  # made by a File; holds it only inside a list of its own
+        def __init__(self, file):
+            self._owner = [file]
+
+        def __setitem__(self, index, value):
+            if self._owner[0].closed:
+                self._owner[0].record("write after close")
+
+    def run_for(obj, started, seconds, done):
+        # a thread of the package's own using what it was given for a while, then done
+        import time
+
+        started.set()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            obj.write(b"x")
+        done("thread done")
+
+    def run_forever(obj, started):
+        # a thread of the package's own, using what it was given
+        started.set()
+        while True:
+            obj.write(b"x")
+"""
+
+#: The program's first lines: the package importable from the program's directory.
+VENDOR_IMPORT = """
+    sys.path.insert(0, os.path.join(os.getcwd(), "site-packages"))
+    import vendorlib
+"""
+
+
+def _install_vendor(tmp_path):
+    package = tmp_path / "site-packages" / "vendorlib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent(VENDOR))
+
+
+def test_a_derived_object_of_the_same_package_is_a_use_of_the_adopted_one(tmp_path):
+    """The h5py pattern: the thread writes to a dataset the adopted file made, and
+    refers to nothing that is the file itself."""
+    _install_vendor(tmp_path)
+    body = VENDOR_IMPORT + """
+    f = vendorlib.File(record)
+    exitsafe.adopt(f, close="close")
+    frames = f.create_dataset()
+    started = threading.Event()
+
+    def write_forever():
+        i = 0
+        while True:
+            frames[i % 8] = b"x"
+            i += 1
+            started.set()
+
+    threading.Thread(target=write_forever, daemon=True, name="writer").start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
+    assert_clean(run)
+    assert run.order == ["closed"]
+    assert _entry(run)["outcome"] == "released_at_exit"
+    assert PARKED.search(run.stderr), run.stderr
+
+
+def test_a_package_thread_referring_to_the_object_keeps_it_from_being_closed(tmp_path):
+    """A thread of a package's own is not parked (it runs no code of the program's to
+    park at): the close waits, then leaks the object, naming the thread."""
+    _install_vendor(tmp_path)
+    body = VENDOR_IMPORT + WRITER + """
+    writer = Writer()
+    exitsafe.adopt(writer)
+    threading.Thread(
+        target=vendorlib.run_forever, args=(writer, started), daemon=True, name="recorder"
+    ).start()
+    started.wait(30)
+    """
     run = run_program(body, tmp_path, ledger=True)
     assert_clean(run)
     assert run.order == []  # not closed: no close under the thread, no write after it
@@ -125,19 +235,48 @@ def test_a_thread_referring_to_the_object_keeps_it_from_being_closed(tmp_path, t
     assert "leaking it" in run.stderr
 
 
-def test_a_thread_that_lets_go_within_the_bound_lets_the_close_run_after_it(tmp_path):
+def test_a_program_thread_that_does_not_park_within_the_bound_keeps_it_from_being_closed(
+    tmp_path,
+):
+    """Parked only at a safe point: a thread inside a long native call (through ctypes,
+    which exitsafe cannot tell from a library's) is not closed under, but waited for;
+    the object is leaked when the bound is hit."""
     body = WRITER + """
+    import ctypes
+
+    libc = ctypes.CDLL(None)
     writer = Writer()
     exitsafe.adopt(writer)
 
     def loop():
-        started.set()
-        end = time.monotonic() + 0.1  # still writing for a while after the main thread ends
-        while time.monotonic() < end:
+        while True:
             writer.write(b"x")
-        record("thread done")
+            started.set()
+            libc.usleep(3_000_000)  # (the bound is 1 s)
 
-    threading.Thread(target=loop, daemon=True).start()
+    threading.Thread(target=loop, daemon=True, name="recorder").start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
+    assert_clean(run)
+    assert run.order == []
+    entry = _entry(run)
+    assert entry["outcome"] == "leaked_in_use"
+    assert "'recorder'" in entry["detail"]
+    assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr
+
+
+def test_a_package_thread_that_lets_go_within_the_bound_lets_the_close_run_after_it(
+    tmp_path,
+):
+    _install_vendor(tmp_path)
+    body = VENDOR_IMPORT + WRITER + """
+    writer = Writer()
+    exitsafe.adopt(writer)
+    # still writing for a while after the main thread ends, then done
+    threading.Thread(
+        target=vendorlib.run_for, args=(writer, started, 0.1, record), daemon=True
+    ).start()
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True)
@@ -185,16 +324,11 @@ def test_threads_quiesced_do_not_count_so_the_object_is_closed(tmp_path):
 
 
 def test_the_wait_is_half_the_close_timeout_when_that_is_shorter(tmp_path):
-    body = WRITER + """
+    _install_vendor(tmp_path)
+    body = VENDOR_IMPORT + WRITER + """
     writer = Writer()
     exitsafe.adopt(writer, timeout=0.4)
-
-    def loop():
-        started.set()
-        while True:
-            writer.write(b"x")
-
-    threading.Thread(target=loop, daemon=True).start()
+    threading.Thread(target=vendorlib.run_forever, args=(writer, started), daemon=True).start()
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True)
@@ -285,19 +419,23 @@ def test_wait_until_unused_raises_in_use_with_the_threads_after_the_bound():
 
 
 def test_one_thread_holding_many_objects_costs_one_wait_not_one_per_object(tmp_path):
-    body = WRITER + """
+    _install_vendor(tmp_path)
+    body = VENDOR_IMPORT + WRITER + """
+    class All:  # one object whose write uses three adopted writers
+        def __init__(self, *writers):
+            self.w1, self.w2, self.w3 = writers
+
+        def write(self, frame):
+            self.w1.write(frame)
+            self.w2.write(frame)
+            self.w3.write(frame)
+
     w1, w2, w3 = Writer(), Writer(), Writer()
     for w in (w1, w2, w3):
         exitsafe.adopt(w)
-
-    def loop():
-        started.set()
-        while True:
-            w1.write(b"x")
-            w2.write(b"x")
-            w3.write(b"x")
-
-    threading.Thread(target=loop, daemon=True).start()
+    threading.Thread(
+        target=vendorlib.run_forever, args=(All(w1, w2, w3), started), daemon=True
+    ).start()
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True)
@@ -353,18 +491,16 @@ def test_an_object_leaked_in_use_is_not_neutralized_under_its_thread(tmp_path):
 
     exitsafe.adopt(Sleeper())
     session = Session()
+    session.write = lambda frame: session.run()  # (what the package's loop calls)
     exitsafe.adopt(session, neutralize="_handle")
     started = threading.Event()
-
-    def loop():
-        started.set()
-        while True:
-            session.run()
-
-    threading.Thread(target=loop, daemon=True, name="runner").start()
+    threading.Thread(
+        target=vendorlib.run_forever, args=(session, started), daemon=True, name="runner"
+    ).start()
     started.wait(30)
     """
-    run = run_program(body, tmp_path, ledger=True)
+    _install_vendor(tmp_path)
+    run = run_program(VENDOR_IMPORT + body, tmp_path, ledger=True)
     assert_clean(run)
     assert run.order == []
     outcomes = {e["name"]: e["outcome"] for e in run.ledger()["registries"][0]["entries"]}
@@ -390,3 +526,123 @@ def test_containers_are_searched_by_identity_and_within_their_limit():
     assert not _users._holds(beyond, target)
     assert _users._holds([target, *beyond], target)
     assert not _users._holds(set(range(_users.SCAN_LIMIT)) | {target}, target)
+
+
+def test_a_thread_is_never_parked_holding_a_lock_the_close_takes(tmp_path):
+    """A wrapper of the program's that takes its own lock in ``write`` and in ``close``:
+    the thread sleeps inside ``write`` holding the lock when the teardown parks it.  Were
+    it parked there (as the sleep returns), the close would wait for the lock for ever;
+    it parks at its next call outside the lock instead, and the close runs after it."""
+    body = """
+    import time
+
+    class Recorder:
+        def __init__(self):
+            self._lock = threading.Lock()
+
+        def write(self, row):
+            with self._lock:
+                time.sleep(0.01)
+
+        def close(self):
+            with self._lock:
+                record("closed")
+
+    recorder = Recorder()
+    exitsafe.adopt(recorder)
+
+    def loop():
+        while True:
+            recorder.write(1)
+
+    threading.Thread(target=loop, daemon=True).start()
+    time.sleep(0.05)
+    """
+    run = run_program(body, tmp_path, ledger=True, timeout=30)
+    assert_clean(run)
+    assert run.order == ["closed"]
+    assert _entry(run)["outcome"] == "released_at_exit"
+
+
+def test_a_thread_that_always_holds_a_lock_is_not_parked_and_the_object_leaks(tmp_path):
+    """Never outside the lock (an ``RLock`` held around the whole loop): the thread is
+    still running at the bound, and the object is leaked rather than closed under it (and
+    rather than a close that would wait for the lock for ever)."""
+    body = WRITER + """
+    lock = threading.RLock()
+    writer = Writer()
+    exitsafe.adopt(writer)
+
+    def loop():
+        with lock:
+            started.set()
+            while True:
+                writer.write(b"x")
+
+    threading.Thread(target=loop, daemon=True, name="recorder").start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=30)
+    assert_clean(run)
+    assert run.order == []
+    entry = _entry(run)
+    assert entry["outcome"] == "leaked_in_use"
+    assert "'recorder'" in entry["detail"]
+    assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr
+
+
+def test_a_thread_the_teardown_parks_must_be_parked_not_only_idle(tmp_path):
+    """The thread is inside a standard-library call that takes a while but does not block
+    (hashing), which ``quiesce()`` takes for idle; its next step reaches the package
+    through no call (a subscript), where it cannot park.  The teardown waits until it has
+    parked (as the hash returns), so the dataset is never written after the close."""
+    _install_vendor(tmp_path)
+    body = VENDOR_IMPORT + """
+    import hashlib
+
+    f = vendorlib.File(record)
+    exitsafe.adopt(f, close="close")
+    frames = f.create_dataset()
+    data = b"x" * 20_000_000
+    started = threading.Event()
+
+    def write_forever():
+        while True:
+            started.set()
+            digest = hashlib.sha256(data).digest()  # (tens of ms in C, not a wait)
+            frames[0] = digest
+
+    threading.Thread(target=write_forever, daemon=True, name="writer").start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
+    assert_clean(run)
+    assert run.order == ["closed"]
+    assert _entry(run)["outcome"] == "released_at_exit"
+    assert PARKED.search(run.stderr), run.stderr
+
+
+def test_a_thread_blocked_for_good_is_not_parked_and_the_object_leaks(tmp_path):
+    """Idle is not parked: a thread blocked in ``queue.get()`` with the writer in a local
+    may wake and write at any time; it is still running at the bound, and the writer is
+    leaked rather than closed under it."""
+    body = WRITER + """
+    import queue
+
+    jobs = queue.Queue()
+
+    def serve(w=exitsafe.adopt(Writer()).raw):
+        started.set()
+        while True:
+            w.write(jobs.get())
+
+    threading.Thread(target=serve, daemon=True, name="server").start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=30)
+    assert_clean(run)
+    assert run.order == []
+    entry = _entry(run)
+    assert entry["outcome"] == "leaked_in_use"
+    assert "'server'" in entry["detail"]
+    assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr

@@ -237,6 +237,9 @@ class Case:
     #: other protected versions (another recipe for the same program): each must exit
     #: cleanly ``protected_runs`` times of as many, never an expected failure
     also_protected: Tuple[str, ...] = ()
+    #: Python code run after each protected run, in its directory with the same
+    #: interpreter, that must exit 0: the file the program wrote reads back whole
+    reads_back: Optional[str] = None
     #: the kinds ``exitsafe run`` may name a run that fails as described by (its report's
     #: first line, ``NOT CLEAN [kind]: ...``): each one right for one way the program
     #: fails; empty where no kind names the failure (`unnamed` says why)
@@ -348,11 +351,15 @@ CASES = [
         fails=writer_used_closed_file,
         runs=3,
         timeout=15.0,
-        summary="daemon thread writing an adopted h5py file at exit: the teardown closes it "
-                "under the writer (its exception printed, or a hang on h5py's lock)",
+        summary="daemon thread writing an h5py file that the program closes at exit "
+                "(atexit): closed under the writer (its exception printed, or a hang on "
+                "h5py's lock)",
         protected="h5py_daemon_writer_protected.py",
-        # the declared recipe: the writer thread is given a borrowing view of the file
-        also_protected=("h5py_daemon_writer_borrowing.py",),
+        # the declared recipe: the writer thread is given a borrowing view of the file; and
+        # the adoption alone, which parks the writer (it holds a dataset of the file's
+        # package) before the file is closed
+        also_protected=("h5py_daemon_writer_borrowing.py", "h5py_daemon_writer_adopted.py"),
+        reads_back="import h5py; assert h5py.File('frames.h5')['frames'].shape == (64, 16384)",
         # Found here and fixed in exitsafe._quiesce: a library's function entered from its
         # native code (h5py's Cython with_phil wrapper, holding h5py's lock) was taken for a
         # safe point; sysconfig was first imported inside the profile function (a deadlock
@@ -377,6 +384,8 @@ CASES = [
         summary="daemon thread filling a cairo surface that the program finishes at exit "
                 "(atexit): SIGSEGV in pixman",
         protected="cairocffi_daemon_protected.py",
+        # the adoption alone, in place of the atexit line: the painter is parked first
+        also_protected=("cairocffi_daemon_adopted.py",),
         system=("/usr/lib/*/libcairo.so.2", "cairo (Debian libcairo2)"),
         kinds=("thread-crash-at-exit",),
     ),
@@ -485,9 +494,9 @@ CASES = [
         summary="daemon thread decoding a PyAV input container that the program closes at "
                 "exit (atexit): SIGSEGV or SIGABRT in the demuxer",
         # the one line, ``exitsafe.quiesce()``, the program's own ``atexit`` close kept
-        # (60 of 60 on each of 3.9-3.13); the other recipe adopts the container in
-        # place of that line (20 of 20 on each): at the quiesce bound it would be leaked, not
-        # closed under the read
+        # (60 of 60 on each of 3.9-3.13); the other recipe adopts the container in place of
+        # that line: the teardown parks the player, then closes it (at the bound it would
+        # leak it, not close it under the read)
         protected="pyav_daemon_decoder_protected.py",
         also_protected=("pyav_daemon_decoder_adopted.py",),
         # (a crash or a bare abort on the player's thread; rarely its traceback)
@@ -503,6 +512,10 @@ CASES = [
         summary="daemon thread in ParquetWriter.write_batch() while atexit closes the writer: "
                 "SIGSEGV, SIGABRT or close()'s error printed, the Parquet file unreadable",
         protected="pyarrow_daemon_writer_protected.py",
+        # the adoption alone, in place of the atexit line: the writer is parked first
+        also_protected=("pyarrow_daemon_writer_adopted.py",),
+        # (the footer written: every row group it announces is there)
+        reads_back="import pyarrow.parquet as pq; assert pq.read_table('batches.parquet').num_rows",
         # (each way it fails has its kind: the writer's exception, its crash or C++ abort,
         # atexit's close raising; a bare crash-at-exit when the crash's dump and the close's
         # traceback, written at once by two threads, interleave: 1 run in 30 to 1 in 3)

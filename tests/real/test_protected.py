@@ -3,13 +3,16 @@
 
 Clean is ``ExitResult.clean`` and, besides, no "Traceback" and no "Exception in thread" on
 stderr: a thread ended while printing its exception leaves a line cut short, which the
-parser of ``exitsafe.testing`` does not take for one.  A case whose ``protected_unclean``
-names a limitation of exitsafe is an expected failure (not strict: the limitation shows
-in a few runs in a hundred for some); an unexpected pass says it is gone.
+parser of ``exitsafe.testing`` does not take for one.  Where the case says how
+(``Case.reads_back``), the file the program wrote must then read back whole.  A case whose
+``protected_unclean`` names a limitation of exitsafe is an expected failure (not strict:
+the limitation shows in a few runs in a hundred for some); an unexpected pass says it is
+gone.
 """
 
 from __future__ import annotations
 
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,16 +52,26 @@ def test_protected_program_exits_cleanly_every_time(
     if unclean:
         request.applymarker(pytest.mark.xfail(reason=unclean, strict=False))
 
+    unread: dict[int, str] = {}
+
     def one(attempt: int) -> ExitResult:
         cwd = tmp_path / f"run-{attempt + 1}"
         cwd.mkdir()
-        return run(
+        result = run(
             script=PROGRAMS / program,
             python=env.python,
             timeout=case.timeout,
             cwd=cwd,
             env=dict(case.env or ()),
         )
+        if case.reads_back is not None and clean(result):
+            check = subprocess.run(
+                [str(env.python), "-c", case.reads_back],
+                cwd=cwd, capture_output=True, text=True, timeout=120,
+            )
+            if check.returncode != 0:
+                unread[attempt] = check.stderr[-2000:]
+        return result
 
     # Two runs at a time (independent processes, each in its own directory): the 20 runs
     # of every case and interpreter fit in CI's time that way.  An expected failure stops
@@ -80,3 +93,7 @@ def test_protected_program_exits_cleanly_every_time(
             + (f" (stderr has {', '.join(map(repr, printed))})" if printed else "")
             + f"\n\n{result.report()}"
         )
+    assert not unread, (
+        f"{program} on CPython {version}: its output does not read back after "
+        f"{len(unread)} clean run(s) of {case.protected_runs}: {unread}"
+    )

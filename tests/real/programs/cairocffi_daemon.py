@@ -7,9 +7,8 @@ with the GIL released for a few hundred milliseconds, nearly all the painter's t
 The ``atexit`` callback finishes the surface, which frees its pixels, while the fill in
 flight is still writing them: SIGSEGV in ``pixman_fill``, on the painter's thread.
 
-(``exitsafe.adopt(surface, close="finish")`` alone did the same until the exit teardown
-learnt to look at the other threads: it now leaks the surface, ``leaked_in_use``, naming
-the painter, rather than finish it under the fill.)
+(``exitsafe.adopt(surface, close="finish")`` in place of the ``atexit`` line is the fix:
+``cairocffi_daemon_adopted.py``.)
 """
 
 import atexit

@@ -1,4 +1,5 @@
-"""PROTECTED: h5py_daemon_writer.py with the file adopted as a borrowing view.
+"""PROTECTED: h5py_daemon_writer.py with the file adopted as a borrowing view in place of its
+``atexit`` close.
 
 The writer thread's code is not changed: it writes through what it was given, and the
 dataset made by the view is a view too (the same library), so each ``frames[i] = row``

@@ -1,4 +1,4 @@
-"""PROTECTED: h5py_daemon_writer.py plus ``exitsafe.quiesce()``.
+"""PROTECTED: h5py_daemon_writer_adopted.py plus ``exitsafe.quiesce()``.
 
 At exit, before any ``atexit`` callback (exitsafe's teardown, which closes the file,
 included), the writer is parked at its next call made from this program's code: never

@@ -16,10 +16,8 @@ and the Parquet file left unreadable ("Parquet magic bytes not found in footer")
 every one of those 40 runs; unclean in 8 runs of 10 on 3.10 and 10 of 10 on 3.11 and
 3.12 (measured 2026-11-28 on a 2-core machine, pyarrow 21 on 3.9, 25-26 on the others).
 
-(``exitsafe.adopt(writer, close="close")`` alone in place of the ``atexit`` line exits 0:
-the exit teardown sees the writer's code refer to it, waits 1 s and leaks it,
-``leaked_in_use``, rather than close it under the write.  Safe, but the footer is never
-written: the file is unreadable every time.)
+(``exitsafe.adopt(writer, close="close")`` in place of the ``atexit`` line is one fix, and
+the file then reads back: ``pyarrow_daemon_writer_adopted.py``.)
 """
 
 import atexit

@@ -12,9 +12,8 @@ is printed.  Measured: 17 runs of 20 fail on CPython 3.9 (PyAV 15.1), 15 on 3.10
 18 on 3.11 (18.1), 14 on 3.12 and 17 on 3.13 (19.0); the other runs exit 0 (the player was
 stopped by finalization before it touched the context).
 
-(``exitsafe.adopt(container, close="close")`` alone in place of the ``atexit`` line does
-not crash: the exit teardown sees that the player's code refers to the container and
-leaks it, ``leaked_in_use``, rather than close it under the read.)
+(``exitsafe.adopt(container, close="close")`` in place of the ``atexit`` line is one fix:
+``pyav_daemon_decoder_adopted.py``.)
 """
 
 import atexit
