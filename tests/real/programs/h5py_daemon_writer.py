@@ -8,8 +8,9 @@ interpreter finalizes.  Its next write uses the closed dataset: ``RuntimeError``
 ``ValueError``), printed as "Exception in thread writer" (cut short when the thread is
 ended in the middle of printing it).  When the writer is instead stopped by finalization
 inside one of h5py's calls, it holds h5py's global lock (``phil``) for good, and the
-first h5py object deallocated during finalization waits for it: a hang.  Measured (2026-11-29): unclean in 10 runs of 10 on
-each of CPython 3.9 to 3.13 (the writer's exception, or a hang).
+first h5py object deallocated during finalization waits for it: a hang.  Measured
+(2026-11-29): unclean in 10 runs of 10 on each of CPython 3.9 to 3.13 (the writer's
+exception, or a hang).
 """
 
 import atexit
