@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import _thread
 import sys
-from types import ModuleType
 
-from . import _process, _report, _sync, _threads
+from . import _process, _report, _stacks, _sync, _threads
+from ._stacks import OWN, PACKAGE, STARTER, STDLIB
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,32 +51,17 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterable, Optional, Sequence
 
 __all__ = [
-    "code_library", "covered", "instance_dict", "is_exitsafe_file", "library_of", "park",
-    "program_thread", "request", "requested", "run", "still_running",
+    "covered", "park", "request", "requested", "run", "still_running",
 ]
 
-#: Kinds of code (see `_kind`).
-OWN, STDLIB, PACKAGE, STARTER = 0, 1, 2, 3
-
-#: The frames of the standard library that only start a thread's target: a thread
-#: whose stack holds nothing else of the standard library may park.
-_STARTERS = {
-    ("threading", "_bootstrap"),
-    ("threading", "_bootstrap_inner"),
-    ("threading", "run"),
-    ("thread", "_worker"),  # concurrent.futures.thread
-    ("thread", "run"),
-}
+_kind = _stacks.kind
+_module_kind = _stacks.module_kind
+_holds_a_lock = _stacks.holds_a_lock
 
 #: ``c_exception``: a C function called from the program's own code raised (a query
 #: interrupted by its library, a socket whose context was terminated): the thread parks
 #: before the exception reaches its code, as at a return.
 _PARK_EVENTS = {"call", "c_call", "c_return", "c_exception"}
-
-#: The standalone programs of ``exitsafe demo`` (``exitsafe.lab.scenarios``), relative to
-#: exitsafe's directory: the program's own code when they run, not exitsafe's (nor, once
-#: installed, a package's).
-_LAB_PROGRAMS = "lab/scenarios/"
 
 #: ``None``: not asked for; else the idents to quiesce (empty: every other thread) and
 #: the bound in seconds.
@@ -94,13 +79,11 @@ _ran: list[bool] = []
 _lock_free_only: set[int] = set()
 #: The threads still running when the bound was hit: ident -> where (for the ledger).
 _running: dict[int, str] = {}
-_kinds: dict[CodeType, int] = {}
 #: The call instructions of this interpreter (CALL, CALL_FUNCTION_EX... ; see _prepare).
 _CALL_OPS: set[int] = set()
 _code_bytes: dict[CodeType, bytes] = {}
 #: The inline cache's opcode (3.11+), -1 before.
 _CACHE = -1
-_paths: list[tuple[tuple[str, ...], str]] = []
 #: The C trampoline of the profile function on CPython 3.9-3.11 (kept alive).
 _trampoline: list[Any] = []
 
@@ -394,8 +377,7 @@ def _prepare() -> None:
 
     from . import _gate  # noqa: F401  (_end_borrows)
 
-    if not _paths:
-        _paths.append(_library_paths())
+    _stacks.prepare()
 
 
 def _end_borrows() -> None:
@@ -412,76 +394,6 @@ def _end_borrows() -> None:
                 held.pop()
 
 
-_LOCK = _thread.LockType
-_RLOCK = type(_thread.RLock())
-
-
-def _holds_a_lock(frame: Optional[FrameType]) -> bool:
-    """Whether the calling thread, at ``frame``, may hold a lock: one that the program's
-    own frames from ``frame`` outward refer to (a local, a module global the code names,
-    an attribute of a local one level deep; a ``threading.Condition``'s lock too) and
-    that is held: an ``RLock`` by this thread, a ``Lock`` by anyone (its owner is not
-    known: taken as this thread's).  Runs no code of the program's (exact types and
-    instance dicts only); a ``threading.Thread``'s own attributes are not read (its
-    ``_tstate_lock`` is held while it runs)."""
-    threading = sys.modules["threading"]  # (no import in a profile function: see _prepare)
-    thread_type = threading.Thread
-    condition_type = threading.Condition
-
-    def held(value: object, depth: int) -> bool:
-        kind = type(value)
-        if kind is _LOCK:
-            return bool(value.locked())  # type: ignore[attr-defined]
-        if kind is _RLOCK:
-            return bool(value._is_owned())  # type: ignore[attr-defined]
-        if kind is condition_type and depth:
-            inner = value.__dict__.get("_lock")
-            return inner is not None and held(inner, 0)
-        return False
-
-    while frame is not None:
-        code = frame.f_code
-        if _kind(code) == OWN:
-            try:
-                values = list(frame.f_locals.values())
-            except Exception:  # (locals that cannot be read: nothing to tell from them)
-                values = []
-            module_globals = frame.f_globals
-            if type(module_globals) is dict:
-                values += [module_globals.get(name) for name in code.co_names]
-            for value in values:
-                if held(value, 1):
-                    return True
-                if issubclass(type(value), thread_type):
-                    continue
-                attrs = instance_dict(value)
-                if attrs and any(held(v, 1) for v in list(attrs.values())):
-                    return True
-        frame = frame.f_back
-    return False
-
-
-def instance_dict(value: object) -> Optional[dict[str, object]]:
-    """``value``'s own attribute dict, when its type keeps one the standard way (no
-    ``__dict__`` property of the program's, no class or module), else ``None``."""
-    kind = type(value)
-    if issubclass(kind, (type, ModuleType)):
-        return None
-    for klass in kind.__mro__:
-        slot = klass.__dict__.get("__dict__")
-        if slot is not None:
-            if type(slot).__name__ != "getset_descriptor":
-                return None  # (a __dict__ of the program's own making: not called)
-            break
-    else:
-        return None
-    try:
-        attrs = object.__getattribute__(value, "__dict__")
-    except Exception:  # (a standard slot that still failed: nothing one level down)
-        return None
-    return attrs if type(attrs) is dict else None
-
-
 def _own_stack(frame: Optional[FrameType]) -> bool:
     """Whether a thread at ``frame`` may park: every frame is the program's own (or only
     starts the thread), and none is a finalizer (a ``__del__`` may run inside a garbage
@@ -493,115 +405,6 @@ def _own_stack(frame: Optional[FrameType]) -> bool:
             return False
         frame = frame.f_back
     return True
-
-
-# ---------------------------------------------------------------------- kinds of code
-
-
-def _kind(code: CodeType) -> int:
-    kind = _kinds.get(code)
-    if kind is None:
-        kind = _kinds[code] = _kind_of_file(code.co_filename, code.co_name)
-    return kind
-
-
-def _kind_of_file(filename: str, function: str = "") -> int:
-    if not _paths:
-        _paths.append(_library_paths())
-    if filename.startswith("<frozen "):
-        return STDLIB
-    if filename.startswith("<"):  # <string>, <stdin>: the program's
-        return OWN
-    normalized = filename.replace("\\", "/")
-    stdlib, exitsafe_dir = _paths[0]
-    if normalized.startswith(exitsafe_dir + _LAB_PROGRAMS):
-        return OWN  # (the lab's scenario programs are programs, wherever exitsafe is)
-    if "/site-packages/" in normalized or "/dist-packages/" in normalized:
-        return PACKAGE
-    if normalized.startswith(exitsafe_dir):
-        return STDLIB  # (exitsafe's own code: never a place to park)
-    if any(normalized.startswith(p) for p in stdlib):
-        stem = normalized.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        return STARTER if (stem, function) in _STARTERS else STDLIB
-    return OWN
-
-
-def is_exitsafe_file(filename: str) -> bool:
-    """Whether code of ``filename`` is exitsafe's own (the lab's scenario programs are not:
-    they stand for a program).  Such code is never a place to park a thread, and never a
-    thread's use of an object (``_users``)."""
-    if not _paths:
-        _paths.append(_library_paths())
-    normalized = filename.replace("\\", "/")
-    exitsafe_dir = _paths[0][1]
-    return normalized.startswith(exitsafe_dir) and not normalized.startswith(
-        exitsafe_dir + _LAB_PROGRAMS
-    )
-
-
-def library_of(module_name: Optional[str]) -> Optional[str]:
-    """The installed package (its top-level name) that module ``module_name`` belongs
-    to, or ``None``: the standard library, exitsafe, the program's own code."""
-    if not module_name or _module_kind(module_name) != PACKAGE:
-        return None
-    top = module_name.split(".")[0]
-    return None if top in ("ctypes", "_ctypes") else top
-
-
-def code_library(code: CodeType) -> Optional[str]:
-    """The installed package (its top-level name) whose file ``code`` comes from, or
-    ``None``."""
-    if _kind(code) != PACKAGE:
-        return None
-    normalized = code.co_filename.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        at = normalized.rfind(marker)
-        if at >= 0:
-            rest = normalized[at + len(marker):]
-            return rest.split("/", 1)[0].split(".", 1)[0]
-    return None
-
-
-def program_thread(frame: Optional[FrameType]) -> bool:
-    """Whether a thread whose innermost frame is ``frame`` runs the program's own code
-    at its base (its target, past the frames that only start a thread, is the
-    program's): a thread `park` can stop, rather than a library's own."""
-    base = None
-    while frame is not None:
-        if _kind(frame.f_code) != STARTER:
-            base = frame
-        frame = frame.f_back
-    return base is not None and _kind(base.f_code) == OWN
-
-
-def _library_paths() -> tuple[tuple[str, ...], str]:
-    import os
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    stdlib = {paths.get("stdlib", ""), paths.get("platstdlib", "")}
-    stdlib.add(os.path.dirname(os.__file__))
-    here = os.path.dirname(os.path.abspath(__file__)).replace("\\", "/") + "/"
-    return tuple(p.replace("\\", "/") + "/" for p in stdlib if p), here
-
-
-def _module_kind(module_name: Optional[str]) -> int:
-    """The kind of the code of module ``module_name`` (a built-in one: the standard
-    library's)."""
-    if not module_name:
-        return OWN
-    top = module_name.split(".")[0]
-    if top in ("ctypes", "_ctypes"):
-        return PACKAGE  # (a gateway to foreign code: a call through it is not idle)
-    if top in sys.builtin_module_names or module_name in sys.builtin_module_names:
-        return STDLIB
-    module = sys.modules.get(module_name) or sys.modules.get(top)
-    filename = getattr(module, "__file__", None)
-    if not filename:  # (frozen, or __main__, whose __file__ is gone once the script ended)
-        origin = getattr(getattr(module, "__spec__", None), "origin", None)
-        return STDLIB if origin in ("frozen", "built-in") else OWN
-    kind = _kind_of_file(filename)
-    return STDLIB if kind == STARTER else kind
 
 
 # ---------------------------------------------------------------------- installing

@@ -36,14 +36,14 @@ import sys
 from time import monotonic, sleep
 from types import BuiltinMethodType, MethodType
 
-from . import _quiesce, _threads
+from . import _quiesce, _stacks, _threads
 
 _get_ident = _thread.get_ident
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
 __all__ = ["InUse", "users_of", "wait_until_unused"]
 
@@ -67,7 +67,7 @@ def _refers_to(frame: FrameType, obj: object, library: Optional[str] = None) -> 
     frame-locals proxy) are read, methods are told by their exact type, and an attribute
     dict only through the standard slot."""
     if library is not None:
-        if _quiesce.code_library(frame.f_code) == library:
+        if _stacks.code_library(frame.f_code) == library:
             return True
         return _refers_to(frame, _OfLibrary(library))
     try:
@@ -77,7 +77,9 @@ def _refers_to(frame: FrameType, obj: object, library: Optional[str] = None) -> 
         local_values = list(frame_locals.values())
     except Exception:  # a frame's locals that cannot be read: nothing to tell from them
         local_values = []
-    same = _is if type(obj) is _OfLibrary else _identical
+    same: Callable[[object, Any], bool] = (
+        _of_library if type(obj) is _OfLibrary else _identical
+    )
     for value in local_values:
         kind = type(value)
         if same(value, obj) or ((kind is MethodType or kind is BuiltinMethodType)
@@ -86,7 +88,7 @@ def _refers_to(frame: FrameType, obj: object, library: Optional[str] = None) -> 
     for value in local_values:
         if _holds(value, obj):
             return True
-        attrs = _quiesce.instance_dict(value)
+        attrs = _stacks.instance_dict(value)
         if attrs is not None and any(same(v, obj) or _holds(v, obj)
                                      for v in list(attrs.values())):
             return True
@@ -102,7 +104,7 @@ def _identical(value: object, obj: object) -> bool:
 
 class _OfLibrary:
     """Stands for "any object of ``library``" in the identity tests of `_refers_to` and
-    `_holds` (`_is`)."""
+    `_holds` (`_of_library`)."""
 
     __slots__ = ("library",)
 
@@ -126,16 +128,13 @@ def _library_of_type(kind: type) -> Optional[str]:
         module = _type_module.__get__(kind, type)
     except Exception:  # (a type whose module cannot be read: no library)
         module = None
-    found = _quiesce.library_of(module if isinstance(module, str) else None)
+    found = _stacks.library_of(module if isinstance(module, str) else None)
     _type_libraries[kind] = found
     return found
 
 
-def _is(value: object, obj: object) -> bool:
-    """``value is obj``, or, for `_OfLibrary`, whether ``value`` is an object of that
-    library (a bound method: its object)."""
-    if type(obj) is not _OfLibrary:
-        return value is obj
+def _of_library(value: object, obj: _OfLibrary) -> bool:
+    """Whether ``value`` is an object of ``obj``'s library (a bound method: its object)."""
     kind = type(value)
     if kind is MethodType or kind is BuiltinMethodType:
         kind = type(value.__self__)  # type: ignore[attr-defined]
@@ -166,7 +165,7 @@ def _holds(value: Any, obj: object) -> bool:
     else:
         return False
     if type(obj) is _OfLibrary:
-        return any(_is(item, obj) for item in items)
+        return any(_of_library(item, obj) for item in items)
     return any(item is obj for item in items)
 
 
@@ -219,11 +218,11 @@ def _find_users(obj: object) -> dict[int, tuple[str, bool]]:
         frame: Optional[FrameType] = frames.get(ident)
         if ident in skip or frame is None:
             continue
-        own = _quiesce.program_thread(frame)
+        own = _stacks.program_thread(frame)
         wide = library if own else None
         outermost: Optional[FrameType] = None  # the thread's own loop, rather than a method
         while frame is not None:
-            if not _quiesce.is_exitsafe_file(frame.f_code.co_filename) and _refers_to(
+            if not _stacks.is_exitsafe_file(frame.f_code.co_filename) and _refers_to(
                 frame, obj, wide
             ):
                 outermost = frame

@@ -452,15 +452,15 @@ def test_exitsafe_own_code_is_told_from_the_program_and_from_the_lab_programs():
     import os
     import sysconfig
 
-    from exitsafe import _quiesce, lab
+    from exitsafe import _stacks, lab
 
-    assert _quiesce.is_exitsafe_file(exitsafe.__file__)
-    assert _quiesce.is_exitsafe_file(_users.__file__)
+    assert _stacks.is_exitsafe_file(exitsafe.__file__)
+    assert _stacks.is_exitsafe_file(_users.__file__)
     scenarios = os.path.join(os.path.dirname(lab.__file__), "scenarios", "anything.py")
-    assert not _quiesce.is_exitsafe_file(scenarios)
-    assert not _quiesce.is_exitsafe_file(__file__)
-    assert not _quiesce.is_exitsafe_file(os.__file__)
-    assert not _quiesce.is_exitsafe_file(
+    assert not _stacks.is_exitsafe_file(scenarios)
+    assert not _stacks.is_exitsafe_file(__file__)
+    assert not _stacks.is_exitsafe_file(os.__file__)
+    assert not _stacks.is_exitsafe_file(
         os.path.join(sysconfig.get_paths()["purelib"], "exitsafe_other", "x.py")
     )
 

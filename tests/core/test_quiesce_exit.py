@@ -415,18 +415,18 @@ def test_the_lab_s_scenario_programs_are_program_code_wherever_exitsafe_is(monke
     """``exitsafe demo``'s programs (``exitsafe/lab/scenarios/``) are programs: a thread
     running their code parks there, as in any program, although the files are inside
     exitsafe (never a place to park otherwise) and, once installed, inside site-packages."""
-    from exitsafe import _quiesce
+    from exitsafe import _stacks
 
-    here = os.path.dirname(os.path.abspath(_quiesce.__file__))
+    here = os.path.dirname(os.path.abspath(_stacks.__file__))
     scenario = os.path.join(here, "lab", "scenarios", "s12_protected.py")
-    assert _quiesce._kind_of_file(scenario) == _quiesce.OWN
-    assert _quiesce._kind_of_file(os.path.join(here, "lab", "runner.py")) == _quiesce.STDLIB
-    assert _quiesce._kind_of_file(os.path.join(here, "_registry.py")) == _quiesce.STDLIB
+    assert _stacks.kind_of_file(scenario) == _stacks.OWN
+    assert _stacks.kind_of_file(os.path.join(here, "lab", "runner.py")) == _stacks.STDLIB
+    assert _stacks.kind_of_file(os.path.join(here, "_registry.py")) == _stacks.STDLIB
     installed = "/venv/lib/python3.12/site-packages/exitsafe/"
-    monkeypatch.setattr(_quiesce, "_paths", [((), installed)])
-    assert _quiesce._kind_of_file(installed + "lab/scenarios/s12_protected.py") == _quiesce.OWN
-    assert _quiesce._kind_of_file(installed + "lab/runner.py") == _quiesce.PACKAGE
-    assert _quiesce._kind_of_file(installed + "_registry.py") == _quiesce.PACKAGE
+    monkeypatch.setattr(_stacks, "_paths", [((), installed)])
+    assert _stacks.kind_of_file(installed + "lab/scenarios/s12_protected.py") == _stacks.OWN
+    assert _stacks.kind_of_file(installed + "lab/runner.py") == _stacks.PACKAGE
+    assert _stacks.kind_of_file(installed + "_registry.py") == _stacks.PACKAGE
 
 
 def test_exitsafe_quiesce_variable_quiesces_with_no_line_of_code(tmp_path):
