@@ -496,7 +496,8 @@ def adopt(
     parked thread), is first *parked* if it is the program's own (its target is the
     program's code, not a library's): at its next safe point, as
     [`quiesce`][exitsafe.quiesce] parks a thread (never inside a library or a native call,
-    never where it holds a lock its code refers to), for good; then `obj` is closed.  Such
+    never where it holds a lock its code refers to, never inside a method of `obj`), for
+    good; then `obj` is closed.  Such
     a thread also counts when it runs code of the installed package `obj` comes from, or
     refers to any object of it (an h5py `Dataset` of an adopted `File`).  Any other such
     thread, or one not parked within 1 s (or half of `timeout`), makes the close wait that

@@ -75,8 +75,10 @@ _wakes: list[Callable[[], object]] = []
 _targets: dict[int, bool] = {}
 #: ``[True]`` once `run` ran in this exit.
 _ran: list[bool] = []
-#: The threads `park` quiesces: they never park holding a lock (see `park`).
+#: The threads `park` quiesces: they never park holding a lock, nor inside a function of
+#: `_outside` (see `park`).
 _lock_free_only: set[int] = set()
+_outside: list[frozenset[CodeType]] = [frozenset()]
 #: The threads still running when the bound was hit: ident -> where (for the ledger).
 _running: dict[int, str] = {}
 #: The call instructions of this interpreter (CALL, CALL_FUNCTION_EX... ; see _prepare).
@@ -229,7 +231,7 @@ def run(exclude: Iterable[int] = ()) -> None:
         _report.log().error("exitsafe: quiescing the threads failed: %s", repr(exc))
 
 
-def park(idents: Iterable[int], timeout: float) -> None:
+def park(idents: Iterable[int], timeout: float, outside: frozenset[CodeType] = frozenset()) -> None:
     """Quiesce ``idents`` now, from the exit teardown, and wait at most ``timeout``
     seconds until each is parked or gone, not merely idle (never raises).
 
@@ -242,8 +244,10 @@ def park(idents: Iterable[int], timeout: float) -> None:
     Unlike `run`'s, these threads never park where they hold a lock their code refers to
     (`_holds_a_lock`): the close that follows may take it (a wrapper of the program's
     whose ``write`` and ``close`` both take ``self._lock``), and would wait for ever on a
-    thread parked holding it.  Such a thread parks at its next safe point outside the
-    lock, or is still running at the bound."""
+    thread parked holding it.  Nor inside a function of ``outside`` (the methods of the
+    object to close, when its class is the program's own: a close in the middle of one of
+    them would see it half done).  Such a thread parks at its next safe point outside,
+    or is still running at the bound."""
     me = _thread.get_ident()
     try:
         alive = set(sys._current_frames())
@@ -254,6 +258,7 @@ def park(idents: Iterable[int], timeout: float) -> None:
 
         started = perf_counter()
         _prepare()
+        _outside[0] = _outside[0] | outside
         for ident in new:
             _lock_free_only.add(ident)
             _targets[ident] = False
@@ -289,8 +294,10 @@ def _on_event(frame: FrameType, event: str, arg: object) -> None:
             return
     elif not _own_stack(frame):
         return
-    if me in _lock_free_only and _holds_a_lock(frame.f_back if event == "call" else frame):
-        return  # (parked by the teardown for a close, which may need that lock: later)
+    if me in _lock_free_only:  # (parked by the teardown for a close: see park)
+        inner = frame.f_back if event == "call" else frame  # (a call: at its entry, outside)
+        if _holds_a_lock(inner) or _stacks.runs_any(inner, _outside[0]):
+            return
     _in_native.pop(me, None)
     _targets[me] = True
     _end_borrows()
@@ -652,6 +659,7 @@ def after_fork_in_child() -> None:
     _targets.clear()
     _ran.clear()
     _lock_free_only.clear()
+    _outside[0] = frozenset()
     _wakes.clear()
     _in_native.clear()
     _running.clear()

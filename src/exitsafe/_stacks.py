@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OWN", "PACKAGE", "STARTER", "STDLIB", "code_library", "holds_a_lock", "instance_dict",
-    "is_exitsafe_file", "kind", "kind_of_file", "library_of", "module_kind", "prepare",
-    "program_thread",
+    "is_exitsafe_file", "kind", "kind_of_file", "library_of", "method_codes", "module_kind",
+    "prepare", "program_thread", "runs_any",
 ]
 
 #: Kinds of code (see `kind`).
@@ -239,3 +239,36 @@ def instance_dict(value: object) -> Optional[dict[str, object]]:
     except Exception:  # (a standard slot that still failed: nothing one level down)
         return None
     return attrs if type(attrs) is dict else None
+
+
+def method_codes(cls: type) -> frozenset[CodeType]:
+    """The code of every function defined in ``cls`` and its bases (methods, static and
+    class methods, properties' accessors), read from the classes' own dicts: a frame
+    running one is inside a method of an instance of ``cls``."""
+    found: set[CodeType] = set()
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        for value in list(klass.__dict__.values()):
+            functions = (
+                (value.fget, value.fset, value.fdel) if type(value) is property
+                else (getattr(value, "__func__", value),)
+            )
+            for function in functions:
+                code = getattr(function, "__code__", None) if type(function).__name__ == (
+                    "function"
+                ) else None
+                if code is not None:
+                    found.add(code)
+    return frozenset(found)
+
+
+def runs_any(frame: Optional[FrameType], codes: frozenset[CodeType]) -> bool:
+    """Whether a frame from ``frame`` outward runs one of ``codes``."""
+    if not codes:
+        return False
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False

@@ -212,11 +212,17 @@ def _find_users(obj: object) -> dict[int, tuple[str, bool]]:
         return {}
     skip = _skipped()
     library = _library_of_type(type(obj))
+    methods = _stacks.method_codes(type(obj))
     frames = sys._current_frames()
     found: dict[int, tuple[str, bool]] = {}
     for ident in candidates:
         frame: Optional[FrameType] = frames.get(ident)
-        if ident in skip or frame is None:
+        if frame is None:
+            continue
+        if ident in skip:
+            if _stacks.runs_any(frame, methods):  # (parked in the middle of one of them)
+                found[ident] = (f"thread {_threads.thread_name(ident)!r} (parked inside "
+                                f"{type(obj).__name__}'s code)", False)
             continue
         own = _stacks.program_thread(frame)
         wide = library if own else None
@@ -252,7 +258,7 @@ def wait_until_unused(obj: object, bound: float = USE_WAIT, park: bool = False) 
     deadline = monotonic() + bound
     parkable = [ident for ident, (_, own) in found.items() if own]
     if park and parkable and bound > 0:
-        _quiesce.park(parkable, bound)
+        _quiesce.park(parkable, bound, _stacks.method_codes(type(obj)))
         found = _find_users(obj)
     users = {ident: where for ident, (where, _) in found.items()}
     pause = 0.001

@@ -646,3 +646,41 @@ def test_a_thread_blocked_for_good_is_not_parked_and_the_object_leaks(tmp_path):
     assert entry["outcome"] == "leaked_in_use"
     assert "'server'" in entry["detail"]
     assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr
+
+
+def test_a_thread_is_never_parked_inside_a_method_of_the_object(tmp_path):
+    """The object's class is the program's own: its ``write`` calls (``time.sleep``,
+    standing for native calls) are safe points of the program's code, but a close there
+    would find the write half done.  The thread parks between two writes."""
+    body = """
+    import time
+
+    class Writer:
+        def __init__(self):
+            self.writing = False
+
+        def write(self, frame):
+            self.writing = True
+            for _ in range(20):
+                time.sleep(0.001)
+            self.writing = False
+
+        def close(self):
+            record("closed under a write" if self.writing else "closed between writes")
+
+    writer = exitsafe.adopt(Writer()).raw
+    started = threading.Event()
+
+    def loop():
+        while True:
+            writer.write(b"x")
+            started.set()
+
+    threading.Thread(target=loop, daemon=True).start()
+    started.wait(30)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
+    assert_clean(run)
+    assert run.order == ["closed between writes"]
+    assert _entry(run)["outcome"] == "released_at_exit"
+    assert PARKED.search(run.stderr), run.stderr
