@@ -12,6 +12,7 @@ closed; with ``ctx.term()`` instead, the exit waits for ever for the receiver's 
 import atexit
 import sys
 import threading
+import time
 
 import zmq
 
@@ -31,8 +32,13 @@ def receive() -> None:
         got.set()
 
 
-threading.Thread(target=receive, name="receiver", daemon=True).start()
+receiver = threading.Thread(target=receive, name="receiver", daemon=True)
+receiver.start()
 push.send(b"result 1")
 got.wait()
+# (the receiver back at its recv() before the exit begins: on a loaded machine the exit
+# could otherwise come first, and close the socket before the receiver runs again)
+while sys._current_frames()[receiver.ident].f_lineno != receive.__code__.co_firstlineno + 2:
+    time.sleep(0.001)
 print("main thread ends", flush=True)
 sys.exit(0)

@@ -11,6 +11,7 @@ closes the sockets with no thread inside libzmq: no traceback.  Exit 0.
 import atexit
 import sys
 import threading
+import time
 
 import zmq
 
@@ -33,8 +34,13 @@ def receive() -> None:
         got.set()
 
 
-threading.Thread(target=receive, name="receiver", daemon=True).start()
+receiver = threading.Thread(target=receive, name="receiver", daemon=True)
+receiver.start()
 push.send(b"result 1")
 got.wait()
+# (the receiver back at its recv() before the exit begins: on a loaded machine the exit
+# could otherwise come first, and close the socket before the receiver runs again)
+while sys._current_frames()[receiver.ident].f_lineno != receive.__code__.co_firstlineno + 2:
+    time.sleep(0.001)
 print("main thread ends", flush=True)
 sys.exit(0)
