@@ -53,6 +53,26 @@ def _entry(run):
     return entry
 
 
+def _assert_parked_then_closed(run, order=("closed",)):
+    """Exit 0, closed once (after the thread parked: nothing after the close), and the
+    trace's park line."""
+    assert_clean(run)
+    assert run.order == list(order)
+    assert _entry(run)["outcome"] == "released_at_exit"
+    assert PARKED.search(run.stderr), run.stderr
+
+
+def _assert_not_parked_and_leaked(run, thread):
+    """Exit 0, never closed, the object leaked naming ``thread``, which the teardown
+    found still running at its bound."""
+    assert_clean(run)
+    assert run.order == []
+    entry = _entry(run)
+    assert entry["outcome"] == "leaked_in_use"
+    assert f"'{thread}'" in entry["detail"]
+    assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr
+
+
 @pytest.mark.parametrize(
     "thread_code",
     [
@@ -127,10 +147,7 @@ def test_a_program_thread_referring_to_the_object_is_parked_then_it_is_closed(
     """
     body = "".join(textwrap.dedent(part) for part in (WRITER, thread_code, start))
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
-    assert_clean(run)
-    assert run.order == ["closed"]  # closed once the thread parked: no write after it
-    assert _entry(run)["outcome"] == "released_at_exit"
-    assert PARKED.search(run.stderr), run.stderr
+    _assert_parked_then_closed(run)  # (no write after the close)
 
 
 #: An installed package (under a ``site-packages`` directory): a file whose datasets the
@@ -207,10 +224,7 @@ def test_a_derived_object_of_the_same_package_is_a_use_of_the_adopted_one(tmp_pa
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
-    assert_clean(run)
-    assert run.order == ["closed"]
-    assert _entry(run)["outcome"] == "released_at_exit"
-    assert PARKED.search(run.stderr), run.stderr
+    _assert_parked_then_closed(run)
 
 
 def test_a_package_thread_referring_to_the_object_keeps_it_from_being_closed(tmp_path):
@@ -258,12 +272,7 @@ def test_a_program_thread_that_does_not_park_within_the_bound_keeps_it_from_bein
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
-    assert_clean(run)
-    assert run.order == []
-    entry = _entry(run)
-    assert entry["outcome"] == "leaked_in_use"
-    assert "'recorder'" in entry["detail"]
-    assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr
+    _assert_not_parked_and_leaked(run, "recorder")
 
 
 def test_a_package_thread_that_lets_go_within_the_bound_lets_the_close_run_after_it(
@@ -583,12 +592,7 @@ def test_a_thread_that_always_holds_a_lock_is_not_parked_and_the_object_leaks(tm
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=30)
-    assert_clean(run)
-    assert run.order == []
-    entry = _entry(run)
-    assert entry["outcome"] == "leaked_in_use"
-    assert "'recorder'" in entry["detail"]
-    assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr
+    _assert_not_parked_and_leaked(run, "recorder")
 
 
 def test_a_thread_the_teardown_parks_must_be_parked_not_only_idle(tmp_path):
@@ -616,10 +620,7 @@ def test_a_thread_the_teardown_parks_must_be_parked_not_only_idle(tmp_path):
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
-    assert_clean(run)
-    assert run.order == ["closed"]
-    assert _entry(run)["outcome"] == "released_at_exit"
-    assert PARKED.search(run.stderr), run.stderr
+    _assert_parked_then_closed(run)
 
 
 def test_a_thread_blocked_for_good_is_not_parked_and_the_object_leaks(tmp_path):
@@ -640,12 +641,7 @@ def test_a_thread_blocked_for_good_is_not_parked_and_the_object_leaks(tmp_path):
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=30)
-    assert_clean(run)
-    assert run.order == []
-    entry = _entry(run)
-    assert entry["outcome"] == "leaked_in_use"
-    assert "'server'" in entry["detail"]
-    assert "exitsafe: park threads=1 parked=0 running=1" in run.stderr
+    _assert_not_parked_and_leaked(run, "server")
 
 
 def test_a_thread_is_never_parked_inside_a_method_of_the_object(tmp_path):
@@ -680,7 +676,4 @@ def test_a_thread_is_never_parked_inside_a_method_of_the_object(tmp_path):
     started.wait(30)
     """
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
-    assert_clean(run)
-    assert run.order == ["closed between writes"]
-    assert _entry(run)["outcome"] == "released_at_exit"
-    assert PARKED.search(run.stderr), run.stderr
+    _assert_parked_then_closed(run, ["closed between writes"])
