@@ -96,6 +96,14 @@ def note_main_thread() -> None:
         _known_main[0] = threading.main_thread().ident
 
 
+def main_ident() -> Optional[int]:
+    """The main thread's ident, or ``None`` when it cannot be told (see `is_main_thread`)."""
+    if _main_thread_ident is not None:
+        return int(_main_thread_ident())
+    threading = sys.modules.get("threading")
+    return threading.main_thread().ident if threading is not None else _known_main[0]
+
+
 def is_main_thread() -> bool:
     """Whether the calling thread is the main thread (True when that cannot be told: the
     caller then never parks it).  Imports nothing, and still right late in the exit, when

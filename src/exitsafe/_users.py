@@ -211,6 +211,7 @@ def _find_users(obj: object) -> dict[int, tuple[str, bool]]:
     if not candidates:
         return {}
     skip = _skipped()
+    main = _threads.main_ident()
     library = _library_of_type(type(obj))
     methods = _stacks.method_codes(type(obj))
     frames = sys._current_frames()
@@ -224,7 +225,9 @@ def _find_users(obj: object) -> dict[int, tuple[str, bool]]:
                 found[ident] = (f"thread {_threads.thread_name(ident)!r} (parked inside "
                                 f"{type(obj).__name__}'s code)", False)
             continue
-        own = _stacks.program_thread(frame)
+        # (never the main thread: a teardown run elsewhere, by a signal watcher, must not
+        # stop the program's own flow for good; it is waited for, as a library's thread)
+        own = main is not None and ident != main and _stacks.program_thread(frame)
         wide = library if own else None
         outermost: Optional[FrameType] = None  # the thread's own loop, rather than a method
         while frame is not None:

@@ -677,3 +677,16 @@ def test_a_thread_is_never_parked_inside_a_method_of_the_object(tmp_path):
     """
     run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"})
     _assert_parked_then_closed(run, ["closed between writes"])
+
+
+def test_the_main_thread_is_never_one_to_park():
+    """A teardown run off the main thread (a signal watcher's) finds the main thread using
+    the object: it is waited for, never parked (it would stop the program's own flow)."""
+    target = object()
+    found = {}
+    looker = threading.Thread(target=lambda: found.update(_users._find_users(target)))
+    looker.start()
+    looker.join()
+    main = threading.main_thread().ident
+    assert main in found and found[main][1] is False
+    assert target is not None  # (the main thread's frame refers to it until here)
