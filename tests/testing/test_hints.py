@@ -527,3 +527,24 @@ def test_a_qthread_destroyed_while_running_gets_the_qthread_hint(
         assert f"  see: {DOCS_URL}threads/#any-kind-of-thread" in report
     other = ExitResult.from_output(["python", "app.py"], -6, "", "FATAL: runtime gone\n")
     assert other.diagnosis is not None and other.diagnosis.hint == HINTS["native-fatal"][0]
+
+
+def test_a_qthread_destroyed_then_a_crash_is_still_the_qthread_check() -> None:
+    """Qt's check ends the process, which may crash on the way (the QThread's Python
+    override printing its traceback meanwhile: seen once in CI on CPython 3.10)."""
+    from exitsafe.testing import ExitResult
+
+    stderr = textwrap.dedent(
+        """\
+        QThread: Destroyed while thread 'hasher' is still running
+        Fatal Python error: Error calling Python override of QThread::run(): Traceback (most recent call last):
+        Thread 0x00007f758ddff6c0 (most recent call first):
+          File "/usr/lib/python3.10/tokenize.py", line 323 in read_or_stop
+          File "app.py", line 12 in run
+        """  # noqa: E501
+    )
+    result = ExitResult.from_output(["python", "app.py"], -11, "", stderr)
+    assert result.signal == "SIGSEGV"
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "native-fatal"
+    assert diagnosis.hint == HINTS["native-fatal-qthread"][0]

@@ -70,11 +70,16 @@ def native_fatal(result: ExitResult) -> Optional[Diagnosis]:
     lines: Sequence[NativeFatal] = result.native_fatal
     if not lines or result.timed_out:
         return None
-    if result.signal not in (None, "SIGABRT") or (result.ntstatus is not None and not (
-        "BUFFER_OVERRUN" in result.ntstatus.name or "ABORT" in result.ntstatus.name
+    first = lines[0]
+    # (Qt's "QThread: Destroyed ..." is a qFatal: the process is already ending by its own
+    # check, and may crash on the way, the thread printing its traceback meanwhile)
+    dying = first.line.startswith("QThread: Destroyed") and result.signal in ("SIGSEGV", "SIGBUS")
+    if not dying and (result.signal not in (None, "SIGABRT") or (
+        result.ntstatus is not None and not (
+            "BUFFER_OVERRUN" in result.ntstatus.name or "ABORT" in result.ntstatus.name
+        )
     )):
         return None  # a crash: the crash rules say where, and quote the line
-    first = lines[0]
     details = [f"{line.source}: {line.line}" for line in lines[1:4]]
     frames = result.fatal_error.top_frames if result.fatal_error is not None else ()
     if frames:
