@@ -250,6 +250,8 @@ def park(idents: Iterable[int], timeout: float, outside: frozenset[CodeType] = f
     or is still running at the bound."""
     me = _thread.get_ident()
     try:
+        # (first: a thread parking for an earlier object must not park inside this one's)
+        _outside[0] = _outside[0] | outside
         alive = set(sys._current_frames())
         new = {ident for ident in idents if ident in alive and ident != me} - set(_targets)
         if not new:
@@ -258,7 +260,6 @@ def park(idents: Iterable[int], timeout: float, outside: frozenset[CodeType] = f
 
         started = perf_counter()
         _prepare()
-        _outside[0] = _outside[0] | outside
         for ident in new:
             _lock_free_only.add(ident)
             _targets[ident] = False
