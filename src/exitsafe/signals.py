@@ -54,6 +54,10 @@ Timing rules, the same for both modes:
 program's own (opening a native object and adopting it), whichever thread the kernel gives
 the signal to, and acts on what arrived when the block ends.
 
+[`pool_initializer`][exitsafe.signals.pool_initializer] is both, in the one line a process
+pool needs: it wraps the pool's initializer so that `terminate()`'s SIGTERM runs each
+worker's teardown.
+
 SIGINT is only taken over when the program left Python's default handler
 (``KeyboardInterrupt``) in place; a program's own handler is never
 replaced.  Handlers can only be installed from the main thread, as
@@ -73,9 +77,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from contextlib import AbstractContextManager
     from types import FrameType
-    from typing import Any, Optional, Union
+    from typing import Any, Callable, Optional, Union
 
-__all__ = ["deferred", "teardown_on_signals"]
+__all__ = ["deferred", "pool_initializer", "teardown_on_signals"]
 
 _MODES = ("exit", "immediate")
 
@@ -234,6 +238,93 @@ def deferred() -> AbstractContextManager[object]:
     from ._interrupts import held
 
     return held(deferred=True)
+
+
+def pool_initializer(init: Optional[Callable[..., object]] = None, /) -> Callable[..., None]:
+    """Wrap a process pool's initializer so that a terminated worker tears down what it
+    created: `Pool(n, initializer=pool_initializer(init), initargs=...)`.
+
+    `with multiprocessing.Pool(...)` ends with `terminate()`, which sends SIGTERM to every
+    worker; by default a worker dies at once and nothing it opened is closed (an HDF5 or
+    Parquet shard is left unreadable).  In each worker, the returned initializer:
+
+    1. installs `teardown_on_signals("SIGTERM", mode="immediate", watch=True)`: SIGTERM runs
+       the worker's teardown (what it tracked or adopted, in order; inherited handles
+       `leaked_inherited`), writes its ledger if `EXITSAFE_LEDGER` is set, and the worker
+       dies by SIGTERM as `terminate()` expects; the watcher wakes an idle worker whose
+       wait for its next task began just after the signal landed;
+    2. calls `init(*initargs)` inside [`deferred()`][exitsafe.signals.deferred]: a SIGTERM
+       that arrives while `init` opens and adopts what the worker will use is acted on
+       when `init` returns, so no teardown runs between the open and the adoption.
+
+    It changes nothing on a normal end (`close(); join()`, `shutdown()`), where the
+    worker's teardown runs anyway.  It works the same for
+    `concurrent.futures.ProcessPoolExecutor(initializer=...)` and with every start method;
+    with `spawn` and `forkserver`, `init` must be picklable (a module-level function), as
+    for any initializer.  A SIGTERM handler the program installed itself before is left
+    alone (and so is the worker's fate).  Nothing can help a worker killed by SIGKILL or
+    one that crashes: no code runs in it.
+
+    Args:
+        init: the pool's own initializer, called with the pool's `initargs`; `None` (the
+            default) when the pool has none.
+
+    Returns:
+        A picklable callable to pass as the pool's `initializer`.
+
+    Raises:
+        TypeError: `init` is neither callable nor `None`.
+        RuntimeError: on a platform without POSIX signals (Windows ends a worker with
+            `TerminateProcess`, where no code of the worker's can run).
+
+    Example:
+        ```python
+        import multiprocessing
+
+        from exitsafe.signals import pool_initializer
+
+
+        def work(i):
+            return i * i
+
+
+        if __name__ == "__main__":
+            with multiprocessing.Pool(2, initializer=pool_initializer()) as pool:
+                print(pool.map(work, range(4)))
+        ```
+    """
+    if init is not None and not callable(init):
+        raise TypeError(
+            f"pool_initializer() takes the pool's initializer (a callable) or None, "
+            f"got {type(init).__name__}"
+        )
+    if os.name != "posix":
+        raise RuntimeError(
+            "pool_initializer() needs POSIX signals: this platform ends a pool's worker "
+            "with TerminateProcess, where no code of the worker's can run"
+        )
+    return _PoolInitializer(init)
+
+
+class _PoolInitializer:
+    """What `pool_initializer` returns: picklable when ``init`` is (spawn, forkserver)."""
+
+    __slots__ = ("init",)
+
+    def __init__(self, init: Optional[Callable[..., object]]) -> None:
+        self.init = init
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+        with deferred():  # (a SIGTERM meanwhile: its teardown runs when init returns)
+            if self.init is not None:
+                self.init(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_PoolInitializer, (self.init,))
+
+    def __repr__(self) -> str:
+        return f"exitsafe.signals.pool_initializer({self.init!r})"
 
 
 def _may_take(signum: int, current: object) -> bool:

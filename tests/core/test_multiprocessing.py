@@ -109,14 +109,16 @@ def test_with_pool_terminates_workers_and_nothing_runs_there(tmp_path):
 
 
 TERMINATED = """
-    import functools
     import multiprocessing
-    from exitsafe.signals import teardown_on_signals
+    from exitsafe.signals import pool_initializer
 
     KEEP = []
 
     def release(raw):
         record(f"{os.getpid()} {raw}")
+
+    def opened(name):
+        record(f"{os.getpid()} init {name}")
 
     def work(i):
         KEEP.append(exitsafe.track(f"w{i}", release, name=f"w{i}"))
@@ -125,23 +127,109 @@ TERMINATED = """
     if __name__ == "__main__":
         ctx = multiprocessing.get_context(METHOD)
         # The recipe (docs/fork.md): each worker turns SIGTERM (what terminate() sends)
-        # into its teardown; watch=True wakes an idle worker whose lock wait began just
-        # after the signal landed (without it, 1 hang seen in a CI run on 3.14).
-        init = functools.partial(teardown_on_signals, "SIGTERM", mode="immediate", watch=True)
-        with ctx.Pool(2, initializer=init) as pool:  # ends with terminate()
+        # into its teardown, then runs the pool's own initializer with its initargs.
+        with ctx.Pool(2, initializer=INITIALIZER, initargs=INITARGS) as pool:  # terminate()
             pids = set(pool.map(work, range(4), chunksize=1))
+        record(f"main {sorted(pids)}")
+"""
+
+RECIPES = {
+    "no-init": ("pool_initializer()", "()"),
+    "init": ("pool_initializer(opened)", "('shard',)"),
+}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signals")
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize("method", METHODS)
+def test_with_pool_terminated_workers_tear_down_with_the_pool_initializer(
+    tmp_path, method, recipe
+):
+    initializer, initargs = RECIPES[recipe]
+    body = (
+        TERMINATED.replace("METHOD", repr(method))
+        .replace("INITIALIZER", initializer)
+        .replace("INITARGS", initargs)
+    )
+    run = run_program(body, tmp_path, timeout=120)
+    assert_clean(run, allow=("DeprecationWarning",))
+    assert "failed" not in run.stderr
+    released = sorted(x.split()[1] for x in run.order if x.split()[1].startswith("w"))
+    assert released == ["w0", "w1", "w2", "w3"], run.describe()
+    inits = [x for x in run.order if " init " in x]
+    assert bool(inits) == (recipe == "init"), run.describe()
+    assert all(x.endswith(" init shard") for x in inits), run.describe()
+
+
+SIGNALLED_IN_INIT = """
+    import multiprocessing
+    import signal
+    import time
+    from exitsafe.signals import pool_initializer
+
+    HELD = []
+
+    def release(raw):
+        record(f"{os.getpid()} closed {raw}")
+
+    def init(marker):
+        raw = f"shard-{os.getpid()}"
+        record(f"{os.getpid()} opened {raw}")
+        try:  # (the first worker only: its replacements start normally)
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            os.kill(os.getpid(), signal.SIGTERM)  # between the open and the adoption
+            time.sleep(0.2)  # (a handler not held back would run here)
+        except FileExistsError:
+            pass
+        HELD.append(exitsafe.track(raw, release, name=raw))
+
+    def work(i):
+        return os.getpid()
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context(METHOD)
+        marker = os.path.join(os.getcwd(), "signalled")
+        pool = ctx.Pool(1, initializer=pool_initializer(init), initargs=(marker,))
+        pids = set(pool.map(work, range(4), chunksize=1))
+        pool.close()
+        pool.join()
         record(f"main {sorted(pids)}")
 """
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="signals")
 @pytest.mark.parametrize("method", METHODS)
-def test_with_pool_terminated_workers_tear_down_with_the_signal_recipe(tmp_path, method):
-    run = run_program(TERMINATED.replace("METHOD", repr(method)), tmp_path, timeout=120)
+def test_a_sigterm_during_the_pools_own_initializer_tears_down_after_it(tmp_path, method):
+    # The worker sends itself SIGTERM between opening its object and adopting it: the
+    # teardown is held back until the initializer returned, so it closes the object,
+    # and the worker then dies by SIGTERM (the pool replaces it and carries on).
+    body = SIGNALLED_IN_INIT.replace("METHOD", repr(method))
+    run = run_program(body, tmp_path, timeout=120)
     assert_clean(run, allow=("DeprecationWarning",))
-    assert "failed" not in run.stderr
-    released = sorted(x.split()[1] for x in run.order if not x.startswith("main "))
-    assert released == ["w0", "w1", "w2", "w3"], run.describe()
+    opened = [x.split()[2] for x in run.order if " opened " in x]
+    closed = [x.split()[2] for x in run.order if " closed " in x]
+    assert len(opened) >= 2, run.describe()  # the signalled worker and its replacement
+    signalled = opened[0]
+    assert signalled in closed, f"the signalled worker's object was never closed\n{run.describe()}"
+    main = next(x for x in run.order if x.startswith("main "))
+    assert signalled.split("-")[1] not in main, "the signalled worker ran no task"
+
+
+def test_pool_initializer_refuses_what_is_not_an_initializer():
+    from exitsafe.signals import pool_initializer
+
+    with pytest.raises(TypeError, match=r"pool_initializer.*got int"):
+        pool_initializer(5)  # type: ignore[arg-type]
+
+
+def test_pool_initializer_pickles_with_the_pools_initializer():
+    import pickle
+
+    from exitsafe.signals import pool_initializer
+
+    wrapped = pickle.loads(pickle.dumps(pool_initializer(json.dumps)))
+    assert wrapped.init is json.dumps  # type: ignore[attr-defined]
+    assert repr(wrapped) == f"exitsafe.signals.pool_initializer({json.dumps!r})"
 
 
 def test_the_immediate_handler_imports_nothing(tmp_path):
