@@ -70,7 +70,7 @@ PUBLIC = {
     "exitsafe.cffi": {"borrowing", "call", "callback", "handle_of", "pin", "pinned", "track"},
     "exitsafe.ctypes": {"borrowing", "call", "callback", "handle_of", "pin", "pinned", "track"},
     "exitsafe.policies": {"any_leak", "leak_if_foreign_thread", "leak_in_forked_child"},
-    "exitsafe.signals": {"deferred", "teardown_on_signals"},
+    "exitsafe.signals": {"deferred", "pool_initializer", "teardown_on_signals"},
 }
 
 #: Modules that are neither public API nor private implementation: tools with their

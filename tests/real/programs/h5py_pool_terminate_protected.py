@@ -1,10 +1,11 @@
-"""PROTECTED: h5py_pool_terminate.py, with SIGTERM turned into the worker's teardown and
-the shard adopted in the initializer, the teardown deferred while it is opened and
-adopted (the recipe of docs/fork.md):
+"""PROTECTED: h5py_pool_terminate.py with one line changed, the pool's initializer wrapped
+(the recipe of docs/fork.md), and the shard adopted where it is opened:
 
-    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
-    with exitsafe.signals.deferred():
-        _file = ...; exitsafe.adopt(_file)
+    multiprocessing.Pool(2, initializer=pool_initializer(init), initargs=(directory,))
+
+``pool_initializer`` turns SIGTERM into the worker's teardown, with
+``teardown_on_signals("SIGTERM", mode="immediate", watch=True)``, and runs ``init`` inside
+``exitsafe.signals.deferred()``, so that no teardown runs between the open and the adoption.
 
 ``pool.terminate()``'s SIGTERM then runs each worker's teardown, which closes its file,
 and the worker dies by SIGTERM as ``terminate()`` expects.  Every shard reads back.  Exit 0.
@@ -24,19 +25,15 @@ import h5py
 import numpy as np
 
 import exitsafe
-import exitsafe.signals
-from exitsafe.signals import teardown_on_signals
+from exitsafe.signals import pool_initializer
 
 _file = None
 
 
 def init(directory: str) -> None:
     global _file
-    # terminate()'s SIGTERM runs the teardown; the watcher wakes an idle worker's wait
-    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
-    with exitsafe.signals.deferred():  # not between open and adopt (one sent: at the end)
-        _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
-        exitsafe.adopt(_file)  # which closes the shard
+    _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
+    exitsafe.adopt(_file)  # which closes the shard
 
 
 def work(i: int) -> int:
@@ -58,7 +55,9 @@ def unreadable(directory: str) -> list:
 if __name__ == "__main__":
     directory = tempfile.mkdtemp()
     try:
-        with multiprocessing.Pool(2, initializer=init, initargs=(directory,)) as pool:
+        with multiprocessing.Pool(
+            2, initializer=pool_initializer(init), initargs=(directory,)
+        ) as pool:
             print("rows", sum(pool.map(work, range(40))), flush=True)
         bad = unreadable(directory)
         print(f"shards {len(os.listdir(directory))}, unreadable {len(bad)}", flush=True)

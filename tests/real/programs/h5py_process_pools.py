@@ -1,10 +1,9 @@
 """PROTECTED: the workers of a standard-library process pool each write an HDF5 shard with
-h5py, opened and adopted by the pool's initializer, which also turns SIGTERM into the
-worker's teardown (the recipe of docs/scaling.md):
+h5py, opened and adopted by the pool's initializer, wrapped in the one line of the recipe of
+docs/scaling.md, which turns SIGTERM into the worker's teardown and holds it back while the
+initializer opens and adopts the shard:
 
-    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
-    with exitsafe.signals.deferred():
-        _file = h5py.File(...); exitsafe.adopt(_file, close="close")
+    Pool(2, initializer=exitsafe.signals.pool_initializer(init), initargs=(directory,))
 
     h5py_process_pools.py ENGINE END
 
@@ -18,8 +17,9 @@ ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
 * ``spawn-terminate`` (pool): the spawn start method, ``terminate()`` right after the work,
   when a worker may still be in its initializer (its first task done by the other one);
   a spawned worker has numpy's OpenBLAS threads, which take the SIGTERM a blocked main
-  thread would not, so only ``exitsafe.signals.deferred()`` keeps the teardown out from
-  between the open and the adopt (blocking SIGTERM left 2 shards of 16 unreadable);
+  thread would not, so only ``exitsafe.signals.deferred()`` (inside ``pool_initializer``)
+  keeps the teardown out from between the open and the adopt (blocking SIGTERM left 2
+  shards of 16 unreadable);
 * ``crash``: one task segfaults (``ctypes.string_at(0)``).  Nothing runs in that worker: its
   shard stays unreadable.  A ``Pool`` replaces it and is then terminated (``join()`` would
   wait for ever for the lost task); a ``ProcessPoolExecutor`` is broken and sends SIGTERM
@@ -49,18 +49,15 @@ import h5py
 import numpy as np
 
 import exitsafe
-import exitsafe.signals
-from exitsafe.signals import teardown_on_signals
+from exitsafe.signals import pool_initializer
 
 _file = None
 
 
 def init(directory: str) -> None:
     global _file
-    teardown_on_signals("SIGTERM", mode="immediate", watch=True)
-    with exitsafe.signals.deferred():  # (no teardown between the open and the adopt)
-        _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
-        exitsafe.adopt(_file, close="close")
+    _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
+    exitsafe.adopt(_file, close="close")
 
 
 def work(i: int) -> int:
@@ -128,7 +125,7 @@ def check(directory: str) -> list:
 def with_pool(directory: str, end: str) -> None:
     method = "spawn" if end == "spawn-terminate" else None
     context = multiprocessing.get_context(method)
-    pool = context.Pool(2, initializer=init, initargs=(directory,))
+    pool = context.Pool(2, initializer=pool_initializer(init), initargs=(directory,))
     print("rows", len(pool.map(work, range(40))), flush=True)
     if end == "close":
         pool.close()
@@ -150,7 +147,9 @@ def with_executor(directory: str, end: str) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    executor = ProcessPoolExecutor(2, initializer=init, initargs=(directory,))
+    executor = ProcessPoolExecutor(
+        2, initializer=pool_initializer(init), initargs=(directory,)
+    )
     print("rows", len(list(executor.map(work, range(40)))), flush=True)
     workers = list(executor._processes.values())
     if end == "close":
