@@ -25,11 +25,12 @@ joins must not be quiesced: name the threads to quiesce, or stop that one in an
 gone, or *idle*: its innermost frame in the standard library (a ``queue.get``, an
 ``Event.wait``), or the program's code blocked in a standard-library C function
 (``time.sleep``, ``select``, a socket's ``recv``), found by reading the call in flight
-from the frame's code.  An idle thread is harmless: whatever it does next goes through
-a call, where it parks.  A thread that is none of these when the bound is hit is still
-*running* (inside a native library, or somewhere exitsafe cannot tell): the exit
-teardown then releases nothing (every handle ends ``leaked_in_use``, the detail naming
-the thread), since it may be using any of it.
+from the frame's code, and (on Linux) using no CPU meanwhile: a long hash in C is not
+a wait, and its next step may reach a library through no call.  An idle thread is
+harmless: whatever it does next goes through a call, where it parks.  A thread that is
+none of these when the bound is hit is still *running* (inside a native library, or
+somewhere exitsafe cannot tell): the exit teardown then releases nothing (every handle
+ends ``leaked_in_use``, the detail naming the thread), since it may be using any of it.
 
 Borrows held by a thread that parks end as it parks: it never resumes, so what it
 borrowed may be released under its frozen frames.  A thread holding exitsafe's lock is
@@ -88,6 +89,8 @@ _code_bytes: dict[CodeType, bytes] = {}
 _CACHE = -1
 #: The C trampoline of the profile function on CPython 3.9-3.11 (kept alive).
 _trampoline: list[Any] = []
+#: The CPU time of the threads `_wait` finds idle by their stacks (see `_harmless`).
+_cpu: list[_threads.CpuWatch] = [_threads.CpuWatch()]
 
 
 def request(threads: Iterable[Any], timeout: float, wake: Any = None) -> None:
@@ -509,10 +512,14 @@ def _wait(
 
 def _harmless(ident: int, frame: FrameType) -> bool:
     """Whether thread ``ident`` (to quiesce, not parked) at ``frame`` needs no more
-    waiting: idle (see `_idle`), unless `park` quiesces it: the object it uses is closed
-    next, so it must be parked (or gone), not only idle, whose next step may reach the
-    library through no call (a subscript) or hold a lock where it wakes."""
-    return ident not in _lock_free_only and _idle(frame)
+    waiting: idle (see `_idle`) and not computing (`_threads.CpuWatch`: a long hash in
+    C looks like a wait from its stack, and its next step may reach a library through no
+    call, a subscript), unless `park` quiesces it: the object it uses is closed next, so
+    it must be parked (or gone), not only idle, whose next step may reach the library
+    through no call or hold a lock where it wakes."""
+    if ident in _lock_free_only or not _idle(frame):
+        return False
+    return _cpu[0].computing(ident) is not True
 
 
 def _idle(frame: FrameType) -> bool:
@@ -664,4 +671,5 @@ def after_fork_in_child() -> None:
     _wakes.clear()
     _in_native.clear()
     _running.clear()
+    _cpu[0] = _threads.CpuWatch()
     _process.set_threads_running(None)

@@ -361,6 +361,57 @@ def take_registry(registry: object) -> list[Node]:
     return taken
 
 
+class CpuWatch:
+    """Whether threads are computing, told from their CPU time (Linux: nanoseconds on
+    the CPU, from ``/proc/self/task/<tid>/schedstat``): a thread *computes* unless its
+    CPU time grew by less than `SHARE` of the wall time over a look of at least `LOOK`
+    seconds.  A thread blocked in a wait (a lock, a queue, ``select``) uses none; one in
+    a long C call that is not a wait (a hash, a compression) uses all it is given, even
+    on a loaded machine.  Where no per-thread CPU time can be read (another platform, a
+    thread ``threading`` does not know), `computing` is ``None``: the caller decides
+    without it.  Reads a file per thread and look; takes no lock but ``threading``'s own
+    (``threading.enumerate``), which no thread it watches can hold in its own code."""
+
+    SHARE = 0.05
+    LOOK = 0.02
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[float, int]] = {}
+        self._native: dict[int, Optional[int]] = {}
+
+    def computing(self, ident: int) -> Optional[bool]:
+        from time import monotonic
+
+        used = self._cpu_ns(ident)
+        if used is None:
+            return None
+        now = monotonic()
+        seen = self._seen.get(ident)
+        if seen is None or used < seen[1]:  # (the first look, or another thread's id)
+            self._seen[ident] = (now, used)
+            return True
+        wall = now - seen[0]
+        if wall < self.LOOK:
+            return True  # (too short a look to tell: ask again)
+        self._seen[ident] = (now, used)
+        return (used - seen[1]) >= self.SHARE * wall * 1e9
+
+    def _cpu_ns(self, ident: int) -> Optional[int]:
+        if ident not in self._native:
+            import threading
+
+            natives = {t.ident: getattr(t, "native_id", None) for t in threading.enumerate()}
+            self._native[ident] = natives.get(ident)
+        native = self._native[ident]
+        if native is None or not sys.platform.startswith("linux"):
+            return None
+        try:
+            with open(f"/proc/self/task/{native}/schedstat", "rb") as stat:
+                return int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):  # (gone, or no schedstat in this kernel)
+            return None
+
+
 def thread_name(ident: int) -> str:
     import threading
 

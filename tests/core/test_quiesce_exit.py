@@ -234,6 +234,46 @@ def test_idle_threads_are_not_waited_for(tmp_path):
     assert (fields["threads"], fields["running"]) == ("3", "0")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread CPU time: Linux")
+def test_a_thread_computing_in_the_standard_library_is_not_taken_for_idle(tmp_path):
+    # Inside a long hash (C code of the standard library, the GIL released), the thread's
+    # stack looks like a wait.  Its next step reads what the release changes through no
+    # call (a subscript), where it cannot park: the exit must wait until it has parked
+    # (at its next call), not release under it.  Without the CPU-time check the release
+    # ran first and the thread stepped on it: "used after release: 1", 3 runs of 3.
+    body = """
+    import hashlib, time
+    state = {"open": True}
+    seen = bytearray(1)
+
+    def release(raw):
+        state["open"] = False
+        record("released")
+        time.sleep(0.6)  # (a thread released under would step on it meanwhile)
+        record(f"used after release: {seen[0]}")
+
+    session = exitsafe.track("session", release, name="session")
+    started = threading.Event()
+
+    def hash_forever():
+        while True:
+            started.set()
+            digest = hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 1_000_000)  # ~0.2 s
+            seen[0] |= not state["open"]  # (no call: no place to park)
+
+    threading.Thread(target=hash_forever, daemon=True, name="hasher").start()
+    started.wait(30)
+    time.sleep(0.05)  # (inside the hash)
+    exitsafe.quiesce(timeout=10)
+    """
+    run = run_program(body, tmp_path, ledger=True, env={"EXITSAFE_TRACE": "1"}, timeout=60)
+    assert_clean(run)
+    assert run.order == ["released", "used after release: 0"], run.describe()
+    assert run.outcomes() == {"session": "released_at_exit"}
+    fields = trace_fields(run.stderr, "quiesce")
+    assert (fields["threads"], fields["parked"], fields["running"]) == ("1", "1", "0")
+
+
 def test_a_thread_still_inside_a_library_leaves_every_handle_leaked_in_use(tmp_path):
     body = """
     import fakelib

@@ -811,3 +811,42 @@ def test_a_worker_timeout_longer_than_a_lock_can_wait_joins_as_long_as_it_can():
     reg.teardown()
     assert not worker.is_alive()
     assert outcomes(reg) == {"w": Outcome.HOOK_RAN}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread CPU time: Linux")
+def test_cpu_watch_tells_a_computing_thread_from_a_waiting_one():
+    import hashlib
+    import time
+
+    from exitsafe._threads import CpuWatch
+
+    stop = threading.Event()
+
+    def compute():
+        while not stop.is_set():
+            hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 20_000)  # (C, the GIL released)
+
+    computing = threading.Thread(target=compute, daemon=True)
+    waiting = threading.Thread(target=stop.wait, daemon=True)
+    computing.start()
+    waiting.start()
+    try:
+        watch = CpuWatch()
+        assert watch.computing(computing.ident) is True  # (one look: cannot tell yet)
+        assert watch.computing(waiting.ident) is True
+        deadline = time.monotonic() + 5
+        seen: dict[str, bool | None] = {}
+        while time.monotonic() < deadline and len(seen) < 2:
+            time.sleep(CpuWatch.LOOK)
+            for name, thread in (("computing", computing), ("waiting", waiting)):
+                if name not in seen:
+                    answer = watch.computing(thread.ident)
+                    if name == "waiting" and answer is True:
+                        continue  # (its start, before the wait, may fall in the first look)
+                    seen[name] = answer
+        assert seen == {"computing": True, "waiting": False}
+        assert watch.computing(12345) is None, "a thread threading does not know"
+    finally:
+        stop.set()
+        computing.join()
+        waiting.join()
