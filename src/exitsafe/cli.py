@@ -1,7 +1,7 @@
 """The ``exitsafe`` command (also ``python -m exitsafe``).
 
-``exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit] [--json] [--show-output]
-[--docs-url URL] -- CMD ...``
+``exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit] [--quiesce] [--json]
+[--show-output] [--docs-url URL] -- CMD ...``
     Run a program and tell how it exited: a summary line first (``CLEAN``, or
     ``NOT CLEAN [kind]`` with the cause and the decoded signal or status), then where it
     crashed or hung (faulthandler's frames), the child processes that crashed or hung, the
@@ -11,8 +11,11 @@
     output.  The program runs with
     ``PYTHONFAULTHANDLER=1`` and ``EXITSAFE_TRACE=1`` added to its environment and
     exitsafe's start-up hook on ``PYTHONPATH``, in its own process group, killed whole on
-    timeout.  Exit status: 0 clean (every run), 1 not clean, 2 usage error (including a
-    command that cannot be started).
+    timeout.  ``--quiesce`` runs it with ``EXITSAFE_QUIESCE`` on (every other thread
+    parked at exit before anything is released, with no line of the program changed; a
+    bound of the caller's ``EXITSAFE_QUIESCE=S`` is kept).
+    Exit status: 0 clean (every run), 1 not clean, 2 usage error (including a command
+    that cannot be started).
 ``exitsafe demo [ARGS ...]``
     Run the scenario catalogue unprotected and protected (``exitsafe.lab.demo``).
 ``exitsafe --version``
@@ -53,6 +56,17 @@ def _timeout(text: str) -> Optional[float]:
     return value
 
 
+def _quiesce_env() -> dict[str, str]:
+    """``--quiesce``: ``EXITSAFE_QUIESCE`` on, unless the caller's environment gives it a
+    bound of its own (a number of seconds), which is kept."""
+    import os
+
+    from ._config import quiesce_bound
+
+    own = os.environ.get("EXITSAFE_QUIESCE")
+    return {"EXITSAFE_QUIESCE": own if own is not None and quiesce_bound() else "on"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``run`` and ``demo`` subcommands)."""
     from . import __version__
@@ -72,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
             " Exit status: 0 clean, 1 not clean, 2 usage error."
         ),
         usage=(
-            "exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit] [--json]"
-            " [--show-output] [--docs-url URL] -- CMD ..."
+            "exitsafe run [--repeat N] [--timeout S] [--check CMD]... [--audit]"
+            " [--quiesce] [--json] [--show-output] [--docs-url URL] -- CMD ..."
         ),
     )
     run.add_argument(
@@ -94,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="audit exit order: report every native release that runs after exitsafe's"
         " teardown (__del__, ffi.gc, weakref.finalize), with where its object was created,"
         " and the one running when the program hung or crashed",
+    )
+    run.add_argument(
+        "--quiesce", action="store_true",
+        help="at exit, park every other thread of a Python program at its next safe point"
+        " before anything is released (bounded: 5 s, or EXITSAFE_QUIESCE=S set to seconds):"
+        " exitsafe.quiesce() with no line of code; the program need not import exitsafe",
     )
     run.add_argument(
         "--json", action="store_true",
@@ -143,7 +163,8 @@ def _run_and_report(args: argparse.Namespace, cmd: list[str], out: TextIO, err: 
 
     try:
         result = run_command(
-            cmd, timeout=args.timeout, repeat=args.repeat, checks=args.check, audit=args.audit
+            cmd, timeout=args.timeout, repeat=args.repeat, checks=args.check, audit=args.audit,
+            env=_quiesce_env() if args.quiesce else None,
         )
     except OSError as exc:
         print(f"exitsafe run: cannot start {cmd[0]!r}: {exc}", file=err)

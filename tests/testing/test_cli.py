@@ -242,3 +242,41 @@ def test_python_m_exitsafe_run_end_to_end() -> None:
     )
     assert proc.returncode == 0
     assert proc.stdout.startswith("CLEAN: exit status 0")
+
+
+QUIESCED = """
+import threading, time
+import exitsafe
+
+def loop():
+    while True:
+        time.sleep(0.001)
+
+threading.Thread(target=loop, daemon=True).start()
+time.sleep(0.05)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("outside", "bound"), [(None, "5.0"), ("1.5", "1.5"), ("0", "5.0")])
+def test_run_quiesce_parks_the_threads_with_no_line_of_code(
+    outside: str | None, bound: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # --quiesce alone: the 5 s default; a bound the caller's EXITSAFE_QUIESCE gives is kept
+    # (one that does not quiesce, "0", is not: the flag asks for it)
+    if outside is None:
+        monkeypatch.delenv("EXITSAFE_QUIESCE", raising=False)
+    else:
+        monkeypatch.setenv("EXITSAFE_QUIESCE", outside)
+    code = QUIESCED + "print('bound', exitsafe._config.quiesce_bound(), flush=True)\n"
+    argv = ["run", "--quiesce", "--show-output", "--", sys.executable, "-c", code]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"bound {bound}" in out
+    assert "exitsafe: quiesce threads=1 parked=1 running=0" in out
+
+
+def test_run_without_quiesce_parks_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--show-output", "--", sys.executable, "-c", QUIESCED]) == 0
+    assert "exitsafe: quiesce" not in capsys.readouterr().out

@@ -26,9 +26,10 @@ HINTS: dict[str, tuple[str, str]] = {
     "thread-in-native": (
         "a thread must not be inside a native call when the interpreter finalizes: add"
         " `exitsafe.quiesce()` (at exit the thread is parked between two native calls, before"
-        " anything is released and before the libraries' exit handlers; EXITSAFE_QUIESCE=1"
-        " does it with no code change), or declare the thread with `exitsafe.worker(thread,"
-        " stop=stop_event, uses=[handle])` when its loop can be stopped",
+        " anything is released and before the libraries' exit handlers; exitsafe run"
+        " --quiesce tries it with no code change), or declare the thread with"
+        " `exitsafe.worker(thread, stop=stop_event, uses=[handle])` when its loop can be"
+        " stopped",
         "threads.md#quiescing-the-threads-left-exitsafequiesce",
     ),
     "thread-crash-at-exit": (
