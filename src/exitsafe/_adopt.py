@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from _weakref import ref as _weakref
 
-from . import _quiesce, _users
+from . import _early, _quiesce, _users
 from ._claims import ClaimTable
 from ._errors import NeutralizeError
 from ._handle import Handle
@@ -406,6 +406,12 @@ class _Adoption:
             # Closed: neutralize too, so a finalizer that is not idempotent (one that reads
             # back or releases again whatever its state) finds nothing to act on.
             self._neutralize()
+            if close is not None and (process_ending() or _early.ran()):
+                # Closed by the exit (its early phase or its teardown): the object's own
+                # __del__ must not act again during finalization, when what it needs may
+                # be gone.  (A __del__ that was the close: below.)
+                if close is not getattr(type(obj), "__del__", None):
+                    _finalized(obj, quiet=True)
         finally:
             if close is not None and close is getattr(type(obj), "__del__", None):
                 _finalized(obj)  # (its __del__ was the close: never a second time)
@@ -487,7 +493,12 @@ def adopt(
     earlier, even if you drop both `obj` and the handle.  Release it with `handle.release()`
     (the close method runs on that thread once no dependent is alive), or leave it to
     teardown.  After a close the object's own `__del__` usually finds it closed and does
-    nothing.
+    nothing.  Once the *exit* has closed it (its early phase or its teardown), that
+    `__del__` does not run at all: the object's class, if its `__del__` is a Python
+    function, is swapped for a twin subclass of the same name whose `__del__` does nothing
+    (`isinstance` still holds, `type(obj) is cls` no longer does), so a finalizer that is
+    not idempotent cannot act again during finalization, when what it needs may be gone.
+    A close the program asks for while it runs leaves the class alone.
 
     Threads at exit: the exit teardown never closes `obj` under another thread that may be
     using it.  A thread still alive whose Python stack refers to `obj` (a local, a module
@@ -629,15 +640,21 @@ def _no_finalizer(self: object) -> None:
     """The ``__del__`` of an object whose own ``__del__`` already ran as its close."""
 
 
-def _finalized(obj: object) -> None:
-    """``obj``'s own ``__del__`` ran as its close (``adopt(obj, close=type(obj).__del__)``):
-    the interpreter must not run it again when the object is collected (a destructor
-    that frees or reads back twice).  So the object's class becomes a twin subclass, made
-    once per class with the same name and layout (``__slots__ = ()``), whose ``__del__``
-    does nothing: ``isinstance`` still holds, ``type(obj) is cls`` no longer does.  Where
+def _finalized(obj: object, quiet: bool = False) -> None:
+    """``obj``'s own ``__del__`` must not run when the object is collected: it ran as its
+    close (``adopt(obj, close=type(obj).__del__)``: a destructor that frees or reads back
+    twice), or, ``quiet``, the exit's teardown closed the object (its ``__del__`` would
+    act again during finalization, when what it needs may be gone).  So the object's
+    class becomes a twin subclass, made once per class with the same name and layout
+    (``__slots__ = ()``), whose ``__del__`` does nothing: ``isinstance`` still holds,
+    ``type(obj) is cls`` no longer does.  ``quiet`` acts only on a class whose
+    ``__del__`` is a Python function (an extension type's finalizer is its own).  Where
     no twin can be made or assigned (a final class, a metaclass that refuses), a warning
-    says that the ``__del__`` may run again."""
+    says that the ``__del__`` may run again; ``quiet``, nothing is said: the object was
+    closed, and most finalizers do nothing on a closed object."""
     cls = type(obj)
+    if quiet and type(getattr(cls, "__del__", None)).__name__ != "function":
+        return
     twin = _finalized_twins.get(cls)
     try:
         if twin is None:
@@ -647,8 +664,9 @@ def _finalized(obj: object) -> None:
             twin = _finalized_twins[cls] = metaclass(cls.__name__, (cls,), namespace)
         obj.__class__ = twin
     except (TypeError, AttributeError) as exc:  # (the class's own rules: reported)
-        log().warning(
-            "exitsafe: %s.__del__ ran as the close of an adopted object and may run again "
-            "when the object is collected (its class cannot be given a twin without "
-            "__del__: %r)", cls.__qualname__, exc,
-        )
+        if not quiet:
+            log().warning(
+                "exitsafe: %s.__del__ ran as the close of an adopted object and may run "
+                "again when the object is collected (its class cannot be given a twin "
+                "without __del__: %r)", cls.__qualname__, exc,
+            )

@@ -1,6 +1,8 @@
 """Non-idempotent finalizers at the exit (issue 26, rule 5): once the exit has closed an
 adopted object, that object's own ``__del__``, run later by the interpreter's finalization
-(the object is still referenced by a module global), does nothing.
+(the object is still referenced by a module global), does nothing: the object's class is
+swapped for a twin whose ``__del__`` does nothing, and with ``neutralize=`` the attribute
+it would act on is cleared too.
 
 The object stands for a third-party wrapper whose ``close()`` frees its native handle but
 leaves the attribute set, and whose ``__del__`` frees whatever the attribute holds: run after
@@ -54,9 +56,12 @@ PROGRAM = """
                 self._lib.free(self._handle)
 
     obj = Native()
-    handle = exitsafe.adopt(obj, close={close}, early={early}{neutralize})
+    {adoption}
     record("main done")
 """
+
+#: The program's own close at exit, without exitsafe: the control.
+OWN_CLOSE = "import atexit; atexit.register(obj.close)"
 
 #: How the close is named: the method, the ``__del__`` itself (which exitsafe recognises:
 #: the object's class becomes a twin without ``__del__``), or the same ``__del__`` hidden in
@@ -75,26 +80,26 @@ CLOSE_RECORDS = {
 }
 
 
-def run(tmp_path, close, *, neutralize, early=False):
-    body = PROGRAM.format(
-        close=CLOSES[close],
-        early=early,
-        neutralize=', neutralize="_handle"' if neutralize else "",
-    )
-    return run_program(body, tmp_path, ledger=True, timeout=30)
+def run(tmp_path, close, *, neutralize, early=False, adoption=None):
+    if adoption is None:
+        options = ', neutralize="_handle"' if neutralize else ""
+        adoption = f"handle = exitsafe.adopt(obj, close={CLOSES[close]}, early={early}{options})"
+    return run_program(PROGRAM.format(adoption=adoption), tmp_path, ledger=True, timeout=30)
 
 
+@pytest.mark.parametrize("neutralize", [False, True], ids=["plain", "neutralize"])
 @pytest.mark.parametrize("early", [False, True], ids=["teardown", "early"])
 @pytest.mark.parametrize("close", ["method", "del-in-a-lambda"])
-def test_the_finalizer_of_an_object_closed_at_exit_does_nothing(tmp_path, close, early):
-    result = run(tmp_path, close, neutralize=True, early=early)
+def test_the_finalizer_of_an_object_closed_at_exit_does_nothing(
+    tmp_path, close, early, neutralize
+):
+    result = run(tmp_path, close, neutralize=neutralize, early=early)
     assert_clean(result)
     assert "double free" not in result.stderr, result.describe()
-    # The exit closed it once; the interpreter's finalization then ran its __del__ (the
-    # global still referenced it), which found the handle neutralized and freed nothing.
-    assert result.order == ["main done", *CLOSE_RECORDS[close], "__del__ ran"], (
-        result.describe()
-    )
+    assert "may run again" not in result.stderr, result.describe()
+    # The exit closed it once; the interpreter's finalization then collected it (the global
+    # still referenced it) without running its __del__: its class is the twin's.
+    assert result.order == ["main done", *CLOSE_RECORDS[close]], result.describe()
     outcomes = result.outcomes()
     if early:  # closed by the early hook (a release), before the teardown
         assert outcomes["Native#1"] == "released", outcomes
@@ -103,14 +108,28 @@ def test_the_finalizer_of_an_object_closed_at_exit_does_nothing(tmp_path, close,
         assert outcomes["Native#1"] == "released_at_exit", outcomes
 
 
-@pytest.mark.parametrize("close", ["method", "del-in-a-lambda"])
-def test_without_neutralize_the_finalizer_frees_again_and_aborts(tmp_path, close):
-    """The control: the hazard is real, the same program without ``neutralize=`` dies."""
-    result = run(tmp_path, close, neutralize=False)
+def test_without_exitsafe_the_finalizer_frees_again_and_aborts(tmp_path):
+    """The control: the hazard is real, the same program closing the object with its own
+    ``atexit`` callback dies by the second free."""
+    result = run(tmp_path, "method", neutralize=False, adoption=OWN_CLOSE)
     assert result.returncode == -signal.SIGABRT, result.describe()
     assert "double free detected" in result.stderr, result.describe()
     assert result.order == [
-        "main done", *CLOSE_RECORDS[close], "__del__ ran", "double free of handle 1",
+        "main done", "close", "freed handle 1", "__del__ ran", "double free of handle 1",
+    ], result.describe()
+
+
+def test_a_close_before_the_exit_leaves_the_class_and_its_finalizer_alone(tmp_path):
+    """Released by the program while it runs, the object keeps its class (``type(obj) is
+    Native``) and its ``__del__`` runs as it would: only the exit's closes swap it."""
+    adoption = (
+        'handle = exitsafe.adopt(obj, close="close", neutralize="_handle"); '
+        "handle.release(); record(f'same class {type(obj) is Native}')"
+    )
+    result = run(tmp_path, "method", neutralize=True, adoption=adoption)
+    assert_clean(result)
+    assert result.order == [
+        "close", "freed handle 1", "same class True", "main done", "__del__ ran",
     ], result.describe()
 
 
