@@ -502,8 +502,9 @@ def adopt(
 
     Threads at exit: the exit teardown never closes `obj` under another thread that may be
     using it.  A thread still alive whose Python stack refers to `obj` (a local, a module
-    global its code names, an attribute of a local, a bound method, an item of a built-in
-    container held so), and that exitsafe does not already hold back (`quiesce()`, a
+    global its code names, or what those reach in up to three steps through attributes,
+    items of built-in containers and bound methods), and that exitsafe does not already
+    hold back (`quiesce()`, a
     parked thread), is first *parked* if it is the program's own (its target is the
     program's code, not a library's): at its next safe point, as
     [`quiesce`][exitsafe.quiesce] parks a thread (never inside a library or a native call,

@@ -8,11 +8,15 @@ encoder).  Before such a close, `wait_until_unused` looks at every other thread 
 may still run: a thread *uses* the object when a frame of its Python stack refers to it
 
 * as a local or closure variable (or a bound method of it),
-* as a module global that the frame's code names,
-* as an attribute of a local (``self.writer``), one level deep, or
-* as an item of a list, tuple, set or dict (its values) held in either of the first and
-  third ways (``writers = [a, b]``, ``self.sessions["gpu0"]``); the first
-  `SCAN_LIMIT` items of a list or tuple, a set or dict only up to that size.
+* as a module global that the frame's code names, or
+* reached from one of those in at most `DEPTH` steps, each an attribute of an object
+  that keeps a standard attribute dict (``self.writer``, ``self.recorder.writer``), an
+  item of a list, tuple, set or dict (keys and values: ``writers = [a, b]``,
+  ``self.sessions["gpu0"]``, a module-global registry of writers) or the object of a
+  bound method; nearest first, at most `WALK_LIMIT` values per thread, the first
+  `SCAN_LIMIT` items of a list or tuple, a set or dict only up to that size.  A global
+  named by library or standard-library code counts as itself only: that state is shared
+  by every thread (``threading``'s table of all threads, for one).
 
 The close then waits (bounded) for those references to go, and otherwise does not
 happen: the handle ends ``leaked_in_use``, its detail naming the thread and the frame.
@@ -43,7 +47,7 @@ _get_ident = _thread.get_ident
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any, Callable, Optional
+    from typing import Any, Optional
 
 __all__ = ["InUse", "users_of", "wait_until_unused"]
 
@@ -60,16 +64,10 @@ class InUse(Exception):
     teardown records the handle ``leaked_in_use``, with this message as its detail)."""
 
 
-def _refers_to(frame: FrameType, obj: object, library: Optional[str] = None) -> bool:
-    """Whether ``frame`` refers to ``obj`` (see the module's docstring), or, given the
-    ``library`` of ``obj``, runs that library's code or refers the same ways to any
-    object of it.  Runs no code of the program's: only exact dicts (and 3.13's
-    frame-locals proxy) are read, methods are told by their exact type, and an attribute
-    dict only through the standard slot."""
-    if library is not None:
-        if _stacks.code_library(frame.f_code) == library:
-            return True
-        return _refers_to(frame, _OfLibrary(library))
+def _roots(frame: FrameType) -> tuple[list[Any], list[Any]]:
+    """What ``frame`` refers to directly: (its locals, closure variables included; the
+    module globals its code names).  Runs no code of the program's: only exact dicts (and
+    3.13's frame-locals proxy) are read."""
     try:
         frame_locals = frame.f_locals
         if type(frame_locals) is not dict and type(frame_locals).__name__ != "FrameLocalsProxy":
@@ -77,96 +75,145 @@ def _refers_to(frame: FrameType, obj: object, library: Optional[str] = None) -> 
         local_values = list(frame_locals.values())
     except Exception:  # a frame's locals that cannot be read: nothing to tell from them
         local_values = []
-    same: Callable[[object, Any], bool] = (
-        _of_library if type(obj) is _OfLibrary else _identical
-    )
-    for value in local_values:
-        kind = type(value)
-        if same(value, obj) or ((kind is MethodType or kind is BuiltinMethodType)
-                                and value.__self__ is obj):
-            return True
-    for value in local_values:
-        if _holds(value, obj):
-            return True
-        attrs = _stacks.instance_dict(value)
-        if attrs is not None and any(same(v, obj) or _holds(v, obj)
-                                     for v in list(attrs.values())):
-            return True
     module_globals = frame.f_globals
     if type(module_globals) is not dict:
+        return local_values, []
+    return local_values, [module_globals.get(name) for name in frame.f_code.co_names]
+
+
+#: How far `_walk` follows references from a frame's locals and the globals its code
+#: names: that many steps through items of built-in containers and attributes.
+DEPTH = 3
+#: Steps `_walk` follows from a frame of a library's code (or the standard library's):
+#: its locals' attributes and items only.  A library's locals reach its own state (a
+#: framework's whole configuration), not the program's objects in use.
+LIBRARY_DEPTH = 1
+#: Values `_walk` looks at, at most, from one frame (numbers and strings included, each
+#: container's items counted each time it is reached).
+WALK_LIMIT = 32768
+#: Types whose values refer to nothing and are no object a program adopts: not walked.
+_LEAVES = frozenset({int, float, complex, str, bytes, bool, type(None)})
+
+
+def _walk(frames: list[FrameType], target: int, library: Optional[str]) -> Optional[int]:
+    """The index of the outermost of ``frames`` (outermost first) that refers to the
+    object whose id is ``target``, or, given its ``library``, runs that package's code
+    or refers to any object of it; ``None`` if none does.
+
+    A frame refers to what its `_roots` are (the globals it names only as themselves
+    unless the frame is the program's own code), and to what they reach in at most
+    `DEPTH` steps (`LIBRARY_DEPTH` from a library's frame), breadth first (nearest first,
+    so `WALK_LIMIT` per frame cuts off the farthest), a step
+    being an item of an exact list, tuple, set or dict (keys and values; see `_items`),
+    an attribute of an object that keeps a standard attribute dict, or the object a bound
+    method is bound to.  Each object is looked at once per call, from the outermost frame
+    that reaches it (again from an inner frame that reaches it in fewer steps).  Runs no
+    code of the program's: objects are told apart by identity and by their exact type,
+    and an attribute dict is read only through the standard slot."""
+    nearest: dict[int, int] = {}  # id -> the smallest depth it was expanded at
+    for index, frame in enumerate(frames):
+        if library is not None and _stacks.code_library(frame.f_code) == library:
+            return index
+        level, named = _roots(frame)
+        budget = WALK_LIMIT
+        own = _stacks.kind(frame.f_code) == _stacks.OWN
+        steps = DEPTH if own else LIBRARY_DEPTH
+        if own:
+            level.extend(named)
+        elif _among(named, target, library):
+            # (a library's or the standard library's globals are its own state, shared by
+            # every thread, threading's table of all threads for one: such a global counts
+            # as itself only, or that state would make every thread a user of all)
+            return index
+        for depth in range(steps + 1):
+            if _among(level, target, library):
+                return index
+            budget -= len(level)
+            if budget < 0 or depth == steps:
+                break
+            deeper: list[Any] = []
+            for value in level:
+                kind = type(value)
+                if kind in _LEAVES:
+                    continue
+                key = id(value)
+                seen_at = nearest.get(key)
+                if seen_at is not None and seen_at <= depth:
+                    continue  # (expanded already, as near or nearer)
+                nearest[key] = depth
+                if kind is MethodType or kind is BuiltinMethodType:
+                    deeper.append(value.__self__)
+                    continue
+                items = _items(value)
+                if items is None:
+                    attrs = _stacks.instance_dict(value)
+                    items = list(attrs.values()) if attrs is not None else None
+                if items:
+                    deeper.extend(items)
+            level = deeper
+            if not level:
+                break
+    return None
+
+
+def _among(values: list[Any], target: int, library: Optional[str]) -> bool:
+    """Whether one of ``values`` is the object whose id is ``target`` or, given a
+    ``library``, an object of it.  In C for the ids and the types (``map``): no code of
+    the program's runs (ints compared, types hashed by identity)."""
+    if target in map(id, values):
+        return True
+    if library is None:
         return False
-    return any(same(module_globals.get(name), obj) for name in frame.f_code.co_names)
+    kinds = list(map(type, values))
+    distinct = dict(zip(map(id, kinds), kinds)).values()  # (by id: no metaclass __hash__)
+    return any(_library_of_type(kind) == library for kind in distinct)
 
 
-def _identical(value: object, obj: object) -> bool:
-    return value is obj
-
-
-class _OfLibrary:
-    """Stands for "any object of ``library``" in the identity tests of `_refers_to` and
-    `_holds` (`_of_library`)."""
-
-    __slots__ = ("library",)
-
-    def __init__(self, library: str) -> None:
-        self.library = library
-
-
-#: type -> the installed package its class is defined in (see `_library_of_type`).
-_type_libraries: dict[type, Optional[str]] = {}
+#: id of a type -> (the type, kept so the id stands for it; the installed package its
+#: class is defined in), see `_library_of_type`.  By id: hashing a class could run a
+#: metaclass's ``__hash__`` of the program's.
+_type_libraries: dict[int, tuple[type, Optional[str]]] = {}
 _type_module = type.__dict__["__module__"]
 
 
 def _library_of_type(kind: type) -> Optional[str]:
     """The installed package ``kind`` comes from (read through ``type``'s own
     ``__module__``: no metaclass of the program's runs), or ``None``."""
-    try:
-        return _type_libraries[kind]
-    except KeyError:
-        pass
+    known = _type_libraries.get(id(kind))
+    if known is not None and known[0] is kind:
+        return known[1]
     try:
         module = _type_module.__get__(kind, type)
     except Exception:  # (a type whose module cannot be read: no library)
         module = None
     found = _stacks.library_of(module if isinstance(module, str) else None)
-    _type_libraries[kind] = found
+    _type_libraries[id(kind)] = (kind, found)
     return found
 
 
-def _of_library(value: object, obj: _OfLibrary) -> bool:
-    """Whether ``value`` is an object of ``obj``'s library (a bound method: its object)."""
-    kind = type(value)
-    if kind is MethodType or kind is BuiltinMethodType:
-        kind = type(value.__self__)  # type: ignore[attr-defined]
-    return kind is not _OfLibrary and _library_of_type(kind) == obj.library
-
-
-#: Items of one container that `_holds` looks at, at most (it runs for each frame of
-#: each other thread at exit).
+#: Items of one container that `_items` takes, at most (it runs for each frame of each
+#: other thread at exit).
 SCAN_LIMIT = 4096
 
 
-def _holds(value: Any, obj: object) -> bool:
-    """Whether ``value``, a built-in container of exact type, holds ``obj`` as an item (a
-    dict: as a value).  Compared by identity on a copy taken in one C call: no code of
-    the program's runs (no ``__eq__``, no ``__hash__``), and no other thread's change to
-    the container can fail the scan."""
+def _items(value: Any) -> Optional[list[Any]]:
+    """The items of ``value`` if it is a built-in container of exact type (a dict: its
+    keys and values), taken in one C call each: no code of the program's runs (no
+    ``__eq__``, no ``__hash__``), and no other thread's change to the container can fail
+    the copy.  The first `SCAN_LIMIT` items of a list or tuple; a set or dict only up to
+    that size (a bigger one: no items)."""
     kind = type(value)
     if kind is list or kind is tuple:
-        items = value[:SCAN_LIMIT]
-    elif kind is dict:
+        return list(value[:SCAN_LIMIT])
+    if kind is dict:
         if len(value) > SCAN_LIMIT:
-            return False
-        items = list(value.values())
-    elif kind is set or kind is frozenset:
+            return []
+        return [*value.values(), *value.keys()]
+    if kind is set or kind is frozenset:
         if len(value) > SCAN_LIMIT:
-            return False
-        items = list(value)
-    else:
-        return False
-    if type(obj) is _OfLibrary:
-        return any(_of_library(item, obj) for item in items)
-    return any(item is obj for item in items)
+            return []
+        return list(value)
+    return None
 
 
 #: The threads running an exit teardown now (`_teardown.run` adds and removes its own).
@@ -228,15 +275,16 @@ def _find_users(obj: object) -> dict[int, tuple[str, bool]]:
         # (never the main thread: a teardown run elsewhere, by a signal watcher, must not
         # stop the program's own flow for good; it is waited for, as a library's thread)
         own = main is not None and ident != main and _stacks.program_thread(frame)
-        wide = library if own else None
-        outermost: Optional[FrameType] = None  # the thread's own loop, rather than a method
+        stack: list[FrameType] = []
         while frame is not None:
-            if not _stacks.is_exitsafe_file(frame.f_code.co_filename) and _refers_to(
-                frame, obj, wide
-            ):
-                outermost = frame
+            if not _stacks.is_exitsafe_file(frame.f_code.co_filename):
+                stack.append(frame)
             frame = frame.f_back
-        if outermost is not None:
+        stack.reverse()  # (outermost first: the thread's own loop, rather than a method)
+        # (a program's thread: any object of the package, or its code, counts too)
+        at = _walk(stack, id(obj), library if own else None)
+        if at is not None:
+            outermost = stack[at]
             code = outermost.f_code
             found[ident] = (
                 f"thread {_threads.thread_name(ident)!r} "

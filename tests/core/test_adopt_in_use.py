@@ -17,6 +17,7 @@ import contextlib
 import re
 import textwrap
 import threading
+import types
 
 import pytest
 
@@ -135,8 +136,47 @@ def _assert_not_parked_and_leaked(run, thread):
 
         loop = Router().run
         """,
+        # a value of a dict that is a module global the thread's code names
+        """
+        WRITERS = {"main": exitsafe.adopt(Writer()).raw}
+
+        def loop():
+            started.set()
+            while True:
+                threading.Event().wait(0.01)  # (between writes, held only by the dict)
+                WRITERS["main"].write(b"x")
+        """,
+        # an attribute two levels down (self.sink.writer)
+        """
+        class Sink:
+            def __init__(self):
+                self.writer = exitsafe.adopt(Writer()).raw
+
+        class Recorder:
+            def __init__(self):
+                self.sink = Sink()
+
+            def run(self):
+                started.set()
+                while True:
+                    threading.Event().wait(0.01)  # (between writes)
+                    self.sink.writer.write(b"x")
+
+        loop = Recorder().run
+        """,
+        # an item of a list inside a list held in a local
+        """
+        def loop(groups=[[None, exitsafe.adopt(Writer()).raw]]):
+            started.set()
+            while True:
+                threading.Event().wait(0.01)  # (between writes)
+                groups[0][1].write(b"x")
+        """,
     ],
-    ids=["global", "local", "attribute", "bound-method", "list-item", "dict-value"],
+    ids=[
+        "global", "local", "attribute", "bound-method", "list-item", "dict-value",
+        "global-dict", "attribute-of-attribute", "nested-list",
+    ],
 )
 def test_a_program_thread_referring_to_the_object_is_parked_then_it_is_closed(
     tmp_path, thread_code
@@ -516,25 +556,83 @@ def test_an_object_leaked_in_use_is_not_neutralized_under_its_thread(tmp_path):
     assert outcomes["Session#2"] == "leaked_in_use", outcomes
 
 
-def test_containers_are_searched_by_identity_and_within_their_limit():
+class _Frame:
+    """Stands for a frame in `_users._walk`: its locals, no globals."""
+
+    def __init__(self, *values):
+        self.f_locals = {f"v{i}": value for i, value in enumerate(values)}
+        self.f_globals = {}
+        self.f_code = (lambda: None).__code__  # (no names; the test module's own code)
+
+
+def test_references_are_followed_by_identity_within_their_limits():
     class Loud:
         def __eq__(self, other):  # never called: items are compared by identity
             raise AssertionError("program code ran")
 
         __hash__ = object.__hash__
 
-    target, other = object(), Loud()
-    assert _users._holds([other, target], target)
-    assert _users._holds((other, target), target)
-    assert _users._holds({other, target}, target)
-    assert _users._holds({"a": other, "b": target}, target)
-    assert not _users._holds([other], target)
-    assert not _users._holds({target: 1}, target)  # (a dict's keys: not a use)
-    assert not _users._holds(type("L", (list,), {})([target]), target)  # (exact types only)
+    class Box:
+        pass
+
+    def boxed(value, depth):
+        for _ in range(depth):
+            box = Box()
+            box.inner = value
+            value = box
+        return value
+
+    target, other = Box(), Loud()
+
+    def reach(*roots):
+        return _users._walk([_Frame(*roots)], id(target), None) == 0
+
+    assert reach(target)
+    assert reach([other, target]) and reach((other, target)) and reach({other, target})
+    assert reach({"a": other, "b": target}) and reach({target: 1})  # (values and keys)
+    assert not reach([other], {"a": other}, other)
+    assert not reach(type("L", (list,), {})([target]))  # (exact types only)
     beyond = [None] * _users.SCAN_LIMIT + [target]
-    assert not _users._holds(beyond, target)
-    assert _users._holds([target, *beyond], target)
-    assert not _users._holds(set(range(_users.SCAN_LIMIT)) | {target}, target)
+    assert not reach(beyond)
+    assert reach([target, *beyond])
+    assert not reach(set(range(_users.SCAN_LIMIT)) | {target})
+    # attributes and containers, nested, up to DEPTH steps from the frame
+    assert reach(boxed(target, _users.DEPTH))
+    assert not reach(boxed(target, _users.DEPTH + 1))
+    assert reach([[[target]]]) and not reach([[[[target]]]])
+    assert reach(boxed([target], _users.DEPTH - 1))
+    # a bound method of the object, or of an object holding it
+    assert reach(types.MethodType(lambda self: None, target))
+    assert reach([types.MethodType(lambda self: None, boxed(target, 1))])
+    # nearest first, at most WALK_LIMIT values: past the limit, farther steps are not taken
+    wide = [[Box() for _ in range(64)] for _ in range(_users.WALK_LIMIT // 64 + 1)]
+    assert not reach(wide, [[[target]]])
+    assert reach(wide, [[target]]) and reach([[target]], wide) and reach(target, wide)
+    assert reach([[[target]]], [[Box() for _ in range(64)] for _ in range(8)])
+
+
+def test_a_thread_reaches_an_object_through_its_outermost_frame_first():
+    target = object()
+    assert _users._walk([_Frame([target]), _Frame(target)], id(target), None) == 0
+    # far from the outer frame (beyond DEPTH) and near the inner one: the inner's
+    far = [[[[target]]]]
+    assert _users._walk([_Frame(far), _Frame(far[0][0])], id(target), None) == 1
+    assert _users._walk([_Frame(far), _Frame([])], id(target), None) is None
+
+
+def test_a_program_thread_reaches_any_object_of_the_package():
+    # the package of a type: its module's top-level name, when installed (site-packages)
+    import pytest as package_object_source
+
+    library = _users._library_of_type(type(package_object_source.mark))
+    assert library == "_pytest"
+    class Holder:  # (a class of the program's: its attributes are walked)
+        def __init__(self):
+            self.inner = [package_object_source.mark]
+
+    frames = [_Frame(), _Frame(Holder())]
+    assert _users._walk(frames, id(object()), library) == 1
+    assert _users._walk(frames, id(object()), None) is None  # (identity only: no)
 
 
 def test_a_thread_is_never_parked_holding_a_lock_the_close_takes(tmp_path):
