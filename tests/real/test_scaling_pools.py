@@ -29,6 +29,7 @@ PATHS = [
     ("pool", "close"),
     ("pool", "crash"),
     ("pool", "spawn-terminate"),
+    ("pool", "forkserver-terminate"),
     ("executor", "close"),
     ("executor", "cancel"),
     ("executor", "sigterm"),

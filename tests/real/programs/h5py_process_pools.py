@@ -20,6 +20,8 @@ ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
   thread would not, so only ``exitsafe.signals.deferred()`` (inside ``pool_initializer``)
   keeps the teardown out from between the open and the adopt (blocking SIGTERM left 2
   shards of 16 unreadable);
+* ``forkserver-terminate`` (pool): the same with the forkserver start method, the
+  default on Linux from CPython 3.14;
 * ``crash``: one task segfaults (``ctypes.string_at(0)``).  Nothing runs in that worker: its
   shard stays unreadable.  A ``Pool`` replaces it and is then terminated (``join()`` would
   wait for ever for the lost task); a ``ProcessPoolExecutor`` is broken and sends SIGTERM
@@ -123,7 +125,7 @@ def check(directory: str) -> list:
 
 
 def with_pool(directory: str, end: str) -> None:
-    method = "spawn" if end == "spawn-terminate" else None
+    method = end.split("-")[0] if end in ("spawn-terminate", "forkserver-terminate") else None
     context = multiprocessing.get_context(method)
     pool = context.Pool(2, initializer=pool_initializer(init), initargs=(directory,))
     print("rows", len(pool.map(work, range(40))), flush=True)
@@ -131,7 +133,7 @@ def with_pool(directory: str, end: str) -> None:
         pool.close()
         pool.join()
         return
-    if end == "spawn-terminate":
+    if end in ("spawn-terminate", "forkserver-terminate"):
         pool.terminate()  # at once: the recipe's teardown in every worker it finds
         return
     assert end == "crash", end
