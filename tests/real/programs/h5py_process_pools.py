@@ -5,7 +5,7 @@ initializer opens and adopts the shard:
 
     Pool(2, initializer=exitsafe.signals.pool_initializer(init), initargs=(directory,))
 
-    h5py_process_pools.py ENGINE END
+    h5py_process_pools.py ENGINE END [--plain]
 
 ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
 (``concurrent.futures.ProcessPoolExecutor``); END is how the workers end:
@@ -26,6 +26,9 @@ ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
   shard stays unreadable.  A ``Pool`` replaces it and is then terminated (``join()`` would
   wait for ever for the lost task); a ``ProcessPoolExecutor`` is broken and sends SIGTERM
   to the other workers itself.
+
+``--plain``: the initializer not wrapped (the program without the recipe), for the tests'
+controls.
 
 The parent then opens every shard but the crashed worker's, and the ledger each worker
 wrote (``EXITSAFE_LEDGER=ledger-{pid}.json``, in the current directory) when it is set.
@@ -60,6 +63,11 @@ def init(directory: str) -> None:
     global _file
     _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
     exitsafe.adopt(_file, close="close")
+
+
+def initializer():
+    """The recipe's one line: the pool's initializer wrapped (``--plain``: not)."""
+    return init if "--plain" in sys.argv[3:] else pool_initializer(init)
 
 
 def work(i: int) -> int:
@@ -127,7 +135,7 @@ def check(directory: str) -> list:
 def with_pool(directory: str, end: str) -> None:
     method = end.split("-")[0] if end in ("spawn-terminate", "forkserver-terminate") else None
     context = multiprocessing.get_context(method)
-    pool = context.Pool(2, initializer=pool_initializer(init), initargs=(directory,))
+    pool = context.Pool(2, initializer=initializer(), initargs=(directory,))
     print("rows", len(pool.map(work, range(40))), flush=True)
     if end == "close":
         pool.close()
@@ -149,9 +157,7 @@ def with_executor(directory: str, end: str) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    executor = ProcessPoolExecutor(
-        2, initializer=pool_initializer(init), initargs=(directory,)
-    )
+    executor = ProcessPoolExecutor(2, initializer=initializer(), initargs=(directory,))
     print("rows", len(list(executor.map(work, range(40)))), flush=True)
     workers = list(executor._processes.values())
     if end == "close":
