@@ -101,6 +101,11 @@ def test_without_the_recipe_only_a_normal_end_closes_the_shards(
         assert not result.timed_out, f"{label}: {result.summary()}"
         if end in RUNS_WITHOUT:
             assert passed(result, end), f"{label}: {result.summary()}\n{result.stdout}"
+        elif end.endswith("-terminate") and tuple(map(int, version.split("."))) >= (3, 14):
+            # From 3.14 a terminated pool's worker sometimes takes the pool's stop sentinel
+            # and ends normally before the SIGTERM: its shard then reads back (6 runs of 12
+            # on 3.14.10), so either outcome is right there; only a hang is not.
+            assert result.returncode in (0, 1), f"{label}: {result.summary()}"
         else:
             assert result.returncode == 1 and "unreadable 0" not in result.stdout, (
                 f"{label}: a shard should be left unreadable\n{result.stdout}"
