@@ -258,7 +258,10 @@ def pool_initializer(init: Optional[Callable[..., object]] = None, /) -> Callabl
        when `init` returns, so no teardown runs between the open and the adoption.
 
     It changes nothing on a normal end (`close(); join()`, `shutdown()`), where the
-    worker's teardown runs anyway.  It works the same for
+    worker's teardown runs anyway.  Where the watcher cannot run (a worker forked from a
+    program that set a wakeup fd: an `asyncio` loop's signal handlers), the handler is
+    installed without it, with a warning; off a main thread (a thread pool's worker), only
+    `init` runs, with a warning: no signal handler can be installed there.  It works the same for
     `concurrent.futures.ProcessPoolExecutor(initializer=...)` and with every start method;
     with `spawn` and `forkserver`, `init` must be picklable (a module-level function), as
     for any initializer.  A SIGTERM handler the program installed itself before is left
@@ -315,7 +318,21 @@ class _PoolInitializer:
         self.init = init
 
     def __call__(self, *args: object, **kwargs: object) -> None:
-        teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            _install_in_worker()
+        else:
+            # Not a process's main thread: a thread pool's (multiprocessing.pool.ThreadPool)
+            # worker, where no signal handler can be installed.  Raising would fail every
+            # worker the pool starts again, for ever: the init runs, and a warning says why
+            # nothing else does.
+            from ._report import log
+
+            log().warning(
+                "exitsafe: pool_initializer() ran off the main thread (a thread pool?): "
+                "SIGTERM is not turned into a teardown there; it is for process pools"
+            )
         with deferred():  # (a SIGTERM meanwhile: its teardown runs when init returns)
             if self.init is not None:
                 self.init(*args, **kwargs)
@@ -325,6 +342,23 @@ class _PoolInitializer:
 
     def __repr__(self) -> str:
         return f"exitsafe.signals.pool_initializer({self.init!r})"
+
+
+def _install_in_worker() -> None:
+    """`pool_initializer`'s handler: the immediate mode, with the watcher where it can
+    run.  A worker forked from a program that set a wakeup fd (an ``asyncio`` loop's
+    signal handlers, Twisted, Trio) inherits it and cannot be watched: the handler is
+    installed without the watcher (a SIGTERM landing just before an idle worker's lock
+    wait then waits for a second signal, see the module documentation), with a warning,
+    rather than failing the worker (the pool would start it again, for ever)."""
+    try:
+        teardown_on_signals("SIGTERM", mode="immediate", watch=True)
+    except RuntimeError as exc:  # (the watcher refused; no handler was installed)
+        from ._report import log
+
+        log().warning("exitsafe: pool_initializer(): %s; the worker's SIGTERM handler is "
+                      "installed without the watcher", exc)
+        teardown_on_signals("SIGTERM", mode="immediate")
 
 
 def _may_take(signum: int, current: object) -> bool:

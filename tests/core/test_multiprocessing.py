@@ -253,3 +253,51 @@ def test_the_immediate_handler_imports_nothing(tmp_path):
     run = run_program(body, tmp_path)
     assert run.returncode == -15
     assert run.order == ["imported in the handler: "]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signals")
+def test_pool_initializer_in_a_worker_that_inherited_a_wakeup_fd(tmp_path):
+    # A parent that set a wakeup fd (an asyncio loop's signal handlers, Twisted, Trio):
+    # its forked workers cannot be watched.  The handler goes in without the watcher, with
+    # a warning; before, every worker failed its initializer and the pool started new ones
+    # for ever.  A terminated worker still tears down.
+    body = """
+    import multiprocessing, signal
+    from exitsafe.signals import pool_initializer
+
+    KEEP = []
+
+    def work(i):
+        KEEP.append(exitsafe.track(f"w{i}", lambda raw: record(f"released {raw}"), name=f"w{i}"))
+        return i * i
+
+    if __name__ == "__main__":
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)
+        with multiprocessing.get_context("fork").Pool(1, initializer=pool_initializer()) as pool:
+            result = pool.map_async(work, range(3))
+            record(f"ready {result.wait(30) or result.ready()}")
+    """
+    run = run_program(body, tmp_path, timeout=60)
+    assert_clean(run, allow=("DeprecationWarning",))
+    assert "ready True" in run.order, run.describe()
+    assert sorted(x for x in run.order if x.startswith("released")) == [
+        "released w0", "released w1", "released w2",
+    ], run.describe()
+    assert "installed without the watcher" in run.stderr
+
+
+def test_pool_initializer_in_a_thread_pool_runs_the_init_and_says_why_nothing_else(tmp_path):
+    body = """
+    from multiprocessing.pool import ThreadPool
+    from exitsafe.signals import pool_initializer
+
+    with ThreadPool(2, initializer=pool_initializer(record), initargs=("init",)) as pool:
+        result = pool.map_async(abs, [-1, -2])
+        record(f"ready {result.wait(30) or result.ready()}")
+    """
+    run = run_program(body, tmp_path, timeout=60)
+    assert_clean(run)
+    assert run.order.count("init") == 2 and "ready True" in run.order, run.describe()
+    assert "pool_initializer() ran off the main thread" in run.stderr
