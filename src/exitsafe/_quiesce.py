@@ -505,21 +505,24 @@ def _wait(
         return found
 
     still: dict[int, FrameType] = _threads.poll(busy, timeout)
+    for ident in [i for i, frame in still.items() if _harmless(i, frame, final=True)]:
+        del still[ident]  # (idle by its stack, and no look long enough says it computes)
     for ident, frame in still.items():
         _running[ident] = f"{_threads.thread_name(ident)} at {_where(frame)}"
     still.clear()  # (the other threads' frames: not kept)
 
 
-def _harmless(ident: int, frame: FrameType) -> bool:
+def _harmless(ident: int, frame: FrameType, final: bool = False) -> bool:
     """Whether thread ``ident`` (to quiesce, not parked) at ``frame`` needs no more
     waiting: idle (see `_idle`) and not computing (`_threads.CpuWatch`: a long hash in
     C looks like a wait from its stack, and its next step may reach a library through no
-    call, a subscript), unless `park` quiesces it: the object it uses is closed next, so
-    it must be parked (or gone), not only idle, whose next step may reach the library
-    through no call or hold a lock where it wakes."""
+    call, a subscript; ``final``, at the bound, on whatever look there is), unless
+    `park` quiesces it: the object it uses is closed next, so it must be parked (or
+    gone), not only idle, whose next step may reach the library through no call or hold
+    a lock where it wakes."""
     if ident in _lock_free_only or not _idle(frame):
         return False
-    return _cpu[0].computing(ident) is not True
+    return _cpu[0].computing(ident, final) is not True
 
 
 def _idle(frame: FrameType) -> bool:

@@ -274,6 +274,47 @@ def test_a_thread_computing_in_the_standard_library_is_not_taken_for_idle(tmp_pa
     assert (fields["threads"], fields["parked"], fields["running"]) == ("1", "1", "0")
 
 
+@pytest.mark.parametrize("bound", [0.01, 0.015, 2.0])
+def test_a_waiting_thread_is_idle_whatever_the_bound(tmp_path, bound):
+    # The CPU-time look takes 20 ms: with a shorter bound, the last look decides on what
+    # it has (before: a thread blocked in queue.get() was never idle in time, and every
+    # handle was leaked).
+    body = f"""
+    import queue, time
+    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+    jobs = queue.Queue()
+    thread = threading.Thread(target=lambda: jobs.get(), daemon=True)
+    thread.start()
+    while sys._current_frames()[thread.ident].f_code.co_name != "wait":
+        time.sleep(0.001)
+    exitsafe.quiesce(thread, timeout={bound})
+    """
+    run = run_program(body, tmp_path, ledger=True, timeout=30)
+    assert_clean(run)
+    assert run.outcomes() == {"session": "released_at_exit"}, run.describe()
+
+
+def test_an_event_loop_polling_every_half_millisecond_is_idle(tmp_path):
+    # Its stack is in the standard library (selectors), and it is runnable only for its
+    # wake-ups: a wait, not a computation.
+    body = """
+    import asyncio, time
+    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+
+    async def poll():
+        while True:
+            await asyncio.sleep(0.0005)
+
+    thread = threading.Thread(target=lambda: asyncio.run(poll()), daemon=True)
+    thread.start()
+    time.sleep(0.2)
+    exitsafe.quiesce(thread, timeout=2.0)
+    """
+    run = run_program(body, tmp_path, ledger=True, timeout=30)
+    assert_clean(run)
+    assert run.outcomes() == {"session": "released_at_exit"}, run.describe()
+
+
 def test_a_thread_still_inside_a_library_leaves_every_handle_leaked_in_use(tmp_path):
     body = """
     import fakelib
