@@ -498,7 +498,10 @@ def adopt(
     function, is swapped for a twin subclass of the same name whose `__del__` does nothing
     (`isinstance` still holds, `type(obj) is cls` no longer does), so a finalizer that is
     not idempotent cannot act again during finalization, when what it needs may be gone.
-    A close the program asks for while it runs leaves the class alone.
+    Whatever else that `__del__` does is skipped too (a spool file it removes stays): put
+    it in the close (`close=` a callable).  A class whose own hooks would see the twin
+    (an `__init_subclass__` in its MRO, a metaclass other than `type` or `ABCMeta`) is
+    left as it is, as is every class while the program runs (a close it asks for).
 
     Threads at exit: the exit teardown never closes `obj` under another thread that may be
     using it.  A thread still alive whose Python stack refers to `obj` (a local, a module
@@ -641,6 +644,23 @@ def _no_finalizer(self: object) -> None:
     """The ``__del__`` of an object whose own ``__del__`` already ran as its close."""
 
 
+def _twin_is_quiet(cls: type) -> bool:
+    """Whether a twin of ``cls`` can be made, unasked, without running code of the
+    program's: ``cls`` has a ``__del__`` that is a Python function, its metaclass is
+    ``type`` or ``abc.ABCMeta``, and no class of its MRO defines ``__init_subclass__``
+    (a plugin registry's hook would see the twin as a new subclass, or refuse it)."""
+    import abc
+
+    if type(cls) is not type and type(cls) is not abc.ABCMeta:
+        return False
+    mro = type.__dict__["__mro__"].__get__(cls, type)
+    own_dicts = [type.__dict__["__dict__"].__get__(klass, type) for klass in mro[:-1]]
+    if any("__init_subclass__" in namespace for namespace in own_dicts):
+        return False
+    finalizer = next((ns["__del__"] for ns in own_dicts if "__del__" in ns), None)
+    return type(finalizer).__name__ == "function"
+
+
 def _finalized(obj: object, quiet: bool = False) -> None:
     """``obj``'s own ``__del__`` must not run when the object is collected: it ran as its
     close (``adopt(obj, close=type(obj).__del__)``: a destructor that frees or reads back
@@ -648,13 +668,13 @@ def _finalized(obj: object, quiet: bool = False) -> None:
     act again during finalization, when what it needs may be gone).  So the object's
     class becomes a twin subclass, made once per class with the same name and layout
     (``__slots__ = ()``), whose ``__del__`` does nothing: ``isinstance`` still holds,
-    ``type(obj) is cls`` no longer does.  ``quiet`` acts only on a class whose
-    ``__del__`` is a Python function (an extension type's finalizer is its own).  Where
+    ``type(obj) is cls`` no longer does.  ``quiet`` acts only where `_twin_is_quiet`
+    (an extension type's finalizer is its own; a class hook's, its own business).  Where
     no twin can be made or assigned (a final class, a metaclass that refuses), a warning
     says that the ``__del__`` may run again; ``quiet``, nothing is said: the object was
     closed, and most finalizers do nothing on a closed object."""
     cls = type(obj)
-    if quiet and type(getattr(cls, "__del__", None)).__name__ != "function":
+    if quiet and not _twin_is_quiet(cls):
         return
     twin = _finalized_twins.get(cls)
     try:
@@ -664,7 +684,7 @@ def _finalized(obj: object, quiet: bool = False) -> None:
             metaclass: Any = type(cls)  # (the class's own: an ABCMeta's twin is one too)
             twin = _finalized_twins[cls] = metaclass(cls.__name__, (cls,), namespace)
         obj.__class__ = twin
-    except (TypeError, AttributeError) as exc:  # (the class's own rules: reported)
+    except Exception as exc:  # (the class's own rules or hooks: reported, never raised)
         if not quiet:
             log().warning(
                 "exitsafe: %s.__del__ ran as the close of an adopted object and may run "

@@ -143,3 +143,33 @@ def test_a_del_adopted_as_the_close_does_not_run_again_at_finalization(tmp_path,
     assert "may run again" not in result.stderr, result.describe()
     assert result.order == ["main done", *CLOSE_RECORDS["del"]], result.describe()
     assert result.outcomes()["Native#1"] == "released_at_exit", result.outcomes()
+
+
+def test_a_class_with_its_own_subclass_hook_is_left_as_it_is(tmp_path):
+    """A plugin base whose ``__init_subclass__`` registers (or refuses) every subclass: a
+    twin made unasked would run that hook at exit.  The class is left alone (its
+    ``__del__`` runs as it would), and the close stays a success."""
+    body = """
+    REGISTRY = {}
+
+    class Plugin:
+        def __init_subclass__(cls, **kw):
+            super().__init_subclass__(**kw)
+            if cls.__name__ in REGISTRY:
+                raise ValueError(f"duplicate plugin {cls.__name__}")
+            REGISTRY[cls.__name__] = cls
+
+    class Device(Plugin):
+        def close(self):
+            record("close")
+
+        def __del__(self, _record=record, _registry=REGISTRY):
+            _record(f"__del__ ran, plugins {sorted(_registry)}")
+
+    obj = Device()
+    exitsafe.adopt(obj, close="close")
+    """
+    result = run_program(body, tmp_path, ledger=True, timeout=30)
+    assert_clean(result)
+    assert result.order == ["close", "__del__ ran, plugins ['Device']"], result.describe()
+    assert result.outcomes() == {"Device#1": "released_at_exit"}, result.outcomes()
