@@ -220,14 +220,20 @@ def holds_a_lock(frame: Optional[FrameType]) -> bool:
     return False
 
 
+_type_mro = type.__dict__["__mro__"]
+_type_dict = type.__dict__["__dict__"]
+
+
 def instance_dict(value: object) -> Optional[dict[str, object]]:
     """``value``'s own attribute dict, when its type keeps one the standard way (no
     ``__dict__`` property of the program's, no class or module), else ``None``."""
     kind = type(value)
     if issubclass(kind, (type, ModuleType)):
         return None
-    for klass in kind.__mro__:
-        slot = klass.__dict__.get("__dict__")
+    # (the MRO and the classes' dicts read through type's own descriptors: a metaclass's
+    # __getattribute__ of the program's never runs)
+    for klass in _type_mro.__get__(kind, type):
+        slot = _type_dict.__get__(klass, type).get("__dict__")
         if slot is not None:
             if type(slot).__name__ != "getset_descriptor":
                 return None  # (a __dict__ of the program's own making: not called)
@@ -246,14 +252,17 @@ def method_codes(cls: type) -> frozenset[CodeType]:
     class methods, properties' accessors), read from the classes' own dicts: a frame
     running one is inside a method of an instance of ``cls``."""
     found: set[CodeType] = set()
-    for klass in cls.__mro__:
+    for klass in _type_mro.__get__(cls, type):  # (no metaclass __getattribute__ runs)
         if klass is object:
             continue
-        for value in list(klass.__dict__.values()):
-            functions = (
-                (value.fget, value.fset, value.fdel) if type(value) is property
-                else (getattr(value, "__func__", value),)
-            )
+        for value in list(_type_dict.__get__(klass, type).values()):
+            kind = type(value)
+            if kind is property:
+                functions: tuple[object, ...] = (value.fget, value.fset, value.fdel)
+            elif kind is staticmethod or kind is classmethod:
+                functions = (value.__func__,)
+            else:  # (anything else of the program's: not asked for an attribute)
+                functions = (value,)
             for function in functions:
                 code = getattr(function, "__code__", None) if type(function).__name__ == (
                     "function"

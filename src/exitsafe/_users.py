@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import _thread
 import sys
+from collections import deque as _deque
 from time import monotonic, sleep
 from types import BuiltinMethodType, MethodType
 
@@ -64,13 +65,21 @@ class InUse(Exception):
     teardown records the handle ``leaked_in_use``, with this message as its detail)."""
 
 
+def _locals_type() -> type:
+    return type(sys._getframe().f_locals)  # (a function's: 3.13's FrameLocalsProxy)
+
+
+#: The type of a function frame's ``f_locals`` (``dict`` before CPython 3.13).
+_LOCALS_PROXY = _locals_type()
+
+
 def _roots(frame: FrameType) -> tuple[list[Any], list[Any]]:
     """What ``frame`` refers to directly: (its locals, closure variables included; the
     module globals its code names).  Runs no code of the program's: only exact dicts (and
     3.13's frame-locals proxy) are read."""
     try:
         frame_locals = frame.f_locals
-        if type(frame_locals) is not dict and type(frame_locals).__name__ != "FrameLocalsProxy":
+        if type(frame_locals) is not dict and type(frame_locals) is not _LOCALS_PROXY:
             frame_locals = {}  # (exec() with a mapping of the program's own: not read)
         local_values = list(frame_locals.values())
     except Exception:  # a frame's locals that cannot be read: nothing to tell from them
@@ -197,22 +206,27 @@ SCAN_LIMIT = 4096
 
 
 def _items(value: Any) -> Optional[list[Any]]:
-    """The items of ``value`` if it is a built-in container of exact type (a dict: its
-    keys and values), taken in one C call each: no code of the program's runs (no
-    ``__eq__``, no ``__hash__``), and no other thread's change to the container can fail
-    the copy.  The first `SCAN_LIMIT` items of a list or tuple; a set or dict only up to
-    that size (a bigger one: no items)."""
+    """The items of ``value`` if it is a built-in container (a dict: its keys and
+    values), a subclass of one included (``defaultdict``, ``OrderedDict``, a class of the
+    program's) and a ``deque``, else ``None``; taken by the base type's own C methods, so
+    no code of the program's runs (no ``__iter__``, ``__eq__`` or ``__hash__`` of its own),
+    and no other thread's change to the container can fail the copy.  The first
+    `SCAN_LIMIT` items of a list, tuple or deque; a set or dict only up to that size (a
+    bigger one: no items)."""
     kind = type(value)
-    if kind is list or kind is tuple:
-        return list(value[:SCAN_LIMIT])
-    if kind is dict:
-        if len(value) > SCAN_LIMIT:
+    if issubclass(kind, list):
+        return list.__getitem__(value, slice(0, SCAN_LIMIT))
+    if issubclass(kind, tuple):
+        return list(tuple.__getitem__(value, slice(0, SCAN_LIMIT)))
+    if issubclass(kind, dict):
+        if dict.__len__(value) > SCAN_LIMIT:
             return []
-        return [*value.values(), *value.keys()]
-    if kind is set or kind is frozenset:
-        if len(value) > SCAN_LIMIT:
-            return []
-        return list(value)
+        return [*dict.values(value), *dict.keys(value)]
+    if issubclass(kind, (set, frozenset)):
+        base: Any = set if issubclass(kind, set) else frozenset
+        return [] if base.__len__(value) > SCAN_LIMIT else list(base.__iter__(value))
+    if kind is _deque:
+        return list(value)[:SCAN_LIMIT]
     return None
 
 
@@ -282,7 +296,14 @@ def _find_users(obj: object) -> dict[int, tuple[str, bool]]:
             frame = frame.f_back
         stack.reverse()  # (outermost first: the thread's own loop, rather than a method)
         # (a program's thread: any object of the package, or its code, counts too)
-        at = _walk(stack, id(obj), library if own else None)
+        try:
+            at = _walk(stack, id(obj), library if own else None)
+        except Exception as exc:  # (what it refers to cannot be told: counted as a use,
+            found[ident] = (  # the safe side: parked or waited for, never closed under)
+                f"thread {_threads.thread_name(ident)!r} (its stack could not be read: "
+                f"{exc!r})", own,
+            )
+            continue
         if at is not None:
             outermost = stack[at]
             code = outermost.f_code

@@ -13,6 +13,7 @@ with the thread named, instead of closing it under that thread.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import re
 import textwrap
@@ -591,7 +592,20 @@ def test_references_are_followed_by_identity_within_their_limits():
     assert reach([other, target]) and reach((other, target)) and reach({other, target})
     assert reach({"a": other, "b": target}) and reach({target: 1})  # (values and keys)
     assert not reach([other], {"a": other}, other)
-    assert not reach(type("L", (list,), {})([target]))  # (exact types only)
+    # subclasses of the built-in containers, and deques, read by the base's own methods
+    class Hostile(dict):
+        def __iter__(self):
+            raise AssertionError("program code ran")
+
+        values = keys = items = __len__ = __iter__
+
+    hostile = Hostile()
+    dict.__setitem__(hostile, "w", target)
+    assert reach(hostile)
+    assert reach(collections.defaultdict(list, w=target))
+    assert reach(collections.OrderedDict(w=target)) and reach(collections.deque([target]))
+    assert reach(type("L", (list,), {"__getitem__": Hostile.__iter__})([target]))
+    assert reach(type("S", (set,), {"__iter__": Hostile.__iter__})({target}))
     beyond = [None] * _users.SCAN_LIMIT + [target]
     assert not reach(beyond)
     assert reach([target, *beyond])
@@ -788,3 +802,44 @@ def test_the_main_thread_is_never_one_to_park():
     main = threading.main_thread().ident
     assert main in found and found[main][1] is False
     assert target is not None  # (the main thread's frame refers to it until here)
+
+
+def test_reading_the_stacks_runs_no_code_of_the_program(tmp_path):
+    """Another thread holds an object whose metaclass has a ``__getattribute__`` (it would
+    run for ``type(obj).__mro__``) and a dict of the program's own with a hostile
+    ``__iter__``: the check reads neither through the program's code, and the adopted
+    object, which that thread does not use, is closed."""
+    body = WRITER + """
+    import time
+
+    class Meta(type):
+        def __getattribute__(cls, name, _record=record):
+            if name in ("__mro__", "__dict__"):
+                _record(f"program code ran: {name}")
+            return super().__getattribute__(name)
+
+    class Config(metaclass=Meta):
+        def __init__(self):
+            self.x = 1
+
+    class Table(dict):
+        def __iter__(self, _record=record):
+            _record("program code ran: __iter__")
+            return iter(())
+
+    exitsafe.adopt(Writer())
+
+    def hold():
+        cfg, table = Config(), Table(a=1)
+        started.set()
+        threading.Event().wait()
+
+    thread = threading.Thread(target=hold, daemon=True, name="holder")
+    thread.start()
+    started.wait(30)
+    while "wait" not in sys._current_frames()[thread.ident].f_code.co_name:
+        time.sleep(0.001)
+    """
+    run = run_program(body, tmp_path, ledger=True)
+    assert_clean(run)
+    assert run.order == ["closed"], run.describe()
