@@ -385,7 +385,6 @@ class CpuWatch:
 
     def __init__(self) -> None:
         self._seen: dict[int, tuple[float, tuple[int, int, int]]] = {}
-        self._native: dict[int, int] = {}
 
     def computing(self, ident: int, final: bool = False) -> Optional[bool]:
         """Whether thread ``ident`` computes; ``True`` too while the look is shorter
@@ -412,25 +411,31 @@ class CpuWatch:
                 and ran >= self.SLICE * 1e9 * max(slices, 1))
 
     def _stats(self, ident: int) -> Optional[tuple[int, int, int]]:
-        if not sys.platform.startswith("linux"):
-            return None
-        native = self._native.get(ident)
-        if native is None:
-            import threading
+        return schedstat(ident)
 
-            for thread in threading.enumerate():
-                if thread.ident == ident:
-                    native = getattr(thread, "native_id", None)
-            if native is None:
-                return None
-            self._native[ident] = native
-        try:
-            with open(f"/proc/self/task/{native}/schedstat", "rb") as stat:
-                ran, waited, slices = stat.read().split()[:3]
-            return int(ran), int(waited), int(slices)
-        except (OSError, ValueError):  # (gone, or no schedstat in this kernel)
-            self._native.pop(ident, None)  # (its ident may come back as another thread's)
-            return None
+
+def schedstat(ident: int) -> Optional[tuple[int, int, int]]:
+    """Thread ``ident``'s scheduler statistics: (nanoseconds it ran, nanoseconds it
+    waited for a CPU, how many times it was given one), from
+    ``/proc/self/task/<tid>/schedstat``; ``None`` where they cannot be read (not Linux,
+    a kernel without them, a thread ``threading`` does not know, or gone).  Takes no lock
+    but ``threading``'s own (``threading.enumerate``)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import threading
+
+    native = None
+    for thread in threading.enumerate():
+        if thread.ident == ident:
+            native = getattr(thread, "native_id", None)
+    if native is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{native}/schedstat", "rb") as stat:
+            ran, waited, slices = stat.read().split()[:3]
+        return int(ran), int(waited), int(slices)
+    except (OSError, ValueError):  # (gone, or no schedstat in this kernel)
+        return None
 
 
 def thread_name(ident: int) -> str:
