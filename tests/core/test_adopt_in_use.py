@@ -843,3 +843,43 @@ def test_reading_the_stacks_runs_no_code_of_the_program(tmp_path):
     run = run_program(body, tmp_path, ledger=True)
     assert_clean(run)
     assert run.order == ["closed"], run.describe()
+
+
+@pytest.mark.skipif(_users._threads.schedstat(threading.get_ident()) is None,
+                    reason="no scheduler statistics here (Linux's schedstat)")
+def test_a_thread_is_walked_again_only_once_it_ran():
+    import sys
+    import time
+
+    wake, waiting, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            waiting.set()
+            wake.wait()
+            wake.clear()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+
+    def stack():
+        waiting.wait()
+        while "wait" not in sys._current_frames()[thread.ident].f_code.co_name:
+            time.sleep(0.001)
+        frames, frame = [], sys._current_frames()[thread.ident]
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+        return frames[::-1]
+
+    try:
+        first = _users._reach_of(thread.ident, stack())
+        assert _users._reach_of(thread.ident, stack()) is first, "idle: not walked again"
+        waiting.clear()
+        wake.set()  # it runs once round its loop, and waits again at the same place
+        time.sleep(0.01)
+        assert _users._reach_of(thread.ident, stack()) is not first, "it ran: walked again"
+    finally:
+        stop.set()
+        wake.set()
+        thread.join()
