@@ -279,27 +279,22 @@ def test_a_waiting_thread_is_idle_whatever_the_bound(tmp_path, bound):
     # The CPU-time look takes 20 ms: with a shorter bound, the last look decides on what
     # it has (before: a thread blocked in queue.get() was never idle in time, and every
     # handle was leaked).
-    body = f"""
-    import queue, time
-    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+    _assert_released_with_the_thread_quiesced(tmp_path, f"""
+    import queue
     jobs = queue.Queue()
     thread = threading.Thread(target=lambda: jobs.get(), daemon=True)
     thread.start()
     while sys._current_frames()[thread.ident].f_code.co_name != "wait":
         time.sleep(0.001)
     exitsafe.quiesce(thread, timeout={bound})
-    """
-    run = run_program(body, tmp_path, ledger=True, timeout=30)
-    assert_clean(run)
-    assert run.outcomes() == {"session": "released_at_exit"}, run.describe()
+    """)
 
 
 def test_an_event_loop_polling_every_half_millisecond_is_idle(tmp_path):
     # Its stack is in the standard library (selectors), and it is runnable only for its
     # wake-ups: a wait, not a computation.
-    body = """
-    import asyncio, time
-    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+    _assert_released_with_the_thread_quiesced(tmp_path, """
+    import asyncio
 
     async def poll():
         while True:
@@ -309,7 +304,16 @@ def test_an_event_loop_polling_every_half_millisecond_is_idle(tmp_path):
     thread.start()
     time.sleep(0.2)
     exitsafe.quiesce(thread, timeout=2.0)
-    """
+    """)
+
+
+def _assert_released_with_the_thread_quiesced(tmp_path, thread_code):
+    """``thread_code`` starts a thread and quiesces it: the session it does not use is
+    released at exit (the thread was found idle, not still running)."""
+    body = """
+    import time
+    session = exitsafe.track("session", lambda raw: record("released"), name="session")
+    """ + thread_code
     run = run_program(body, tmp_path, ledger=True, timeout=30)
     assert_clean(run)
     assert run.outcomes() == {"session": "released_at_exit"}, run.describe()
