@@ -943,3 +943,15 @@ def test_an_interpreter_abort_at_exit_possibly_due_to_daemon_threads_gets_the_th
     assert diagnosis is not None and diagnosis.kind == "crash-at-exit", result.report()
     assert (diagnosis.hint, diagnosis.doc) == HINTS["crash-at-exit-thread"]
     assert any("daemon thread 'player'" in d for d in diagnosis.details)
+
+
+def test_a_child_record_left_half_written_is_not_read(tmp_path: Path) -> None:
+    """A pool's worker terminated while it wrote its record (before records were written
+    aside and renamed) left a file of one line: the run's report crashed on it."""
+    from exitsafe.testing import _children
+
+    (tmp_path / "proc-123.txt").write_text("123\n")
+    (tmp_path / "proc-124.txt").write_text("124\n100\nfork\npython\nworker.py\n")
+    (tmp_path / "proc-125.txt.part").write_text("125\n")
+    children = _children.collect(tmp_path, 100, [])
+    assert [(c.pid, c.ppid, c.argv) for c in children] == [(124, 100, ("python", "worker.py"))]

@@ -203,8 +203,8 @@ def collect(
                     }
                 elif name.startswith("fault-") and name.endswith(".log"):
                     faults[int(name[6:-4])] = path.read_text(encoding="utf-8", errors="replace")
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+            except (OSError, ValueError, KeyError, TypeError, IndexError):
+                continue  # (a record its process could not finish writing: not read)
     at_timeout = {s.pid: s for s in seen_at_timeout}
     pids = sorted((set(records) | set(at_timeout) | set(faults)) - {root_pid})
     children = []

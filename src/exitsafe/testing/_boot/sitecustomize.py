@@ -72,8 +72,11 @@ def _record(run_dir: str) -> None:
         fields = [str(os.getpid()), str(os.getppid()), how]
         fields += [a.replace("\n", " ") for a in argv]
         path = os.path.join(run_dir, f"proc-{os.getpid()}.txt")
-        with open(path, "w", encoding="utf-8", errors="replace") as fh:
+        # (written aside, then renamed: a process killed while it writes, a pool's worker
+        # terminated as it starts, leaves no half record for the reader)
+        with open(path + ".part", "w", encoding="utf-8", errors="replace") as fh:
             fh.write("\n".join(fields) + "\n")
+        os.replace(path + ".part", path)
 
     write("exec")
     # File descriptors, not file objects: a file object left open in this closure is
