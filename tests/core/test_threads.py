@@ -824,7 +824,10 @@ def test_cpu_watch_tells_a_computing_thread_from_a_waiting_one():
 
     def compute():
         while not stop.is_set():
-            hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 20_000)  # (C, the GIL released)
+            # (one long C call, the GIL released, as the hazard has it: short calls would
+            # hand the GIL back and forth, and a look could find the thread waiting for it,
+            # which a 20,000-round version did once in CI on a loaded 3.15)
+            hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 1_000_000)
 
     computing = threading.Thread(target=compute, daemon=True)
     waiting = threading.Thread(target=stop.wait, daemon=True)
