@@ -392,7 +392,7 @@ class CpuWatch:
         come): judged on whatever look there is, ``None`` without one."""
         from time import monotonic
 
-        stats = self._stats(ident)
+        stats = schedstat(ident)
         if stats is None:
             return None
         now = monotonic()
@@ -409,9 +409,6 @@ class CpuWatch:
             return waited >= self.SHARE * wall * 1e9  # (starved of a CPU, or asleep)
         return (ran + waited >= self.SHARE * wall * 1e9
                 and ran >= self.SLICE * 1e9 * max(slices, 1))
-
-    def _stats(self, ident: int) -> Optional[tuple[int, int, int]]:
-        return schedstat(ident)
 
 
 def schedstat(ident: int) -> Optional[tuple[int, int, int]]:

@@ -13,7 +13,7 @@ may still run: a thread *uses* the object when a frame of its Python stack refer
   that keeps a standard attribute dict (``self.writer``, ``self.recorder.writer``), an
   item of a list, tuple, set or dict (keys and values: ``writers = [a, b]``,
   ``self.sessions["gpu0"]``, a module-global registry of writers) or the object of a
-  bound method; nearest first, at most `WALK_LIMIT` values per thread, the first
+  bound method; nearest first, at most `WALK_LIMIT` values per frame, the first
   `SCAN_LIMIT` items of a list or tuple, a set or dict only up to that size.  A global
   named by library or standard-library code counts as itself only: that state is shared
   by every thread (``threading``'s table of all threads, for one).
@@ -198,7 +198,9 @@ def _first(reach: list[_FrameReach], target: int, library: Optional[str]) -> Opt
 
 #: Thread ident -> (its stack's key, its scheduler statistics, its `_reach`), kept while
 #: the thread has not run since (`_reach_of`).
-_reaches: dict[int, tuple[tuple[tuple[int, int, int], ...], tuple[int, int, int], list[Any]]] = {}
+_reaches: dict[
+    int, tuple[tuple[tuple[int, int, int], ...], tuple[int, int, int], list[_FrameReach]]
+] = {}
 
 
 if hasattr(os, "register_at_fork"):  # (a child's threads are not its parent's)
