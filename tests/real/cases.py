@@ -453,8 +453,10 @@ CASES = [
         summary="daemon thread blocked in a ZeroMQ recv() while the context is destroyed at "
                 "exit: libzmq's assertion aborts the process, or ContextTerminated printed",
         protected="pyzmq_daemon_receiver_protected.py",
-        # (libzmq's assertion; or, on 3.10 and 3.12 mostly, the receiver's ContextTerminated)
-        kinds=("native-fatal", "thread-exception"),
+        # (libzmq's assertion; or, on 3.10 and 3.12 mostly, the receiver's ContextTerminated;
+        # or, seen once in CI on 3.13, the receiver's ContextTerminated and then ``term()``
+        # waiting for ever for the socket whose close raced with the receiver's recv)
+        kinds=("native-fatal", "thread-exception", "hang-in-atexit"),
     ),
     Case(
         id="jpype-exit-handler",
