@@ -424,6 +424,8 @@ CASES = [
         summary="with multiprocessing.Pool(...) ends with terminate(): the workers' HDF5 "
                 "shards are never closed and read back as unreadable",
         protected="h5py_pool_terminate_protected.py",
+        # (the protected program also checks each worker's ledger)
+        env=(("EXITSAFE_LEDGER", "ledger-{pid}.json"),),
         unnamed="the workers die by the pool's SIGTERM, which the parent's run cannot see: "
                 "the report is the program's own read-back failure (exit status 1)",
     ),

@@ -74,6 +74,37 @@ def test_every_worker_shard_reads_back(
         )
 
 
+#: (engine, end of the workers) where a release that hangs is bounded: a normal end (the
+#: teardown from ``multiprocessing``'s finalizer) and both kinds of signal (the recipe's)
+HANG_PATHS = [("pool", "close"), ("pool", "forkserver-terminate"), ("executor", "sigterm")]
+HANG_BOUND = "1"
+
+
+@pytest.mark.parametrize("version", versions())
+@pytest.mark.parametrize(("engine", "end"), HANG_PATHS, ids=[f"{e}-{p}" for e, p in HANG_PATHS])
+def test_a_release_that_hangs_is_bounded_in_every_worker(
+    engine: str, end: str, version: str, tmp_path: Path
+) -> None:
+    """docs/scaling.md's "bounded" column: each worker adopts an object whose close never
+    returns (``--hang``) before its shard.  With ``EXITSAFE_TEARDOWN_TIMEOUT`` the worker's
+    teardown closes the shard, abandons that close at the bound and the worker ends: the
+    pool ends, every shard reads back, and each worker's ledger records the object
+    ``leaked_timeout`` and the shard ``released_at_exit`` (the program checks both).
+    Without the bound the workers never end (measured: the parent's join waits for ever)."""
+    env = environment_for(version, H5PY)
+    results = run_two_at_a_time(
+        PROGRAM, RUNS, tmp_path, python=env.python, timeout=H5PY.timeout,
+        args=[engine, end, "--hang"],
+        env={"EXITSAFE_LEDGER": "ledger-{pid}.json", "EXITSAFE_TEARDOWN_TIMEOUT": HANG_BOUND},
+    )
+    for attempt, result in enumerate(results):
+        assert passed(result, end), (
+            f"{PROGRAM.name} {engine} {end} --hang on CPython {version}, run {attempt + 1} "
+            f"of {RUNS}: {result.summary()}\nstdout:\n{result.stdout}\n\n{result.report()}"
+        )
+        assert result.stderr.count("'stuck' release still running after") >= 1, result.stderr
+
+
 #: The paths where a worker's teardown runs without the recipe (a normal end); on the
 #: others a shard is left unreadable without it.
 RUNS_WITHOUT = ("close", "cancel")

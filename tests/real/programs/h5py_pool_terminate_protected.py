@@ -8,7 +8,9 @@
 ``exitsafe.signals.deferred()``, so that no teardown runs between the open and the adoption.
 
 ``pool.terminate()``'s SIGTERM then runs each worker's teardown, which closes its file,
-and the worker dies by SIGTERM as ``terminate()`` expects.  Every shard reads back.  Exit 0.
+and the worker dies by SIGTERM as ``terminate()`` expects.  Every shard reads back, and
+with ``EXITSAFE_LEDGER=ledger-{pid}.json`` (the case's environment; the current directory)
+each worker's own ledger records its shard ``released_at_exit`` (``shards.py``).  Exit 0.
 (Without deferring the teardown, a worker still in its initializer when ``terminate()``
 came died with its file opened but not yet adopted: 1 run in 20.  Without ``watch=True``, a
 SIGTERM that landed just before an idle worker blocked on its task queue's lock waited for
@@ -23,6 +25,7 @@ import tempfile
 
 import h5py
 import numpy as np
+from shards import readable, released
 
 import exitsafe
 from exitsafe.signals import pool_initializer
@@ -33,7 +36,7 @@ _file = None
 def init(directory: str) -> None:
     global _file
     _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
-    exitsafe.adopt(_file)  # which closes the shard
+    exitsafe.adopt(_file, name="shard")  # which closes the shard
 
 
 def work(i: int) -> int:
@@ -42,13 +45,15 @@ def work(i: int) -> int:
 
 
 def unreadable(directory: str) -> list:
+    """What is wrong with each worker's shard: unreadable, or (with ``EXITSAFE_LEDGER``)
+    not recorded ``released_at_exit`` by its worker's ledger."""
     bad = []
     for name in sorted(os.listdir(directory)):
-        try:
-            with h5py.File(os.path.join(directory, name), "r") as shard:
-                len(shard)
-        except OSError as exc:
-            bad.append(f"{name}: {exc}")
+        pid = name[len("shard-"):-len(".h5")]
+        if not readable(os.path.join(directory, name)):
+            bad.append(f"{name}: unreadable")
+        elif os.environ.get("EXITSAFE_LEDGER") and not released(pid):
+            bad.append(f"{name}: its worker's ledger does not record it released_at_exit")
     return bad
 
 

@@ -5,7 +5,7 @@ initializer opens and adopts the shard:
 
     Pool(2, initializer=exitsafe.signals.pool_initializer(init), initargs=(directory,))
 
-    h5py_process_pools.py ENGINE END [--plain]
+    h5py_process_pools.py ENGINE END [--plain] [--hang]
 
 ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
 (``concurrent.futures.ProcessPoolExecutor``); END is how the workers end:
@@ -30,6 +30,13 @@ ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
 ``--plain``: the initializer not wrapped (the program without the recipe), for the tests'
 controls.
 
+``--hang``: each worker's initializer first adopts an object whose close never returns (a
+release that hangs, as a driver call can), then the shard.  The teardown closes the shard
+first (newest first), then waits on that close until ``EXITSAFE_TEARDOWN_TIMEOUT`` (which
+the caller sets), abandons it and leaks it: the worker still ends, its shard reads back,
+and its ledger says ``leaked_timeout`` for the object (named ``stuck``) and
+``released_at_exit`` for the shard.
+
 The parent then opens every shard but the crashed worker's, and the ledger each worker
 wrote (``EXITSAFE_LEDGER=ledger-{pid}.json``, in the current directory) when it is set.
 It prints ``shards N, unreadable M`` and exits 1 when a shard it should read is unreadable
@@ -48,6 +55,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 
 import h5py
@@ -59,15 +67,28 @@ from exitsafe.signals import pool_initializer
 _file = None
 
 
-def init(directory: str) -> None:
+class Stuck:
+    """A native object whose close hangs (``--hang``)."""
+
+    def close(self) -> None:
+        threading.Event().wait()
+
+
+def init(directory: str, hang: bool = False) -> None:
     global _file
+    if hang:  # (adopted first: the teardown reaches it after the shard)
+        exitsafe.adopt(Stuck(), name="stuck")
     _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
-    exitsafe.adopt(_file, close="close")
+    exitsafe.adopt(_file, close="close", name="shard")
 
 
 def initializer():
     """The recipe's one line: the pool's initializer wrapped (``--plain``: not)."""
     return init if "--plain" in sys.argv[3:] else pool_initializer(init)
+
+
+def initargs(directory: str) -> tuple:
+    return (directory, "--hang" in sys.argv[3:])
 
 
 def work(i: int) -> int:
@@ -125,8 +146,12 @@ def check(directory: str) -> list:
             except OSError as exc:
                 bad.append(f"{name}: no ledger ({exc})")
                 continue
-            outcomes = [e["outcome"] for r in ledger["registries"] for e in r["entries"]]
-            if outcomes != ["released_at_exit"]:
+            outcomes = {e["name"]: e["outcome"] for r in ledger["registries"]
+                        for e in r["entries"]}
+            expected = {"shard": "released_at_exit"}
+            if "--hang" in sys.argv[3:]:
+                expected["stuck"] = "leaked_timeout"
+            if outcomes != expected:
                 bad.append(f"{name}: ledger outcomes {outcomes}")
     print(f"shards {len(shards)}, crashed {len(crashed)}, unreadable {len(bad)}", flush=True)
     return bad
@@ -135,7 +160,7 @@ def check(directory: str) -> list:
 def with_pool(directory: str, end: str) -> None:
     method = end.split("-")[0] if end in ("spawn-terminate", "forkserver-terminate") else None
     context = multiprocessing.get_context(method)
-    pool = context.Pool(2, initializer=initializer(), initargs=(directory,))
+    pool = context.Pool(2, initializer=initializer(), initargs=initargs(directory))
     print("rows", len(pool.map(work, range(40))), flush=True)
     if end == "close":
         pool.close()
@@ -157,7 +182,7 @@ def with_executor(directory: str, end: str) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    executor = ProcessPoolExecutor(2, initializer=initializer(), initargs=(directory,))
+    executor = ProcessPoolExecutor(2, initializer=initializer(), initargs=initargs(directory))
     print("rows", len(list(executor.map(work, range(40)))), flush=True)
     workers = list(executor._processes.values())
     if end == "close":

@@ -30,18 +30,23 @@ def readable(path: str) -> bool:
 
 def released(pid: Union[int, str], directory: str = "") -> bool:
     """Whether the ledger of the worker ``pid``, ``ledger-<pid>.json`` in ``directory``
-    (default: the current one), records its shard (the entry named ``shard``) released (an
-    outcome ``released...``); ``False`` when that file is missing or not JSON."""
+    (default: the current one), records its shard (the one entry named ``shard``) released
+    by the worker's own teardown (``released_at_exit``: the programs never close a shard
+    themselves, so a ``released`` would mean something else closed it during the run, and
+    a ``leaked...`` that the teardown left it); ``False`` when that file is missing or not
+    JSON."""
     try:
         with open(os.path.join(directory, f"ledger-{pid}.json")) as file:
             ledger = json.load(file)
     except (OSError, ValueError):
         return False
-    return any(
-        entry["name"] == "shard" and entry["outcome"].startswith("released")
+    outcomes = [
+        entry["outcome"]
         for registry in ledger["registries"]
         for entry in registry["entries"]
-    )
+        if entry["name"] == "shard"
+    ]
+    return outcomes == ["released_at_exit"]
 
 
 def read_back(shard: str, pid: Union[int, str], ledgers: str = "") -> Tuple[bool, str]:
