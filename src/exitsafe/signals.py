@@ -36,6 +36,11 @@ Timing rules, the same for both modes:
   default ``KeyboardInterrupt`` is held back the same way during a teardown.
 * In the immediate mode, a second signal during the teardown it runs is
   dropped: the process is about to end by the first one.
+* A signal whose handler runs inside a garbage collection on the main thread (a
+  finalizer's or a ``gc.callbacks`` function's bytecode: dask's worker collects as its
+  memory grows, just when its nanny sends SIGTERM) is acted on when that collection
+  ends: a teardown inside it would wait for its end anyway, and CPython drops what a
+  finalizer raises (the ``SystemExit`` of the exit mode).
 * A signal that lands just before the main thread blocks in a native wait that does not
   check for signals first (a ``multiprocessing`` lock, as in an idle pool worker), or that
   the kernel gives to another thread while the main thread waits, leaves its handler
@@ -70,7 +75,7 @@ import os
 import signal
 import sys
 
-from . import _sync
+from . import _collection, _sync
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -394,6 +399,12 @@ def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
     if _sync.reentered():
         _send_again(signum)  # see _send_again
         return
+    if _collection.collecting_here():
+        # the handler runs inside a garbage collection of this thread (a finalizer's or a
+        # gc callback's bytecode), where CPython ignores what a finalizer raises: the
+        # SystemExit would be printed and dropped, and the program run on
+        _collection.after_collection(_send_again, signum)
+        return
     _acted_on(signum)
     raise SystemExit(128 + signum)
 
@@ -406,10 +417,22 @@ _dying: list[bool] = [False]
 
 def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
     _note_entered(signum)
+    _act_immediately(signum)
+
+
+def _act_immediately(signum: int) -> None:
     if _dying[0]:
         return  # (the process is about to end by the first signal)
     if _sync.reentered():
         _send_again(signum)
+        return
+    if _collection.collecting_here():
+        # Inside a garbage collection of this thread (a finalizer's or a gc callback's
+        # bytecode: a dask worker's memory monitor collects as memory grows, when the
+        # nanny's SIGTERM comes): a teardown asked for there waits for the collection's
+        # end (exitsafe._collection), and the process would die by the signal before it.
+        # The whole handler waits for that end instead (its "stop" callback).
+        _collection.after_collection(_act_immediately, signum)
         return
     _dying[0] = True
     try:

@@ -1,18 +1,21 @@
 """dask distributed's nanny workers (``LocalCluster(processes=True)``), each with an adopted
 HDF5 shard, ended every way the engine ends them (``tests/real/programs/dask_worker_shards.py``,
 docs/scaling.md "dask distributed"): a run ends its worker by ``client.restart()``, by
-SIGTERM or by a crash (``os._exit``), then closes the new one (``with Client(...)``).  After
+SIGTERM, by the nanny's memory monitor (its SIGTERM, then SIGKILL at its next look) or by a
+crash (``os._exit``), then closes the new one (``with Client(...)``).  After
 the run each worker's shard is read back and its own ledger
 (``EXITSAFE_LEDGER=ledger-{pid}.json``) is looked at.  (One run for every path in turn,
 ``DASK_END=restart,sigterm,crash``, saw the nanny closed while it restarted the worker
 after the SIGTERM, once in four runs on a machine with a load of 20 on 2 cores: not
 understood, so each path has its own runs.)
 
-* unprotected: SIGTERM and the crash leave the worker's shard unreadable and no ledger (the
-  worker closed last runs exitsafe's teardown: shard readable, its ledger records it);
+* unprotected: SIGTERM (the nanny's included) and the crash leave the worker's shard
+  unreadable and no ledger (the worker closed last runs exitsafe's teardown: shard
+  readable, its ledger records it);
 * protected (the recipe: a ``WorkerPlugin`` whose ``setup`` calls
   ``teardown_on_signals("SIGTERM", mode="immediate")``): the worker ended by
-  ``client.restart()`` and the one sent SIGTERM run their teardown, 10 runs of 10.  A crash
+  ``client.restart()`` and those sent SIGTERM (from outside, or by the nanny's memory
+  monitor) run their teardown, 10 runs of 10.  A crash
   (``os._exit``) runs nothing, with or without it.
 """
 
@@ -31,8 +34,8 @@ from .scaling import assert_ends, per_end_case, run_two_at_a_time
 
 #: how each worker ends -> (shard readable, ledger records it released)
 UNPROTECTED = {"restart": (True, True), "sigterm": (False, False), "crash": (False, False),
-               "close": (True, True)}
-PROTECTED = {**UNPROTECTED, "sigterm": (True, True)}
+               "memory": (False, False), "close": (True, True)}
+PROTECTED = {**UNPROTECTED, "sigterm": (True, True), "memory": (True, True)}
 LINE = re.compile(r"^worker ended by (\w+): shard (readable|unreadable), ledger (\w+)$", re.M)
 
 
@@ -54,9 +57,13 @@ CASES = [
     # what dask does: the shard of a worker ended by SIGTERM or a crash is lost
     (_case("dask_worker_shards.py", "sigterm", 2), UNPROTECTED),
     (_case("dask_worker_shards.py", "crash", 2), UNPROTECTED),
+    (_case("dask_worker_shards.py", "memory", 2), UNPROTECTED),
     # the recipe: nothing needed for a restart (or close); SIGTERM runs the teardown
     (_case("dask_worker_shards_protected.py", "restart", 10), PROTECTED),
     (_case("dask_worker_shards_protected.py", "sigterm", 10), PROTECTED),
+    # the nanny's own SIGTERM (its memory monitor), with its SIGKILL 100 ms later if the
+    # worker is still there: the teardown runs in that time
+    (_case("dask_worker_shards_protected.py", "memory", 10), PROTECTED),
 ]
 
 

@@ -12,7 +12,11 @@ How the workers end is chosen with ``DASK_END``, one step or several in order
 * ``restart``: ``client.restart()``: the nanny asks the workers to stop and starts new ones;
 * ``sigterm``: one worker process is sent SIGTERM (as by ``kill``, a container stop or a
   supervisor); the nanny starts a new one;
-* ``crash``: one worker calls ``os._exit(1)`` (a crash: nothing runs in that process).
+* ``crash``: one worker calls ``os._exit(1)`` (a crash: nothing runs in that process);
+* ``memory``: a task on one worker holds more memory than the worker's limit (the cluster
+  gets ``memory_limit=MEMORY_LIMIT``): the nanny's own memory monitor sends it SIGTERM,
+  and SIGKILL at its next look (``monitor-interval``, 100 ms by default) if the process
+  is still there; the nanny starts a new one.
 
 Printed for each worker process: ``worker ended by HOW: shard readable|unreadable, ledger
 released|none``, then ``shards N, unreadable M``; exit 1 if a shard is unreadable.  With
@@ -67,18 +71,34 @@ def crash() -> None:
     os._exit(1)
 
 
+#: the workers' memory limit when a run has a ``memory`` step (the nanny's monitor ends a
+#: worker above 95 % of it, dask's default ``memory.terminate``); a worker with its shard
+#: open and nothing else uses about 150 MiB
+MEMORY_LIMIT = 600 * 2**20
+
+
+def hog() -> None:
+    """Hold more memory than the worker's limit (touched, so resident) until the nanny's
+    monitor ends the worker."""
+    block = np.ones(MEMORY_LIMIT + 100 * 2**20, dtype=np.uint8)
+    time.sleep(120)  # (a bound for a broken run: the nanny ends the worker long before)
+    del block
+
+
 def pids(client) -> dict:
     return client.run(os.getpid)  # address -> pid
 
 
 def end_one(client, how: str, workers: int) -> int:
-    """Send the first worker SIGTERM, or make it crash; wait for the nanny's new one."""
+    """Send the first worker SIGTERM, make it crash, or make it go over its memory limit;
+    wait for the nanny's new one."""
     victim, pid = sorted(pids(client).items())[0]
     doomed = None
     if how == "sigterm":
         os.kill(pid, signal.SIGTERM)
     else:  # (restricted to that worker: the task is not retried on another one)
-        doomed = client.submit(crash, workers=[victim], allow_other_workers=False, pure=False)
+        doomed = client.submit(crash if how == "crash" else hog, workers=[victim],
+                               allow_other_workers=False, pure=False)
     deadline = time.monotonic() + 60  # (a bound for a broken run, not a timing)
     while victim in client.scheduler_info()["workers"]:
         if time.monotonic() > deadline:
@@ -103,7 +123,7 @@ def main(register=None) -> int:
     try:
         with LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-            silence_logs=50,
+            silence_logs=50, **({"memory_limit": MEMORY_LIMIT} if "memory" in steps else {}),
         ) as cluster, Client(cluster) as client:
             if register is not None:
                 register(client)
@@ -113,7 +133,7 @@ def main(register=None) -> int:
                 if how == "restart":
                     ended.update(dict.fromkeys(pids(client).values(), how))
                     client.restart()
-                elif how in ("sigterm", "crash"):
+                elif how in ("sigterm", "crash", "memory"):
                     ended[end_one(client, how, workers)] = how
                 else:
                     raise SystemExit(f"unknown DASK_END step {how!r}")
