@@ -1,4 +1,4 @@
-"""Ray actors, each with an adopted HDF5 shard, ended every way Ray ends them
+"""Ray actors and task workers, each with an adopted HDF5 shard, ended every way Ray ends them
 (``tests/real/programs/ray_actor_shards.py``, docs/scaling.md "Ray").  One driver run
 (``ray_actor_shards_protected.py``) has an actor per way: the driver drops its last handle
 (``scope``), ``__ray_terminate__``, ``exit_actor()`` inside the actor, ``ray.kill``, a crash
@@ -95,3 +95,44 @@ def test_ray_actors_teardown_per_path(version: str, tmp_path: Path) -> None:
     # (exit 1 in every run: the crashed actor's shard never reads back)
     assert_ends(results, f"{CASE.protected} on CPython {version} (ray {env.packages['ray']})",
                 ended, want, "each actor's end -> (shard readable, ledger released)")
+
+
+TASKS = Case(
+    id="ray-task-shards",
+    program="ray_task_shards.py",
+    package="ray",
+    also_needs=("h5py",),
+    fails=lambda result, version: not result.clean,
+    runs=10,
+    timeout=240.0,  # (a run takes 4-6 s on an idle 2-core machine: for a hang only)
+    summary="Ray task workers that keep an adopted shard, ended by max_calls=1, "
+            "ray.cancel(force=True) and ray.shutdown()",
+)
+TASK_LINE = re.compile(
+    r"^task worker ended by (\w+): shard (readable|unreadable), ledger (\w+)$", re.M
+)
+#: how each task worker ends -> (shard readable, ledger released); ``None``: the race of
+#: ``shutdown`` (see ``expected``)
+TASK_ENDS: dict[str, Optional[tuple[bool, bool]]] = {
+    "max_calls": (True, True),  # the recipe: the worker exits normally after its task
+    "cancel": (False, False),  # Ray's force exit: no code runs
+    "shutdown": None,
+}
+
+
+@pytest.mark.parametrize("version", versions())
+def test_ray_task_workers_teardown_per_path(version: str, tmp_path: Path) -> None:
+    """Tasks (``programs/ray_task_shards.py``): a worker that keeps what its task adopted
+    tears it down only where it exits normally, after a ``max_calls=1`` task; Ray
+    force-exits it on ``ray.cancel(force=True)`` and at ``ray.shutdown()``.  Runs as for
+    the actors (10 on CPython 3.9 and 3.13, 2 on the others)."""
+    env = environment_for(version, TASKS)
+    runs = TASKS.runs if version in FULL_RUNS else 2
+    results = run_two_at_a_time(TASKS.script, runs, tmp_path, python=env.python,
+                                timeout=TASKS.timeout, keep_stdout=True)
+    assert_ends(
+        results, f"{TASKS.program} on CPython {version} (ray {env.packages['ray']})",
+        lambda result: {how: (shard == "readable", ledger == "released")
+                        for how, shard, ledger in TASK_LINE.findall(result.stdout)},
+        TASK_ENDS, "each task worker's end -> (shard readable, ledger released)",
+    )

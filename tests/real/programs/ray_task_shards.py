@@ -1,0 +1,113 @@
+"""Ray tasks: a task opens an HDF5 shard (``shard-<pid>.h5``) in the worker process that runs
+it, adopts it (``exitsafe.adopt(f, close="close")``) and keeps it in a module global for
+the tasks that worker runs next (a worker process is reused from task to task), as a task
+keeps a model or a device context.  After the run the driver reads every shard back.  A
+shard whose file was never closed reads back as unreadable (HDF5's superblock is written
+at close).
+
+One driver (``ray.init(address="local", num_cpus=1)``) runs one task per way its worker
+ends, each in a worker of its own, in this order:
+
+* ``max_calls``: the task is declared ``max_calls=1``: its worker exits once it has run it
+  (the recipe of docs/scaling.md for a task that keeps a native object);
+* ``cancel``: ``ray.cancel(ref, force=True)`` while the task runs (Ray's force exit);
+* ``shutdown``: the worker is idle, its shard open, when the driver calls
+  ``ray.shutdown()`` (the raylet force-exits the job's workers).
+
+Printed for each: ``task worker ended by HOW: shard readable|unreadable, ledger
+released|none``, then ``shards N, unreadable M``; exit 1 if a shard is unreadable.  Each
+worker writes its own ledger (``<dir>/ledger-{pid}.json``, set before ``ray.init`` as in
+``ray_actor_shards.py``).
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+import ray
+from ray_actor_shards import HERE, wait_gone
+from shards import read_back
+
+import exitsafe
+
+_shard = None
+
+
+def write(directory: str, start: int, hold: bool = False) -> int:
+    """Write 20 rows to this worker's shard (opened and adopted by its first task);
+    ``hold``: then say so in a file and sleep (until the driver cancels the task)."""
+    global _shard
+    if _shard is None:
+        path = os.path.join(directory, f"shard-{os.getpid()}.h5")
+        _shard = exitsafe.adopt(h5py.File(path, "w"), close="close", name="shard").raw
+    for i in range(start, start + 20):
+        _shard.create_dataset(f"row{i}", data=np.full(1000, i))
+    if hold:
+        open(os.path.join(directory, f"holding-{os.getpid()}"), "w").close()
+        time.sleep(120)  # (a bound for a broken run: the driver cancels it long before)
+    return os.getpid()
+
+
+def holding(directory: str, limit: float = 60.0) -> int:
+    """The pid of the worker whose task holds (see ``write``), once it does."""
+    deadline = time.monotonic() + limit  # (a bound for a broken run, not a timing)
+    while time.monotonic() < deadline:
+        marks = [n for n in os.listdir(directory) if n.startswith("holding-")]
+        if marks:
+            return int(marks[0].split("-")[1])
+        time.sleep(0.02)
+    raise SystemExit("the task to cancel never started")
+
+
+def main() -> int:
+    directory = tempfile.mkdtemp()
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (HERE, os.environ.get("PYTHONPATH")) if p
+    )
+    own_ledger = os.environ.get("EXITSAFE_LEDGER")
+    os.environ["EXITSAFE_LEDGER"] = os.path.join(directory, "ledger-{pid}.json")
+    ended = {}  # pid -> how its worker ended
+    try:
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR", configure_logging=False)
+        if own_ledger is None:  # (the driver's own, unchanged)
+            del os.environ["EXITSAFE_LEDGER"]
+        else:
+            os.environ["EXITSAFE_LEDGER"] = own_ledger
+        task = ray.remote(num_cpus=1, max_retries=0)(write)
+        # (max_calls is fixed where the task is declared: Ray refuses it in .options())
+        once = ray.remote(num_cpus=1, max_retries=0, max_calls=1)(write)
+
+        pid = ray.get(once.remote(directory, 0))
+        wait_gone(pid, "max_calls")
+        ended[pid] = "max_calls"
+
+        ref = task.remote(directory, 20, True)
+        pid = holding(directory)
+        ray.cancel(ref, force=True)
+        wait_gone(pid, "cancel")
+        ended[pid] = "cancel"
+
+        pid = ray.get(task.remote(directory, 40))
+        ray.shutdown()
+        wait_gone(pid, "shutdown")
+        ended[pid] = "shutdown"
+
+        bad = 0
+        for pid, how in ended.items():
+            ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid, directory)
+            bad += not ok
+            print(f"task worker ended by {how}: {read}", flush=True)
+        print(f"shards {len(ended)}, unreadable {bad}", flush=True)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(directory)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
