@@ -406,7 +406,12 @@ class CpuWatch:
         self._seen[ident] = (now, stats)
         ran, waited, slices = (new - old for new, old in zip(stats, seen[1]))
         if slices == 0 and ran == 0:
-            return waited >= self.SHARE * wall * 1e9  # (starved of a CPU, or asleep)
+            # Asleep, or starved of a CPU the whole look: the kernel adds a wait for a CPU
+            # to the statistics only when the thread gets one, so a starved thread shows
+            # no change at all either (a loaded machine: a hash thread judged idle, and
+            # released under, once in CI).  Its state tells them apart: runnable ("R") or
+            # asleep.
+            return waited >= self.SHARE * wall * 1e9 or state(ident) == "R"
         return (ran + waited >= self.SHARE * wall * 1e9
                 and ran >= self.SLICE * 1e9 * max(slices, 1))
 
@@ -417,6 +422,28 @@ def schedstat(ident: int) -> Optional[tuple[int, int, int]]:
     ``/proc/self/task/<tid>/schedstat``; ``None`` where they cannot be read (not Linux,
     a kernel without them, a thread ``threading`` does not know, or gone).  Takes no lock
     but ``threading``'s own (``threading.enumerate``)."""
+    raw = _task_file(ident, "schedstat")
+    if raw is None:
+        return None
+    try:
+        ran, waited, slices = raw.split()[:3]
+        return int(ran), int(waited), int(slices)
+    except ValueError:  # (no schedstat in this kernel)
+        return None
+
+
+def state(ident: int) -> Optional[str]:
+    """Thread ``ident``'s scheduler state, from ``/proc/self/task/<tid>/stat``: ``"R"``
+    running or runnable, ``"S"`` asleep (a wait), ``"D"``...; ``None`` where it cannot be
+    read (as `schedstat`)."""
+    raw = _task_file(ident, "stat")
+    fields = raw.rsplit(b")", 1)[-1].split() if raw is not None else []
+    return fields[0].decode("ascii", "replace") if fields else None
+
+
+def _task_file(ident: int, name: str) -> Optional[bytes]:
+    """The file ``name`` of thread ``ident`` under ``/proc/self/task/<tid>/``; ``None`` off
+    Linux, for a thread ``threading`` does not know, or one gone."""
     if not sys.platform.startswith("linux"):
         return None
     import threading
@@ -428,10 +455,9 @@ def schedstat(ident: int) -> Optional[tuple[int, int, int]]:
     if native is None:
         return None
     try:
-        with open(f"/proc/self/task/{native}/schedstat", "rb") as stat:
-            ran, waited, slices = stat.read().split()[:3]
-        return int(ran), int(waited), int(slices)
-    except (OSError, ValueError):  # (gone, or no schedstat in this kernel)
+        with open(f"/proc/self/task/{native}/{name}", "rb") as file:
+            return file.read()
+    except OSError:  # (gone)
         return None
 
 

@@ -866,6 +866,16 @@ def test_a_thread_is_walked_again_only_once_it_ran():
         waiting.wait()
         while "wait" not in sys._current_frames()[thread.ident].f_code.co_name:
             time.sleep(0.001)
+        # its frame says "wait" before it blocks in the lock: until it does, it still runs
+        # (a loaded machine: walked again, once in CI); blocked, it is asleep and its
+        # statistics stay as they are
+        before = _users._threads.schedstat(thread.ident)
+        while True:
+            time.sleep(0.02)
+            now = _users._threads.schedstat(thread.ident)
+            if now == before and _users._threads.state(thread.ident) == "S":
+                break
+            before = now
         frames, frame = [], sys._current_frames()[thread.ident]
         while frame is not None:
             frames.append(frame)

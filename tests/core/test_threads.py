@@ -853,3 +853,44 @@ def test_cpu_watch_tells_a_computing_thread_from_a_waiting_one():
         stop.set()
         computing.join()
         waiting.join()
+
+
+@pytest.mark.parametrize(("state", "computing"), [("R", True), ("S", False)])
+def test_cpu_watch_takes_a_thread_starved_of_a_cpu_for_computing(
+    monkeypatch: pytest.MonkeyPatch, state: str, computing: bool
+) -> None:
+    """The kernel adds a thread's wait for a CPU to its statistics only once it gets one:
+    over a look where it never ran, a thread starved of a CPU (a hash on a loaded machine)
+    shows no change, as an asleep one does.  Its state tells them apart (a hash thread
+    judged idle, and released under, once in CI under a load of 6 on 2 cores)."""
+    import time
+
+    from exitsafe import _threads
+
+    monkeypatch.setattr(_threads, "schedstat", lambda ident: (1_000_000, 0, 7))
+    monkeypatch.setattr(_threads, "state", lambda ident: state)
+    watch = _threads.CpuWatch()
+    assert watch.computing(1) is True  # (one look: cannot tell yet)
+    time.sleep(_threads.CpuWatch.LOOK)
+    assert watch.computing(1) is computing
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/task: Linux")
+def test_thread_state_of_a_blocked_thread_is_asleep() -> None:
+    import time
+
+    from exitsafe import _threads
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10  # (a bound for a broken run: it blocks at once)
+        while _threads.state(thread.ident) != "S" and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert _threads.state(thread.ident) == "S"
+        assert _threads.state(threading.get_ident()) == "R"  # (this one, reading)
+        assert _threads.state(12345) is None, "a thread threading does not know"
+    finally:
+        stop.set()
+        thread.join()
