@@ -81,6 +81,36 @@ def wait_gone(pid: int, how: str) -> None:
         time.sleep(0.02)
 
 
+def start_ray(directory: str) -> None:
+    """``ray.init`` a local node of one CPU whose workers import this directory's modules
+    (and exitsafe) and write their ledgers to ``directory/ledger-{pid}.json``; the driver's
+    own ``EXITSAFE_LEDGER`` is left as it was."""
+    # inherited by the raylet and the workers it starts: exitsafe, and each one's ledger
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (HERE, os.environ.get("PYTHONPATH")) if p
+    )
+    own_ledger = os.environ.get("EXITSAFE_LEDGER")
+    os.environ["EXITSAFE_LEDGER"] = os.path.join(directory, "ledger-{pid}.json")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR", configure_logging=False)
+    if own_ledger is None:
+        del os.environ["EXITSAFE_LEDGER"]
+    else:
+        os.environ["EXITSAFE_LEDGER"] = own_ledger
+
+
+def report(ended: dict, directory: str, what: str) -> int:
+    """Read back the shard and ledger of each worker of ``ended`` (pid -> how it ended) and
+    print ``<what> ended by HOW: ...`` for each, then the totals; how many were unreadable."""
+    bad = 0
+    for pid, how in ended.items():
+        ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid, directory)
+        bad += not ok
+        print(f"{what} ended by {how}: {read}", flush=True)
+    print(f"shards {len(ended)}, unreadable {bad}", flush=True)
+    return bad
+
+
 def main(recipe=None) -> int:
     """The run.  ``recipe(actor)``, if given (the protected program's), is run before the
     driver ends the actors of ``RAY_RECIPE`` (comma-separated ways, default ``scope,kill,
@@ -95,20 +125,9 @@ def main(recipe=None) -> int:
     if unknown:
         raise SystemExit(f"unknown RAY_END or RAY_RECIPE {sorted(unknown)}")
     directory = tempfile.mkdtemp()
-    # inherited by the raylet and the workers it starts: exitsafe, and each one's ledger
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (HERE, os.environ.get("PYTHONPATH")) if p
-    )
-    own_ledger = os.environ.get("EXITSAFE_LEDGER")
-    os.environ["EXITSAFE_LEDGER"] = os.path.join(directory, "ledger-{pid}.json")
     ended = {}  # pid -> how its actor ended
     try:
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR", configure_logging=False)
-        if own_ledger is None:  # (the driver's own, unchanged)
-            del os.environ["EXITSAFE_LEDGER"]
-        else:
-            os.environ["EXITSAFE_LEDGER"] = own_ledger
+        start_ray(directory)
         # (num_cpus=0: every actor runs at once on the one CPU the node has)
         remote = ray.remote(num_cpus=0, max_restarts=0)(Shard)
         actors = {how: remote.remote(directory) for how in ends}
@@ -137,12 +156,7 @@ def main(recipe=None) -> int:
         for how in last:
             wait_gone(pids[how], how)
             ended[pids[how]] = how
-        bad = 0
-        for pid, how in ended.items():
-            ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid, directory)
-            bad += not ok
-            print(f"actor ended by {how}: {read}", flush=True)
-        print(f"shards {len(ended)}, unreadable {bad}", flush=True)
+        bad = report(ended, directory, "actor")
     finally:
         ray.shutdown()
         shutil.rmtree(directory)

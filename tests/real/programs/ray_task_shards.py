@@ -29,8 +29,7 @@ import time
 import h5py
 import numpy as np
 import ray
-from ray_actor_shards import HERE, wait_gone
-from shards import read_back
+from ray_actor_shards import report, start_ray, wait_gone
 
 import exitsafe
 
@@ -65,19 +64,9 @@ def holding(directory: str, limit: float = 60.0) -> int:
 
 def main() -> int:
     directory = tempfile.mkdtemp()
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (HERE, os.environ.get("PYTHONPATH")) if p
-    )
-    own_ledger = os.environ.get("EXITSAFE_LEDGER")
-    os.environ["EXITSAFE_LEDGER"] = os.path.join(directory, "ledger-{pid}.json")
     ended = {}  # pid -> how its worker ended
     try:
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR", configure_logging=False)
-        if own_ledger is None:  # (the driver's own, unchanged)
-            del os.environ["EXITSAFE_LEDGER"]
-        else:
-            os.environ["EXITSAFE_LEDGER"] = own_ledger
+        start_ray(directory)
         task = ray.remote(num_cpus=1, max_retries=0)(write)
         # (max_calls is fixed where the task is declared: Ray refuses it in .options())
         once = ray.remote(num_cpus=1, max_retries=0, max_calls=1)(write)
@@ -97,12 +86,7 @@ def main() -> int:
         wait_gone(pid, "shutdown")
         ended[pid] = "shutdown"
 
-        bad = 0
-        for pid, how in ended.items():
-            ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid, directory)
-            bad += not ok
-            print(f"task worker ended by {how}: {read}", flush=True)
-        print(f"shards {len(ended)}, unreadable {bad}", flush=True)
+        bad = report(ended, directory, "task worker")
     finally:
         ray.shutdown()
         shutil.rmtree(directory)
