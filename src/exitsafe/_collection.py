@@ -25,7 +25,7 @@ from . import _config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Optional
 
 __all__ = ["after_collection", "collecting", "collecting_here", "install"]
 
@@ -48,7 +48,8 @@ def collecting() -> bool:
 
 
 def after_collection(fn: Callable[..., object], *args: Any) -> None:
-    """Run ``fn(*args)`` when the collection in progress on this thread ends."""
+    """Run ``fn(*args)`` when the collection in progress on this thread ends (from its
+    ``"stop"`` callback, on this thread: one collection runs at a time)."""
     _waiting.append((fn, args))
 
 
@@ -57,8 +58,14 @@ def _on_collection(phase: str, info: dict[str, int]) -> None:
         _collecting[0] = _thread.get_ident()
         return
     _collecting[0] = 0
-    while _waiting:
-        fn, args = _waiting.pop(0)
+    # Every request runs, here, now: one left in the list would run at a later collection,
+    # maybe on another thread.  An interrupt one of them raises (a signal held back by its
+    # teardown, delivered at its end) is raised again once all have run: CPython hands
+    # it to sys.unraisablehook (exitsafe.signals' sends its signal again).
+    todo = list(_waiting)
+    _waiting.clear()
+    interrupt: Optional[BaseException] = None
+    for fn, args in todo:
         try:
             fn(*args)
         except Exception as exc:  # a callback of the collector cannot raise: logged
@@ -68,6 +75,10 @@ def _on_collection(phase: str, info: dict[str, int]) -> None:
                 "exitsafe: a teardown asked for during a garbage collection failed: %s",
                 repr(exc),
             )
+        except BaseException as exc:  # (KeyboardInterrupt, a signal's SystemExit)
+            interrupt = interrupt or exc
+    if interrupt is not None:
+        raise interrupt
 
 
 def install() -> None:

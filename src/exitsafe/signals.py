@@ -37,10 +37,13 @@ Timing rules, the same for both modes:
 * In the immediate mode, a second signal during the teardown it runs is
   dropped: the process is about to end by the first one.
 * A signal whose handler runs inside a garbage collection on the main thread (a
-  finalizer's or a ``gc.callbacks`` function's bytecode: dask's worker collects as its
-  memory grows, just when its nanny sends SIGTERM) is acted on when that collection
-  ends: a teardown inside it would wait for its end anyway, and CPython drops what a
-  finalizer raises (the ``SystemExit`` of the exit mode).
+  finalizer's bytecode: dask's worker collects as its memory grows, just when its nanny
+  sends SIGTERM) is sent again, as inside exitsafe's sections, and acted on after the
+  collection: a teardown inside it would wait for its end anyway (the immediate mode
+  died first), and CPython drops what a finalizer raises.  Wherever else CPython drops
+  it (a ``gc.callbacks`` function, a weak reference callback), the exit mode's
+  ``SystemExit`` is caught by ``sys.unraisablehook`` (exitsafe's, chained to the one
+  before, installed with the first exit-mode handler) and the signal sent again too.
 * A signal that lands just before the main thread blocks in a native wait that does not
   check for signals first (a ``multiprocessing`` lock, as in an idle pool worker), or that
   the kernel gives to another thread while the main thread waits, leaves its handler
@@ -195,6 +198,8 @@ def teardown_on_signals(
 
     installed: dict[int, Any] = {}
     handler = _exit_handler if mode == "exit" else _immediate_handler
+    if mode == "exit" and ours:
+        _take_unraisable()
     for signum in ours:
         installed[signum] = _interrupts.install(signum, handler)  # (held back in a block)
         _interrupts.installed.add(signum)
@@ -400,13 +405,42 @@ def _exit_handler(signum: int, frame: Optional[FrameType]) -> None:
         _send_again(signum)  # see _send_again
         return
     if _collection.collecting_here():
-        # the handler runs inside a garbage collection of this thread (a finalizer's or a
-        # gc callback's bytecode), where CPython ignores what a finalizer raises: the
-        # SystemExit would be printed and dropped, and the program run on
-        _collection.after_collection(_send_again, signum)
+        # inside a garbage collection of this thread (a finalizer's bytecode), where
+        # CPython drops what a finalizer raises: the signal is sent again, and acted on
+        # at the main thread's next bytecode after it
+        _send_again(signum)
         return
     _acted_on(signum)
-    raise SystemExit(128 + signum)
+    exit_ = SystemExit(128 + signum)
+    # (raised where CPython drops it instead, a gc callback or a finalizer outside the
+    # collection's span that exitsafe sees, `_unraisable` sends the signal again)
+    exit_.exitsafe_signal = signum  # type: ignore[attr-defined]
+    raise exit_
+
+
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while an exit-mode handler is installed: the ``SystemExit``
+    of `_exit_handler` raised where CPython cannot propagate it (a finalizer, a weak
+    reference or ``gc.callbacks`` callback) is not dropped: the signal is sent again, to
+    be acted on at the main thread's next bytecode.  Anything else goes to the hook that
+    was in place before."""
+    signum = getattr(unraisable.exc_value, "exitsafe_signal", None)
+    if signum is not None:
+        _send_again(signum)
+        return
+    _previous_unraisable[0](unraisable)
+
+
+#: The ``sys.unraisablehook`` that `_unraisable` replaced (it hands everything else on).
+_previous_unraisable: list[Any] = [sys.__unraisablehook__]
+
+
+def _take_unraisable() -> None:
+    """Install `_unraisable` (once; a hook the program sets later replaces it, and the
+    handler's own check for a collection is what is left)."""
+    if sys.unraisablehook is not _unraisable:
+        _previous_unraisable[0] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
 
 
 #: Whether this process is ending by a signal (``_teardown_and_die`` began): a second
@@ -427,12 +461,12 @@ def _act_immediately(signum: int) -> None:
         _send_again(signum)
         return
     if _collection.collecting_here():
-        # Inside a garbage collection of this thread (a finalizer's or a gc callback's
-        # bytecode: a dask worker's memory monitor collects as memory grows, when the
-        # nanny's SIGTERM comes): a teardown asked for there waits for the collection's
-        # end (exitsafe._collection), and the process would die by the signal before it.
-        # The whole handler waits for that end instead (its "stop" callback).
-        _collection.after_collection(_act_immediately, signum)
+        # Inside a garbage collection of this thread (a finalizer's bytecode: a dask
+        # worker's memory monitor collects as memory grows, when the nanny's SIGTERM
+        # comes): a teardown asked for there waits for the collection's end
+        # (exitsafe._collection), and the process would die by the signal before it.  The
+        # signal is sent again instead, as inside one of exitsafe's sections.
+        _send_again(signum)
         return
     _dying[0] = True
     try:
