@@ -451,10 +451,6 @@ _dying: list[bool] = [False]
 
 def _immediate_handler(signum: int, frame: Optional[FrameType]) -> None:
     _note_entered(signum)
-    _act_immediately(signum)
-
-
-def _act_immediately(signum: int) -> None:
     if _dying[0]:
         return  # (the process is about to end by the first signal)
     if _sync.reentered():
