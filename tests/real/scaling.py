@@ -4,13 +4,15 @@ program prints how each of its workers ended (``programs/shards.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from exitsafe.testing import ExitResult, run
 
-from .cases import Case
+from .cases import Case, RealEnv, real_envs
+from .conftest import environment_for
 
 
 def per_end_case(program: str, end: str, runs: int, **fields: Any) -> Case:
@@ -24,6 +26,27 @@ def per_end_case(program: str, end: str, runs: int, **fields: Any) -> Case:
         runs=runs,
         **fields,
     )
+
+
+def shard_environment(version: str, case: Case) -> tuple[RealEnv, dict[str, str]]:
+    """The environment of ``version`` for ``case``, whose ``package`` or ``also_needs``
+    names h5py (the workers' shards), and the variables that choose the shards' format
+    (``programs/shards.py``): none (HDF5) where h5py is installed; ``SHARD_FORMAT=parquet``
+    where only pyarrow is (CPython 3.15: h5py has no wheel there), a stand-in with the same
+    property (a file never closed does not read back); else `environment_for`'s skip."""
+    for env in real_envs():
+        packages = env.packages
+        if env.name == version and packages.get("h5py", "-") == "-" and (
+            packages.get("pyarrow", "-") != "-"
+        ):
+            def swap(name: str) -> str:
+                return "pyarrow" if name == "h5py" else name
+
+            stand_in = dataclasses.replace(
+                case, package=swap(case.package), also_needs=tuple(map(swap, case.also_needs))
+            )
+            return environment_for(version, stand_in), {"SHARD_FORMAT": "parquet"}
+    return environment_for(version, case), {}
 
 
 def run_two_at_a_time(

@@ -29,8 +29,8 @@ import pytest
 from exitsafe.testing import ExitResult
 
 from .cases import Case
-from .conftest import environment_for, versions
-from .scaling import assert_ends, per_end_case, run_two_at_a_time
+from .conftest import versions
+from .scaling import assert_ends, per_end_case, run_two_at_a_time, shard_environment
 
 #: how each worker ends -> (shard readable, ledger records it released)
 UNPROTECTED = {"restart": (True, True), "sigterm": (False, False), "crash": (False, False),
@@ -77,9 +77,9 @@ def ended(result: ExitResult) -> dict[str, tuple[bool, bool]]:
 def test_dask_workers_teardown_per_path(
     case: Case, expected: dict, version: str, tmp_path: Path
 ) -> None:
-    env = environment_for(version, case)
+    env, shard_format = shard_environment(version, case)
     results = run_two_at_a_time(case.script, case.runs, tmp_path, python=env.python,
-                                timeout=case.timeout, env=dict(case.env or ()))
+                                timeout=case.timeout, env={**dict(case.env or ()), **shard_format})
     want = {how: expected[how] for how in (dict(case.env or ())["DASK_END"], "close")}
     assert_ends(results, f"{case.program} on CPython {version}", ended, want,
                 "each worker's end -> (shard readable, ledger released)")

@@ -2,7 +2,8 @@
 way a worker of ``multiprocessing.Pool`` or ``concurrent.futures.ProcessPoolExecutor`` ends
 where exitsafe's teardown can run (by itself, or with the initializer recipe), every
 worker's HDF5 shard reads back and its own ledger says ``released_at_exit``, 10 runs of 10
-on every interpreter with h5py (``programs/h5py_process_pools.py``).
+on every interpreter with h5py (``programs/h5py_process_pools.py``), or with pyarrow (a
+Parquet shard instead: CPython 3.15, see ``scaling.shard_environment``).
 
 ``with Pool(...)`` right after the work (terminate while workers may be going idle) is the
 ``h5py-pool-terminate`` case of ``cases.py``; the crashed worker's own shard is never
@@ -18,8 +19,8 @@ import pytest
 from exitsafe.testing import ExitResult
 
 from .cases import PROGRAMS, Case
-from .conftest import environment_for, versions
-from .scaling import run_two_at_a_time
+from .conftest import versions
+from .scaling import run_two_at_a_time, shard_environment
 
 PROGRAM = PROGRAMS / "h5py_process_pools.py"
 RUNS = 10
@@ -63,10 +64,10 @@ def passed(result: ExitResult, end: str) -> bool:
 def test_every_worker_shard_reads_back(
     engine: str, end: str, version: str, tmp_path: Path
 ) -> None:
-    env = environment_for(version, H5PY)
+    env, shard_format = shard_environment(version, H5PY)
     results = run_two_at_a_time(PROGRAM, RUNS, tmp_path, python=env.python,
                                 timeout=H5PY.timeout, args=[engine, end],
-                                env={"EXITSAFE_LEDGER": "ledger-{pid}.json"})
+                                env={"EXITSAFE_LEDGER": "ledger-{pid}.json", **shard_format})
     for attempt, result in enumerate(results):
         assert passed(result, end), (
             f"{PROGRAM.name} {engine} {end} on CPython {version}, run {attempt + 1} of "
@@ -91,11 +92,12 @@ def test_a_release_that_hangs_is_bounded_in_every_worker(
     pool ends, every shard reads back, and each worker's ledger records the object
     ``leaked_timeout`` and the shard ``released_at_exit`` (the program checks both).
     Without the bound the workers never end (measured: the parent's join waits for ever)."""
-    env = environment_for(version, H5PY)
+    env, shard_format = shard_environment(version, H5PY)
     results = run_two_at_a_time(
         PROGRAM, RUNS, tmp_path, python=env.python, timeout=H5PY.timeout,
         args=[engine, end, "--hang"],
-        env={"EXITSAFE_LEDGER": "ledger-{pid}.json", "EXITSAFE_TEARDOWN_TIMEOUT": HANG_BOUND},
+        env={"EXITSAFE_LEDGER": "ledger-{pid}.json", "EXITSAFE_TEARDOWN_TIMEOUT": HANG_BOUND,
+             **shard_format},
     )
     for attempt, result in enumerate(results):
         assert passed(result, end), (
@@ -124,9 +126,10 @@ def test_without_the_recipe_only_a_normal_end_closes_the_shards(
 ) -> None:
     """The controls of the table's "without the recipe" column: the same program with the
     pool's initializer not wrapped."""
-    env = environment_for(version, H5PY)
+    env, shard_format = shard_environment(version, H5PY)
     results = run_two_at_a_time(PROGRAM, CONTROL_RUNS, tmp_path, python=env.python,
-                                timeout=H5PY.timeout, args=[engine, end, "--plain"])
+                                timeout=H5PY.timeout, args=[engine, end, "--plain"],
+                                env=shard_format)
     for attempt, result in enumerate(results):
         label = f"{PROGRAM.name} {engine} {end} --plain on CPython {version}, run {attempt + 1}"
         assert not result.timed_out, f"{label}: {result.summary()}"

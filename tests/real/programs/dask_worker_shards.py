@@ -1,5 +1,6 @@
 """dask distributed: each nanny worker of a ``LocalCluster(processes=True)`` opens its own
-HDF5 shard (``shard-<pid>.h5``) in a ``WorkerPlugin``'s ``setup``, adopts it
+HDF5 shard (``shard-<pid>.h5``; Parquet under ``SHARD_FORMAT=parquet``: see ``shards.py``)
+in a ``WorkerPlugin``'s ``setup``, adopts it
 (``exitsafe.adopt(f, close="close")``) and writes rows to it from tasks; after the run the
 client reads every shard back.  A shard whose file was never closed reads back as
 unreadable (HDF5's superblock is written at close).
@@ -36,10 +37,9 @@ import sys
 import tempfile
 import time
 
-import h5py
 import numpy as np
 from distributed import Client, LocalCluster, WorkerPlugin, get_worker
-from shards import read_back
+from shards import open_shard, read_back, shard_path, write_row
 
 import exitsafe
 
@@ -58,12 +58,11 @@ class ShardPlugin(WorkerPlugin):
         self.shard = None
 
     def setup(self, worker) -> None:
-        path = os.path.join(self.directory, f"shard-{os.getpid()}.h5")
-        self.shard = exitsafe.adopt(h5py.File(path, "w"), close="close", name="shard").raw
+        self.shard = exitsafe.adopt(open_shard(self.directory), close="close", name="shard").raw
 
 
 def write(i: int) -> int:
-    get_worker().plugins["shard"].shard.create_dataset(f"row{i}", data=np.full(1000, i))
+    write_row(get_worker().plugins["shard"].shard, i)
     return os.getpid()
 
 
@@ -142,7 +141,7 @@ def main(register=None) -> int:
         ended.update(dict.fromkeys(last, "close"))
         bad = 0
         for pid, how in ended.items():
-            ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid)
+            ok, read = read_back(shard_path(directory, pid), pid)
             bad += not ok
             print(f"worker ended by {how}: {read}", flush=True)
         print(f"shards {len(os.listdir(directory))}, unreadable {bad}", flush=True)

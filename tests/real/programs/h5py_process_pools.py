@@ -1,5 +1,6 @@
 """PROTECTED: the workers of a standard-library process pool each write an HDF5 shard with
-h5py, opened and adopted by the pool's initializer, wrapped in the one line of the recipe of
+h5py (a Parquet one with pyarrow under ``SHARD_FORMAT=parquet``: see ``shards.py``),
+opened and adopted by the pool's initializer, wrapped in the one line of the recipe of
 docs/scaling.md, which turns SIGTERM into the worker's teardown and holds it back while the
 initializer opens and adopts the shard:
 
@@ -58,8 +59,7 @@ import tempfile
 import threading
 import time
 
-import h5py
-import numpy as np
+from shards import SUFFIX, open_shard, readable, write_row
 
 import exitsafe
 from exitsafe.signals import pool_initializer
@@ -78,7 +78,7 @@ def init(directory: str, hang: bool = False) -> None:
     global _file
     if hang:  # (adopted first: the teardown reaches it after the shard)
         exitsafe.adopt(Stuck(), name="stuck")
-    _file = h5py.File(os.path.join(directory, f"shard-{os.getpid()}.h5"), "w")
+    _file = open_shard(directory)
     exitsafe.adopt(_file, close="close", name="shard")
 
 
@@ -92,7 +92,7 @@ def initargs(directory: str) -> tuple:
 
 
 def work(i: int) -> int:
-    _file.create_dataset(f"row{i}", data=np.full(1000, i))
+    write_row(_file, i)
     return os.getpid()
 
 
@@ -102,7 +102,7 @@ def slow(i: int) -> int:
 
 
 def crash(directory: str) -> None:
-    _file.create_dataset("crash", data=np.zeros(10))
+    write_row(_file, -1)
     open(os.path.join(directory, f"crashed-{os.getpid()}"), "w").close()
     ctypes.string_at(0)  # SIGSEGV
 
@@ -127,17 +127,14 @@ def idle(pids: list, limit: float = 20.0) -> None:
 def check(directory: str) -> list:
     crashed = {name.split("-")[1] for name in os.listdir(directory) if name.startswith("crashed-")}
     bad = []
-    shards = sorted(name for name in os.listdir(directory) if name.endswith(".h5"))
+    shards = sorted(name for name in os.listdir(directory) if name.endswith(SUFFIX))
     for name in shards:
-        pid = name[len("shard-"):-len(".h5")]
+        pid = name[len("shard-"):-len(SUFFIX)]
         if pid in crashed:
             print(f"{name}: the crashed worker's, not read", flush=True)
             continue
-        try:
-            with h5py.File(os.path.join(directory, name), "r") as shard:
-                len(shard)
-        except OSError as exc:
-            bad.append(f"{name}: {exc}")
+        if not readable(os.path.join(directory, name)):
+            bad.append(f"{name}: unreadable")
             continue
         if os.environ.get("EXITSAFE_LEDGER") == "ledger-{pid}.json":
             try:

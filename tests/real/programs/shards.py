@@ -8,16 +8,66 @@ sets for the workers it starts (a dask nanny's, Ray's, ``torchrun``'s), so that 
 which imports a program's module (to unpickle a class sent by reference) imports this one
 with it.  h5py is imported by :func:`readable`, not with this module: the torch launcher
 reads the shards back but has no other use for h5py.
+
+The shards are HDF5 files (h5py) unless ``SHARD_FORMAT=parquet`` is in the environment
+(which the workers inherit): then Parquet files written by pyarrow's ``ParquetWriter``,
+the stand-in where h5py has no wheel (CPython 3.15).  Both are native writers whose file
+does not read back unless closed: HDF5 writes its superblock at close, Parquet its footer.
 """
 
 import json
 import os
-from typing import Tuple, Union
+from typing import Any, Tuple, Union
+
+#: the shards' format: ``hdf5`` or ``parquet`` (see the module's docstring)
+FORMAT = os.environ.get("SHARD_FORMAT", "hdf5")
+#: the shards' file suffix
+SUFFIX = {"hdf5": ".h5", "parquet": ".parquet"}[FORMAT]
+
+
+def shard_path(directory: str, pid: Union[int, str]) -> str:
+    """The path of worker ``pid``'s shard in ``directory``: ``shard-<pid><SUFFIX>``."""
+    return os.path.join(directory, f"shard-{pid}{SUFFIX}")
+
+
+def open_shard(directory: str) -> Any:
+    """A new shard of this process in ``directory``, open for writing: an ``h5py.File`` or a
+    ``pyarrow.parquet.ParquetWriter``; either is closed by its ``close()``."""
+    path = shard_path(directory, os.getpid())
+    if FORMAT == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(path, pa.schema([("row", pa.int64())]))
+    import h5py
+
+    return h5py.File(path, "w")
+
+
+def write_row(shard: Any, i: int) -> None:
+    """Write the row ``i`` (1,000 values) to a shard from :func:`open_shard`."""
+    import numpy as np
+
+    values = np.full(1000, i)
+    if FORMAT == "parquet":
+        import pyarrow as pa
+
+        shard.write_table(pa.table({"row": values}))
+    else:
+        shard.create_dataset(f"row{i}", data=values)
 
 
 def readable(path: str) -> bool:
-    """Whether the HDF5 file at ``path`` opens and its root group lists; ``False`` on an
-    ``OSError``: a file never closed does not open (HDF5 writes its superblock at close)."""
+    """Whether the shard at ``path`` opens and reads; ``False`` when it does not: a file
+    never closed does not (HDF5 writes its superblock at close, Parquet its footer)."""
+    if FORMAT == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            pq.read_table(path)
+        except (OSError, ValueError):  # (pyarrow's ArrowInvalid is a ValueError)
+            return False
+        return True
     import h5py
 
     try:
