@@ -16,13 +16,22 @@ understood, so each path has its own runs.)
   ``teardown_on_signals("SIGTERM", mode="immediate")``): the worker ended by
   ``client.restart()`` and those sent SIGTERM (from outside, or by the nanny's memory
   monitor) run their teardown, 10 runs of 10.  A crash
-  (``os._exit``) runs nothing, with or without it.
+  (``os._exit``) runs nothing, with or without it;
+* bounded (docs/scaling.md's "bounded" column): each worker also adopts, before its shard,
+  an object whose close never returns (``SHARD_HANG=1``).  With
+  ``EXITSAFE_TEARDOWN_TIMEOUT=1`` the worker sent SIGTERM and the one closed both close
+  their shard, abandon that close at the bound and end, their ledgers recording the shard
+  ``released_at_exit`` and the object ``leaked_timeout``, 10 runs of 10.  Without the bound
+  the closed worker's teardown never ends: the nanny kills it at its own timeout, the
+  shard closed already (it went first) but no ledger written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -39,8 +48,17 @@ PROTECTED = {**UNPROTECTED, "sigterm": (True, True), "memory": (True, True)}
 LINE = re.compile(r"^worker ended by (\w+): shard (readable|unreadable), ledger (\w+)$", re.M)
 
 
-def _case(program: str, end: str, runs: int) -> Case:
-    return per_end_case(
+def _case(program: str, end: str, runs: int, *, bound: Optional[str] = None) -> Case:
+    """The case of ``program`` ending a worker by ``end``; ``bound``: each worker also adopts
+    an object whose close hangs (``SHARD_HANG=1``), and ``EXITSAFE_TEARDOWN_TIMEOUT`` is
+    ``bound`` (``""``: not set); the id then ends with ``-hang`` or ``-hang-bounded``."""
+    env: tuple[tuple[str, str], ...] = (
+        ("DASK_END", end), ("EXITSAFE_LEDGER", "ledger-{pid}.json")
+    )
+    if bound is not None:
+        env += (("SHARD_HANG", "1"),)
+        env += (("EXITSAFE_TEARDOWN_TIMEOUT", bound),) if bound else ()
+    case = per_end_case(
         program, end, runs,
         package="distributed",
         also_needs=("h5py",),  # (the workers' shards)
@@ -48,8 +66,11 @@ def _case(program: str, end: str, runs: int) -> Case:
         # two workers), a few times that on a loaded one: the bound is for a hang only
         timeout=180.0,
         summary=f"a dask nanny worker ended by {end}, then one by close",
-        env=(("DASK_END", end), ("EXITSAFE_LEDGER", "ledger-{pid}.json")),
+        env=env,
     )
+    if bound is None:
+        return case
+    return dataclasses.replace(case, id=case.id + ("-hang-bounded" if bound else "-hang"))
 
 
 #: (case, how each worker ends -> (shard readable, ledger released))
@@ -64,6 +85,10 @@ CASES = [
     # the nanny's own SIGTERM (its memory monitor), with its SIGKILL 100 ms later if the
     # worker is still there: the teardown runs in that time
     (_case("dask_worker_shards_protected.py", "memory", 10), PROTECTED),
+    # a release that hangs, bounded: both ends (SIGTERM, then close) abandon it at 1 s
+    (_case("dask_worker_shards_protected.py", "sigterm", 10, bound="1"), PROTECTED),
+    # ... not bounded: the nanny kills the closed worker, its shard closed, no ledger
+    (_case("dask_worker_shards_protected.py", "close", 2, bound=""), {"close": (True, False)}),
 ]
 
 
@@ -83,3 +108,8 @@ def test_dask_workers_teardown_per_path(
     want = {how: expected[how] for how in (dict(case.env or ())["DASK_END"], "close")}
     assert_ends(results, f"{case.program} on CPython {version}", ended, want,
                 "each worker's end -> (shard readable, ledger released)")
+    if dict(case.env or ()).get("EXITSAFE_TEARDOWN_TIMEOUT"):
+        for result in results:  # (each of the two workers abandoned the hanging close)
+            assert result.stderr.count("'stuck' release still running after") == 2, (
+                result.stderr[-3000:]
+            )

@@ -23,6 +23,8 @@ Printed for each worker process: ``worker ended by HOW: shard readable|unreadabl
 released|none``, then ``shards N, unreadable M``; exit 1 if a shard is unreadable.  With
 ``EXITSAFE_LEDGER=ledger-{pid}.json`` (cwd: the run's directory) each worker writes its own
 ledger: ``released`` when it records the shard released.  One worker (``DASK_WORKERS``).
+``SHARD_HANG=1``: each worker also adopts, before its shard, an object whose close never
+returns (``shards.Stuck``), which its ledger must then record ``leaked_timeout``.
 
 Measured (tests/real/test_scaling_dask.py, docs/scaling.md): ``close`` and ``restart``
 read every shard back, the workers' exitsafe teardown ran (their ledgers record it);
@@ -39,7 +41,7 @@ import time
 
 import numpy as np
 from distributed import Client, LocalCluster, WorkerPlugin, get_worker
-from shards import open_shard, read_back, shard_path, write_row
+from shards import HANG, Stuck, open_shard, read_back, shard_path, write_row
 
 import exitsafe
 
@@ -58,6 +60,8 @@ class ShardPlugin(WorkerPlugin):
         self.shard = None
 
     def setup(self, worker) -> None:
+        if HANG:  # (SHARD_HANG=1: see shards.Stuck)
+            self.stuck = exitsafe.adopt(Stuck(), name="stuck")
         self.shard = exitsafe.adopt(open_shard(self.directory), close="close", name="shard").raw
 
 

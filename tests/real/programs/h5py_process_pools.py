@@ -56,22 +56,14 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 
-from shards import SUFFIX, open_shard, readable, write_row
+from shards import SUFFIX, Stuck, open_shard, readable, write_row
 
 import exitsafe
 from exitsafe.signals import pool_initializer
 
 _file = None
-
-
-class Stuck:
-    """A native object whose close hangs (``--hang``)."""
-
-    def close(self) -> None:
-        threading.Event().wait()
 
 
 def init(directory: str, hang: bool = False) -> None:

@@ -17,6 +17,7 @@ does not read back unless closed: HDF5 writes its superblock at close, Parquet i
 
 import json
 import os
+import threading
 from typing import Any, Tuple, Union
 
 #: the shards' format: ``hdf5`` or ``parquet`` (see the module's docstring)
@@ -78,25 +79,45 @@ def readable(path: str) -> bool:
     return True
 
 
+#: whether each worker also adopts a `Stuck` object before its shard (``SHARD_HANG=1``)
+HANG = os.environ.get("SHARD_HANG") == "1"
+
+
+class Stuck:
+    """A native object whose close never returns (a release that hangs, as a driver call
+    can).  Adopted before the shard (``SHARD_HANG=1``; the pools program's ``--hang``),
+    the teardown reaches it after the shard (newest first): with
+    ``EXITSAFE_TEARDOWN_TIMEOUT`` it abandons that close at the bound and leaks it
+    (``leaked_timeout``), and the worker still ends."""
+
+    def close(self) -> None:
+        threading.Event().wait()
+
+
 def released(pid: Union[int, str], directory: str = "") -> bool:
     """Whether the ledger of the worker ``pid``, ``ledger-<pid>.json`` in ``directory``
     (default: the current one), records its shard (the one entry named ``shard``) released
     by the worker's own teardown (``released_at_exit``: the programs never close a shard
     themselves, so a ``released`` would mean something else closed it during the run, and
-    a ``leaked...`` that the teardown left it); ``False`` when that file is missing or not
+    a ``leaked...`` that the teardown left it), and under ``SHARD_HANG=1`` its `Stuck`
+    object (named ``stuck``) ``leaked_timeout``; ``False`` when that file is missing or not
     JSON."""
     try:
         with open(os.path.join(directory, f"ledger-{pid}.json")) as file:
             ledger = json.load(file)
     except (OSError, ValueError):
         return False
-    outcomes = [
-        entry["outcome"]
-        for registry in ledger["registries"]
-        for entry in registry["entries"]
-        if entry["name"] == "shard"
-    ]
-    return outcomes == ["released_at_exit"]
+    outcomes = {
+        name: [
+            entry["outcome"]
+            for registry in ledger["registries"]
+            for entry in registry["entries"]
+            if entry["name"] == name
+        ]
+        for name in ("shard", "stuck")
+    }
+    return outcomes == {"shard": ["released_at_exit"],
+                        "stuck": ["leaked_timeout"] if HANG else []}
 
 
 def read_back(shard: str, pid: Union[int, str], ledgers: str = "") -> Tuple[bool, str]:
