@@ -136,3 +136,39 @@ def test_ray_task_workers_teardown_per_path(version: str, tmp_path: Path) -> Non
                         for how, shard, ledger in TASK_LINE.findall(result.stdout)},
         TASK_ENDS, "each task worker's end -> (shard readable, ledger released)",
     )
+
+
+#: the variables of the bounded runs: each worker also adopts, before its shard, an object
+#: whose close never returns (``shards.Stuck``), and the teardown's bound is 1 s
+BOUNDED = {"SHARD_HANG": "1", "EXITSAFE_TEARDOWN_TIMEOUT": "1"}
+
+
+@pytest.mark.parametrize("version", versions())
+@pytest.mark.parametrize("program", ["actors", "tasks"])
+def test_a_release_that_hangs_is_bounded_in_ray_workers(
+    program: str, version: str, tmp_path: Path
+) -> None:
+    """docs/scaling.md's "bounded" column for Ray: the same drivers, each worker with an
+    object whose close hangs adopted before its shard, and ``EXITSAFE_TEARDOWN_TIMEOUT=1``.
+    Every worker whose teardown runs (a graceful end, the recipe's) closes its shard,
+    abandons the hanging close at the bound and exits: the same ends as without it, and
+    each such worker's ledger also records the object ``leaked_timeout`` (``shards.released``
+    checks both).  The task driver runs as often as in its test above; the actor driver
+    (nine actors, six of them torn down, about 25 s a run) twice on every interpreter."""
+    case = CASE if program == "actors" else TASKS
+    env = environment_for(version, case)
+    script = CASE.protected_script if program == "actors" else TASKS.script
+    runs = 2 if program == "actors" or version not in FULL_RUNS else TASKS.runs
+    results = run_two_at_a_time(script, runs, tmp_path, python=env.python,
+                                timeout=case.timeout, keep_stdout=True, env=BOUNDED)
+    if program == "actors":
+        line, want = LINE, expected(env.packages["ray"])
+    else:
+        line, want = TASK_LINE, TASK_ENDS
+    assert_ends(
+        results, f"{script.name} with a hanging release, bounded, on CPython {version} "
+        f"(ray {env.packages['ray']})",
+        lambda result: {how: (shard == "readable", ledger == "released")
+                        for how, shard, ledger in line.findall(result.stdout)},
+        want, "each worker's end -> (shard readable, ledger released, the object leaked)",
+    )

@@ -19,7 +19,9 @@ Printed for each actor: ``actor ended by HOW: shard readable|unreadable, ledger
 released|none``, then ``shards N, unreadable M``; exit 1 if a shard is unreadable.  Each
 worker writes its own ledger (``EXITSAFE_LEDGER``, set here to ``<dir>/ledger-{pid}.json``
 before ``ray.init``, so that the raylet and the workers it starts inherit it):
-``released`` when it records the shard released.
+``released`` when it records the shard released.  ``SHARD_HANG=1``: each actor also adopts,
+before its shard, an object whose close never returns (``shards.Stuck``), which its ledger
+must then record ``leaked_timeout``.
 
 Measured (tests/real/test_scaling_ray.py, docs/scaling.md "Ray"): ``terminate`` and
 ``exit_actor`` read back and the worker's ledger records the shard released, and so does
@@ -35,10 +37,8 @@ import sys
 import tempfile
 import time
 
-import h5py
-import numpy as np
 import ray
-from shards import read_back
+from shards import HANG, Stuck, open_shard, read_back, shard_path, write_row
 
 import exitsafe
 
@@ -50,12 +50,13 @@ class Shard:
     """An actor with its own adopted HDF5 shard."""
 
     def __init__(self, directory: str) -> None:
-        path = os.path.join(directory, f"shard-{os.getpid()}.h5")
-        self.shard = exitsafe.adopt(h5py.File(path, "w"), close="close", name="shard").raw
+        if HANG:  # (SHARD_HANG=1: see shards.Stuck)
+            exitsafe.adopt(Stuck(), name="stuck")
+        self.shard = exitsafe.adopt(open_shard(directory), close="close", name="shard").raw
 
     def write(self, start: int) -> int:
         for i in range(start, start + 20):
-            self.shard.create_dataset(f"row{i}", data=np.full(1000, i))
+            write_row(self.shard, i)
         return os.getpid()
 
     def leave(self) -> None:
@@ -104,7 +105,7 @@ def report(ended: dict, directory: str, what: str) -> int:
     print ``<what> ended by HOW: ...`` for each, then the totals; how many were unreadable."""
     bad = 0
     for pid, how in ended.items():
-        ok, read = read_back(os.path.join(directory, f"shard-{pid}.h5"), pid, directory)
+        ok, read = read_back(shard_path(directory, pid), pid, directory)
         bad += not ok
         print(f"{what} ended by {how}: {read}", flush=True)
     print(f"shards {len(ended)}, unreadable {bad}", flush=True)

@@ -17,7 +17,7 @@ ends, each in a worker of its own, in this order:
 Printed for each: ``task worker ended by HOW: shard readable|unreadable, ledger
 released|none``, then ``shards N, unreadable M``; exit 1 if a shard is unreadable.  Each
 worker writes its own ledger (``<dir>/ledger-{pid}.json``, set before ``ray.init`` as in
-``ray_actor_shards.py``).
+``ray_actor_shards.py``).  ``SHARD_HANG=1``: as there.
 """
 
 import os
@@ -26,10 +26,9 @@ import sys
 import tempfile
 import time
 
-import h5py
-import numpy as np
 import ray
 from ray_actor_shards import report, start_ray, wait_gone
+from shards import HANG, Stuck, open_shard, write_row
 
 import exitsafe
 
@@ -41,10 +40,11 @@ def write(directory: str, start: int, hold: bool = False) -> int:
     ``hold``: then say so in a file and sleep (until the driver cancels the task)."""
     global _shard
     if _shard is None:
-        path = os.path.join(directory, f"shard-{os.getpid()}.h5")
-        _shard = exitsafe.adopt(h5py.File(path, "w"), close="close", name="shard").raw
+        if HANG:  # (SHARD_HANG=1: see shards.Stuck)
+            exitsafe.adopt(Stuck(), name="stuck")
+        _shard = exitsafe.adopt(open_shard(directory), close="close", name="shard").raw
     for i in range(start, start + 20):
-        _shard.create_dataset(f"row{i}", data=np.full(1000, i))
+        write_row(_shard, i)
     if hold:
         open(os.path.join(directory, f"holding-{os.getpid()}"), "w").close()
         time.sleep(120)  # (a bound for a broken run: the driver cancels it long before)
