@@ -13,7 +13,11 @@ is looked at.
   hook after the shard): the worker sent SIGTERM closes its shard, destroys its group and
   writes its ledger, 10 runs of 10, also when worker 0 waits in a receive that never
   completes (native code: its handler runs when worker 1's teardown has destroyed its group
-  and the receive fails); the crashed worker runs nothing, with or without it.
+  and the receive fails); the crashed worker runs nothing, with or without it;
+* bounded: each worker also adopts, before its shard, an object whose close never returns
+  (``SHARD_HANG=1``); with ``EXITSAFE_TEARDOWN_TIMEOUT=1`` the protected worker sent
+  SIGTERM closes its shard, destroys its group, abandons the hanging close at the bound,
+  and its ledger records the object ``leaked_timeout`` too, 10 runs of 10.
 
 Only where ``.ci/install-real`` could install a CPU build of torch (PyPI's wheels are CUDA
 builds of several GB; a CPU one lies on the CI machine's disk for CPython 3.11).
@@ -21,6 +25,7 @@ builds of several GB; a CPU one lies on the CI machine's disk for CPython 3.11).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -73,6 +78,12 @@ CASES = [
     # worker 0 waits in a receive (native code) when the SIGTERM comes: its handler runs
     # once worker 1's teardown has destroyed its group, which ends the receive with an error
     (_case("torch_gloo_shards_protected.py", "sigterm-blocked", 10), PROTECTED["sigterm"]),
+    # a release that hangs (adopted before the shard), bounded by the teardown's timeout
+    (dataclasses.replace(
+        _case("torch_gloo_shards_protected.py", "sigterm", 10),
+        id="torch-gloo-shards-protected-sigterm-hang-bounded",
+        env=(("TORCH_END", "sigterm"), ("SHARD_HANG", "1"), ("EXITSAFE_TEARDOWN_TIMEOUT", "1")),
+    ), PROTECTED["sigterm"]),
 ]
 
 
