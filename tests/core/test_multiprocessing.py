@@ -293,9 +293,14 @@ def test_pool_initializer_in_a_thread_pool_runs_the_init_and_says_why_nothing_el
     from multiprocessing.pool import ThreadPool
     from exitsafe.signals import pool_initializer
 
-    with ThreadPool(2, initializer=pool_initializer(record), initargs=("init",)) as pool:
-        result = pool.map_async(abs, [-1, -2])
-        record(f"ready {result.wait(30) or result.ready()}")
+    pool = ThreadPool(2, initializer=pool_initializer(record), initargs=("init",))
+    result = pool.map_async(abs, [-1, -2])
+    record(f"ready {result.wait(30) or result.ready()}")
+    # close and join, not terminate (the with block's): a ThreadPool's terminate leaves its
+    # daemon threads to the exit, and a worker not scheduled yet never runs its initializer
+    # (1 init of 2 once in CI under load); join waits for both, each init first
+    pool.close()
+    pool.join()
     """
     run = run_program(body, tmp_path, timeout=60)
     assert_clean(run)
