@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 
@@ -80,9 +80,15 @@ def expected(ray_version: str) -> dict[str, Optional[tuple[bool, bool]]]:
     }
 
 
-def ended(result: ExitResult) -> dict[str, tuple[bool, bool]]:
-    return {how: (shard == "readable", ledger == "released")
-            for how, shard, ledger in LINE.findall(result.stdout)}
+def ends_by(line: re.Pattern[str]) -> Callable[[ExitResult], dict[str, tuple[bool, bool]]]:
+    """What a driver printed of its workers' ends, read with ``line`` (``LINE``,
+    ``TASK_LINE``): how each ended -> (shard readable, ledger released)."""
+
+    def ended(result: ExitResult) -> dict[str, tuple[bool, bool]]:
+        return {how: (shard == "readable", ledger == "released")
+                for how, shard, ledger in line.findall(result.stdout)}
+
+    return ended
 
 
 @pytest.mark.parametrize("version", versions())
@@ -95,7 +101,7 @@ def test_ray_actors_teardown_per_path(version: str, tmp_path: Path) -> None:
                                 timeout=CASE.timeout, keep_stdout=True)
     # (exit 1 in every run: the crashed actor's shard never reads back)
     assert_ends(results, f"{CASE.protected} on CPython {version} (ray {env.packages['ray']})",
-                ended, want, "each actor's end -> (shard readable, ledger released)")
+                ends_by(LINE), want, "each actor's end -> (shard readable, ledger released)")
 
 
 TASKS = Case(
@@ -133,9 +139,8 @@ def test_ray_task_workers_teardown_per_path(version: str, tmp_path: Path) -> Non
                                 timeout=TASKS.timeout, keep_stdout=True)
     assert_ends(
         results, f"{TASKS.program} on CPython {version} (ray {env.packages['ray']})",
-        lambda result: {how: (shard == "readable", ledger == "released")
-                        for how, shard, ledger in TASK_LINE.findall(result.stdout)},
-        TASK_ENDS, "each task worker's end -> (shard readable, ledger released)",
+        ends_by(TASK_LINE), TASK_ENDS,
+        "each task worker's end -> (shard readable, ledger released)",
     )
 
 
@@ -169,7 +174,6 @@ def test_a_release_that_hangs_is_bounded_in_ray_workers(
     assert_ends(
         results, f"{script.name} with a hanging release, bounded, on CPython {version} "
         f"(ray {env.packages['ray']})",
-        lambda result: {how: (shard == "readable", ledger == "released")
-                        for how, shard, ledger in line.findall(result.stdout)},
-        want, "each worker's end -> (shard readable, ledger released, the object leaked)",
+        ends_by(line), want,
+        "each worker's end -> (shard readable, ledger released, the object leaked)",
     )

@@ -41,9 +41,9 @@ import time
 
 import numpy as np
 from distributed import Client, LocalCluster, WorkerPlugin, get_worker
-from shards import HANG, Stuck, open_shard, read_back, shard_path, write_row
+from shards import adopt_shard, read_back, shard_path, write_row
 
-import exitsafe
+import exitsafe  # noqa: F401  (imported first, as the quick start says; shards adopts)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,9 +60,7 @@ class ShardPlugin(WorkerPlugin):
         self.shard = None
 
     def setup(self, worker) -> None:
-        if HANG:  # (SHARD_HANG=1: see shards.Stuck)
-            self.stuck = exitsafe.adopt(Stuck(), name="stuck")
-        self.shard = exitsafe.adopt(open_shard(self.directory), close="close", name="shard").raw
+        self.shard = adopt_shard(self.directory)
 
 
 def write(i: int) -> int:

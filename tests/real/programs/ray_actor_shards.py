@@ -38,9 +38,9 @@ import tempfile
 import time
 
 import ray
-from shards import HANG, Stuck, open_shard, read_back, shard_path, write_row
+from shards import adopt_shard, read_back, shard_path, write_row
 
-import exitsafe
+import exitsafe  # noqa: F401  (imported first, as the quick start says; shards adopts)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENDS = ("scope", "terminate", "exit_actor", "kill", "crash", "shutdown")
@@ -50,9 +50,7 @@ class Shard:
     """An actor with its own adopted HDF5 shard."""
 
     def __init__(self, directory: str) -> None:
-        if HANG:  # (SHARD_HANG=1: see shards.Stuck)
-            exitsafe.adopt(Stuck(), name="stuck")
-        self.shard = exitsafe.adopt(open_shard(directory), close="close", name="shard").raw
+        self.shard = adopt_shard(directory)
 
     def write(self, start: int) -> int:
         for i in range(start, start + 20):

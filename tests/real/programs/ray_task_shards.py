@@ -28,9 +28,9 @@ import time
 
 import ray
 from ray_actor_shards import report, start_ray, wait_gone
-from shards import HANG, Stuck, open_shard, write_row
+from shards import adopt_shard, write_row
 
-import exitsafe
+import exitsafe  # noqa: F401  (imported first, as the quick start says; shards adopts)
 
 _shard = None
 
@@ -40,9 +40,7 @@ def write(directory: str, start: int, hold: bool = False) -> int:
     ``hold``: then say so in a file and sleep (until the driver cancels the task)."""
     global _shard
     if _shard is None:
-        if HANG:  # (SHARD_HANG=1: see shards.Stuck)
-            exitsafe.adopt(Stuck(), name="stuck")
-        _shard = exitsafe.adopt(open_shard(directory), close="close", name="shard").raw
+        _shard = adopt_shard(directory)
     for i in range(start, start + 20):
         write_row(_shard, i)
     if hold:

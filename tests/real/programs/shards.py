@@ -94,6 +94,24 @@ class Stuck:
         threading.Event().wait()
 
 
+def adopt_stuck() -> None:
+    """Under ``SHARD_HANG=1``, adopt a `Stuck` object (named ``stuck``); else nothing.
+    Called before the shard is adopted, so that the teardown reaches it after the shard."""
+    if HANG:
+        import exitsafe
+
+        exitsafe.adopt(Stuck(), name="stuck")
+
+
+def adopt_shard(directory: str) -> Any:
+    """`adopt_stuck`, then a new shard of this process (`open_shard`) adopted, named
+    ``shard`` and closed by the teardown; the open shard."""
+    import exitsafe
+
+    adopt_stuck()
+    return exitsafe.adopt(open_shard(directory), close="close", name="shard").raw
+
+
 def released(pid: Union[int, str], directory: str = "") -> bool:
     """Whether the ledger of the worker ``pid``, ``ledger-<pid>.json`` in ``directory``
     (default: the current one), records its shard (the one entry named ``shard``) released

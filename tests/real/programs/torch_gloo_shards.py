@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from shards import HANG, Stuck, read_back
+from shards import adopt_stuck, read_back
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
@@ -54,8 +54,7 @@ def worker(end: str, protect=None) -> None:
     rank = dist.get_rank()
     with open(f"pid-{rank}", "w") as file:
         file.write(str(os.getpid()))
-    if HANG:  # (SHARD_HANG=1: see shards.Stuck)
-        exitsafe.adopt(Stuck(), name="stuck")
+    adopt_stuck()
     if protect is not None:
         shard = protect(rank)
     else:
