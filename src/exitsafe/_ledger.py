@@ -22,6 +22,45 @@ if TYPE_CHECKING:
     Record = tuple[int, str, Optional[str], str, Optional[str], bool]
 
 
+#: How many items of a ledger's record list (`Ledger.records`) one record takes.  The
+#: compiled core appends one record object per outcome (``exitsafe._speedups``: never
+#: tracked by the cyclic garbage collector).  The pure-Python core appends a record's six
+#: fields flat (``records += (seq, kind, name, outcome, detail, at_exit)``): a tuple kept
+#: per record would be one object the cyclic garbage collector tracks for every release
+#: (a young collection every 700 releases, visiting each record kept since: 2.6% of a
+#: pure-core track + release in steady state), while the fields are ints, strings,
+#: ``None`` and bools, which it never tracks.  Read the records with `rows`.
+WIDTH = 1 if speedups is not None else 6
+
+#: Whether records are stored flat (the pure-Python core: ``WIDTH`` items each).
+FLAT = WIDTH != 1
+
+
+def rows(records: list[Any]) -> Iterable[Record]:
+    """The records of a record list (a ledger's, a copy of it, or a slice of it starting
+    at a record), one 6-item sequence each, oldest first."""
+    if not FLAT:
+        return records
+    items = iter(records)
+    return zip(items, items, items, items, items, items)
+
+
+def ends_with(records: list[Any], record: Record) -> bool:
+    """Whether ``record`` (the tuple `packed` was given) was the last added to
+    ``records``: for an end interrupted around its commit, which completes it only if it
+    was not made.  A flat record is recognized by its creation number, the same int
+    object, which no other record in the registry's list holds."""
+    if FLAT:
+        return len(records) >= WIDTH and records[-WIDTH] is record[0]
+    return bool(records) and records[-1] is record
+
+
+def packed(record: Record) -> Any:
+    """What a record list is extended with (``records += packed(record)``) to add
+    ``record``: its fields (`FLAT`), else a 1-tuple of it."""
+    return record if FLAT else (record,)
+
+
 class Outcome:
     """The outcomes a handle can end in: plain strings, so they compare and serialize simply.
 
@@ -194,10 +233,12 @@ def trim_chunk(limit: int) -> int:
 class Ledger:
     """One registry's outcomes: the newest ``limit`` records and exact counts of all.
 
-    `add` is called with `exitsafe._sync.LOCK` held; the readers copy
-    under it.  ``limit=None`` keeps every record; ``0`` keeps none (counts only).
-    Counts are derived when asked for: the records kept, plus the counts of the
-    records the limit dropped, so that `add` (on every release) only appends.
+    ``records`` holds `WIDTH` items per record (see `rows`); ``cap`` and the sizes below
+    count items, ``limit`` and the counts count records.  `add` is called with
+    `exitsafe._sync.LOCK` held; the readers copy under it.  ``limit=None`` keeps every
+    record; ``0`` keeps none (counts only).  Counts are derived when asked for: the
+    records kept, plus the counts of the records the limit dropped, so that `add` (on
+    every release) only appends.
 
     The records may exceed ``limit`` by up to `trim_chunk` records (the ``cap``): a trim
     then drops the oldest at once, counting their outcomes in C (the compiled core's
@@ -213,9 +254,12 @@ class Ledger:
         #: Records kept until there are more than this many, then trimmed to ``limit``
         #: (one trim per `trim_chunk` records).  The release hot paths compare with it
         #: too (the registry's ``cap``), then call `trim`.
-        self.cap = sys.maxsize if limit is None else limit + trim_chunk(limit) - 1
-        #: The records, oldest first.  The registry's release hot path appends to it
-        #: directly (under the lock), then calls :meth:`trim` when it exceeds ``cap``.
+        self.cap = (
+            sys.maxsize if limit is None else (limit + trim_chunk(limit) - 1) * WIDTH
+        )
+        #: The records, oldest first, `WIDTH` items each.  The registry's release hot path
+        #: extends it directly (under the lock), then calls :meth:`trim` when it holds more
+        #: than ``cap`` items.
         self.records: list[Record] = []
         self._dropped_counts: dict[str, int] = {}
         self._dropped = 0
@@ -239,7 +283,7 @@ class Ledger:
     ) -> None:
         """Record one outcome (the caller holds the lock)."""
         records = self.records
-        records.append((seq, kind, name, outcome, detail, at_exit))
+        records += packed((seq, kind, name, outcome, detail, at_exit))
         if len(records) > self.cap:
             self.trim()
 
@@ -255,12 +299,12 @@ class Ledger:
         limit = self.limit
         assert limit is not None
         size = len(records)
-        drop = size - limit
+        drop = size - limit * WIDTH  # (items)
         if drop <= 0:
             return
         counts = dict(self._dropped_counts)
         add_counts(counts, records, drop)
-        dropped = self._dropped + drop
+        dropped = self._dropped + drop // WIDTH
         try:
             self._dropped_counts = counts
             self._dropped = dropped
@@ -280,8 +324,8 @@ class Ledger:
         """The newest ``limit`` of ``records`` (a copy of the records): what the ledger
         shows."""
         limit = self.limit
-        if limit is not None and len(records) > limit:
-            return records[len(records) - limit :]
+        if limit is not None and len(records) > limit * WIDTH:
+            return records[len(records) - limit * WIDTH :]
         return records
 
     def entries_of(self, registry: str, records: list[Record]) -> list[LedgerEntry]:
@@ -291,7 +335,7 @@ class Ledger:
                 registry, seq, kind, name if name is not None else f"{kind}#{seq}", outcome,
                 detail, at_exit,
             )
-            for seq, kind, name, outcome, detail, at_exit in self.newest(records)
+            for seq, kind, name, outcome, detail, at_exit in rows(self.newest(records))
         ]
 
     def counts(self) -> dict[str, int]:
@@ -308,28 +352,28 @@ class Ledger:
         """How many records the ledger no longer shows: those the limit dropped and those
         beyond the limit not yet trimmed (their counts are still exact)."""
         limit = self.limit
-        excess = 0 if limit is None else max(0, len(self.records) - limit)
+        excess = 0 if limit is None else max(0, len(self.records) // WIDTH - limit)
         return self._dropped + excess
 
 
-def counts_of(records: list[Record], dropped_counts: dict[str, int]) -> dict[str, int]:
+def counts_of(records: list[Any], dropped_counts: dict[str, int]) -> dict[str, int]:
     """Outcome counts of ``records`` plus those of the records the limit dropped."""
     counts = dict(dropped_counts)
     add_counts(counts, records, len(records))
     return counts
 
 
-def add_counts(counts: dict[str, int], records: list[Record], stop: int) -> None:
-    """Add the outcomes of ``records[:stop]`` to ``counts``, in C: the compiled core's
-    ``count_outcomes`` (a few instructions per record), or, in pure Python (whose records
-    are tuples), one ``list.count`` per distinct outcome (a handful) over the outcomes in
-    one list, rather than a dict update per record."""
-    if speedups is not None:
+def add_counts(counts: dict[str, int], records: list[Any], stop: int) -> None:
+    """Add the outcomes of the records in ``records[:stop]`` (``stop`` counts items) to
+    ``counts``, in C: the compiled core's ``count_outcomes`` (a few instructions per
+    record), or, in pure Python (whose records are flat: see `WIDTH`), one ``list.count``
+    per distinct outcome (a handful) over the outcomes sliced out at once, rather than a
+    dict update per record."""
+    if not FLAT:
+        assert speedups is not None
         speedups.count_outcomes(records, stop, counts)
         return
-    from _operator import itemgetter  # (a builtin module: imported at the first count)
-
-    outcomes = list(map(itemgetter(3), records[:stop]))
+    outcomes = records[3:stop:WIDTH]
     for outcome in dict.fromkeys(outcomes):
         counts[outcome] = counts.get(outcome, 0) + outcomes.count(outcome)
 
@@ -343,8 +387,9 @@ ENTRY_FIELDS = LedgerEntry.__slots__
 FILE_CHUNK = 8192
 
 
-def entry_lines(registry: str, records: Iterable[Record]) -> Iterator[str]:
-    """The JSON text of the entries of ``records``, one line (one object) each.
+def entry_lines(registry: str, records: list[Any]) -> Iterator[str]:
+    """The JSON text of the entries of ``records`` (a record list), one line (one object)
+    each.
 
     Equal, once parsed, to ``LedgerEntry.as_dict()`` of each entry (as ``json.dumps``
     writes it); written by hand with the C string encoder, because ``json.dump`` with an
@@ -357,7 +402,7 @@ def entry_lines(registry: str, records: Iterable[Record]) -> Iterator[str]:
     dumps = json.dumps
     quoted_registry = text(registry)
     known: dict[object, str] = {None: "null"}  # kinds and outcomes, encoded once each
-    for seq, kind, name, outcome, detail, at_exit in records:
+    for seq, kind, name, outcome, detail, at_exit in rows(records):
         kind_text = known.get(kind)
         if kind_text is None and type(kind) is str:
             kind_text = known[kind] = text(kind)
@@ -389,14 +434,14 @@ def entry_lines(registry: str, records: Iterable[Record]) -> Iterator[str]:
 
 
 def write_json(
-    out: TextIO, head: dict[str, Any], registries: Iterable[tuple[dict[str, Any], list[Record]]]
+    out: TextIO, head: dict[str, Any], registries: Iterable[tuple[dict[str, Any], list[Any]]]
 ) -> None:
     """Write the ledger file: ``head`` with a ``"registries"`` list, one object per
     registry (its fields, then its ``"entries"``), one entry per line.
 
     The result parses to ``{**head, "registries": [{**fields, "entries": [entry dict,
     ...]}, ...]}``, what ``json.dump`` of the same data gives; ``fields`` must hold
-    ``"name"`` and not ``"entries"``, and ``records`` are the entries' records.
+    ``"name"`` and not ``"entries"``, and ``records`` are the entries' record list.
     """
     import json
     from itertools import islice

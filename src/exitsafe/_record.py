@@ -28,7 +28,7 @@ transitions (`claim`, `end` with ``released``, `add_owner`, `drop_owner`) field 
 from __future__ import annotations
 
 from ._core import speedups
-from ._ledger import Outcome
+from ._ledger import Outcome, ends_with, packed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -379,16 +379,17 @@ def end_released(node: Record, records: list[Any], live: Any, cap: int) -> bool:
         return False
     record = (node._seq, node._kind, node._name, _RELEASED, None, False)
     try:
-        records.append(record)  # the end's commit
-        if _DICT_TABLE:
+        if _DICT_TABLE:  # (the pure-Python core, whose records are flat: _ledger.WIDTH)
+            records += record  # the end's commit
             live.pop(node._seq, None)  # (LiveTable.discard, written out)
         else:
+            records.append(record)  # the end's commit
             live.discard(node)
         node._state = RELEASED
         node._releaser = 0
     except BaseException:
-        if not (records and records[-1] is record):
-            records.append(record)
+        if not ends_with(records, record):
+            records += packed(record)
         live.discard(node)
         node._state = RELEASED
         node._releaser = 0
@@ -423,17 +424,18 @@ def end_released_dependent(
     counts = [p._children for p in parents]
     record = (node._seq, node._kind, node._name, _RELEASED, None, False)
     try:
-        records.append(record)  # the end's commit
-        if _DICT_TABLE:
+        if _DICT_TABLE:  # (the pure-Python core, whose records are flat: _ledger.WIDTH)
+            records += record  # the end's commit
             live.pop(node._seq, None)  # (LiveTable.discard, written out)
         else:
+            records.append(record)  # the end's commit
             live.discard(node)
         node._state = RELEASED
         node._releaser = 0
         lose_dependents(parents, counts, ready, me)
     except BaseException:
-        if not (records and records[-1] is record):
-            records.append(record)
+        if not ends_with(records, record):
+            records += packed(record)
         live.discard(node)
         node._state = RELEASED
         node._releaser = 0

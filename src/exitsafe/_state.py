@@ -31,7 +31,16 @@ from ._core import speedups
 from ._errors import DependencyCycleError, HandleClosedError, RegistryClosedError
 from ._gate import BorrowGate
 from ._hooks import Hooks
-from ._ledger import Ledger, LedgerEntry, Outcome, counts_of, quote
+from ._ledger import (
+    WIDTH,
+    Ledger,
+    LedgerEntry,
+    Outcome,
+    counts_of,
+    ends_with,
+    packed,
+    quote,
+)
 from ._live import LiveTable, take_lost
 from ._phase import CLOSED, OPEN, TEARING
 from ._process import keep_forever
@@ -385,7 +394,7 @@ class RegistryState(_StateBase):
         record = (node._seq, node._kind, node._name, outcome, detail, at_exit)
         records = self.records
         try:
-            records.append(record)  # the end's commit
+            records += packed(record)  # the end's commit
             self.live.discard(node)
             _record.end(node, outcome, at_exit)
             if node._role == HOOK:
@@ -393,8 +402,8 @@ class RegistryState(_StateBase):
             elif parents:
                 self._lose_dependent(parents, counts, ready)
         except BaseException:
-            if not (records and records[-1] is record):
-                records.append(record)
+            if not ends_with(records, record):
+                records += packed(record)
             self.live.discard(node)
             _record.end(node, outcome, at_exit)
             if node._role == HOOK:
@@ -512,7 +521,7 @@ class RegistryState(_StateBase):
             "name": self.name,
             "counts": counts,
             "late_requests": ledger.late_requests,
-            "dropped_entries": sum(counts.values()) - len(shown),
+            "dropped_entries": sum(counts.values()) - len(shown) // WIDTH,
             "parked_threads": self.gate.parked,
         }
         return fields, shown
