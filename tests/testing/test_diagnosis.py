@@ -851,6 +851,33 @@ def test_an_abort_with_a_library_message_or_an_interpreter_error_keeps_its_own_k
     assert kinds[1] != "thread-crash-at-exit"
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "malloc_consolidate(): invalid chunk size",  # (PyAV on 3.12: the player's crash)
+        "munmap_chunk(): invalid pointer",  # (PyAV on 3.10)
+        "free(): invalid pointer",
+        "_int_free(): invalid size",
+        "corrupted size vs. prev_size",
+        "tcache_thread_shutdown(): unaligned tcache chunk detected",
+    ],
+)
+def test_glibcs_heap_checks_are_a_library_check_that_names_the_thread_still_running(line):
+    # glibc found its heap damaged (a daemon thread's native code wrote into what the exit
+    # freed) and aborted the process on the main thread: named by that check, with the
+    # thread that was still running
+    stderr = _BARE_ABORT.replace(
+        "Fatal Python error: Aborted", f"{line}\nFatal Python error: Aborted"
+    )
+    result = ExitResult.from_output(
+        ["python", "play.py"], -6, "playing\n", stderr, exit_phase="finalizing 0x1"
+    )
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "native-fatal", result.report()
+    assert line in diagnosis.headline and "(glibc)" in diagnosis.headline
+    assert any("player" in detail for detail in diagnosis.details), diagnosis.details
+
+
 def test_a_hang_shows_the_whole_stack_of_the_main_thread():
     # (issue 29: "whole stacks, not only the top frame"; it was cut at 12 frames)
     code = textwrap.dedent(

@@ -87,9 +87,14 @@ NATIVE_FATAL: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("C++ runtime", re.compile(r"^terminate called ")),
     ("C++ runtime", re.compile(r"^pure virtual method called")),
     ("C++ runtime", re.compile(r"^FATAL: exception not rethrown")),
+    # (its heap checks name the function that found the damage: ``free(): invalid
+    # pointer``, ``malloc_consolidate(): invalid chunk size``, ``_int_free(): invalid
+    # size``, ``tcache_thread_shutdown(): unaligned tcache chunk detected``...)
     ("glibc", re.compile(
-        r"^(?:double free or corruption|free\(\): |malloc\(\): |realloc\(\): "
-        r"|munmap_chunk\(\): |corrupted (?:size|double-linked)|Fatal glibc error: )"
+        r"^(?:double free or corruption|corrupted (?:size|double-linked)|Fatal glibc error: "
+        r"|(?:_int_)?(?:free|malloc|realloc|calloc|memalign)\(\): "
+        r"|(?:munmap|mremap)_chunk\(\): |malloc_consolidate\(\): "
+        r"|tcache_thread_shutdown\(\): )"
     )),
     ("glibc", re.compile(r"^\*\*\* .* \*\*\*: terminated")),
     ("glog", re.compile(r"^F\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")),
