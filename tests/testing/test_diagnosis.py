@@ -878,6 +878,51 @@ def test_glibcs_heap_checks_are_a_library_check_that_names_the_thread_still_runn
     assert any("player" in detail for detail in diagnosis.details), diagnosis.details
 
 
+#: PyAV's player crashed at exit (CPython 3.9, `pyav-daemon-decoder`, 1 run in 10); while
+#: faulthandler dumped the stacks, glibc's heap check aborted the main thread, its message
+#: written into a line of the dump.
+_CRASH_THEN_GLIBC = (
+    'exitsafe: thread ident=0x00007f77fb2106c0 name="player" daemon=true'
+    ' frame="/app/play.py:48 in play_forever" target="play_forever"'
+    ' stack="/app/play.py:48 in play_forever <- /py/threading.py:917 in run'
+    ' <- /py/threading.py:980 in _bootstrap_inner <- /py/threading.py:937 in _bootstrap"'
+    ' when="shutdown"\n'
+    "Fatal Python error: Segmentation fault\n\n"
+    "Current thread 0x00007f77fb2106c0 (most recent call first):\n"
+    '  File "/app/play.py", line 48 in play_forever\n'
+    '  File "/py/threading.py", line 917 in run\n'
+    '  File "malloc_consolidate(): invalid chunk size\n'
+    '/py/threading.py", line 980 in _bootstrap_inner\n'
+    '  File "/py/threading.py", line 937 in _bootstrap\n\n'
+    "Thread 0x00007f780b9b0b80 (most recent call first):\n"
+    '  File "/x/exitsafe/_audit/_threads.py", line 241 in _held_locks\n'
+    '  File "/x/exitsafe/_audit/__init__.py", line 128 in _fallback_at_exit'
+    "Fatal Python error: Aborted\n\n\n"
+)
+
+
+@pytest.mark.parametrize("where", ["inside a line of the dump", "on a line of its own"])
+def test_a_daemon_threads_crash_then_glibcs_abort_is_that_threads_crash(where):
+    # the crash came first: the abort that ended the process (glibc's heap check, during
+    # the crash's dump) does not hide it, wherever glibc's message landed
+    stderr = _CRASH_THEN_GLIBC
+    if where == "on a line of its own":
+        stderr = stderr.replace(
+            '  File "malloc_consolidate(): invalid chunk size\n/py/',
+            'malloc_consolidate(): invalid chunk size\n  File "/py/',
+        )
+        assert [line.line for line in ExitResult.from_output(
+            ["python", "play.py"], -6, "", stderr).native_fatal] == [
+            "malloc_consolidate(): invalid chunk size"]
+    result = ExitResult.from_output(
+        ["python", "play.py"], -6, "playing; main thread ends\n", stderr
+    )  # (no exit phase: the crash came during the start-up hook's exit handler)
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.kind == "thread-crash-at-exit", result.report()
+    assert "crash at exit (Segmentation fault, then SIGABRT)" in diagnosis.headline
+    assert "'player'" in diagnosis.headline and "play_forever" in diagnosis.headline
+
+
 def test_a_hang_shows_the_whole_stack_of_the_main_thread():
     # (issue 29: "whole stacks, not only the top frame"; it was cut at 12 frames)
     code = textwrap.dedent(

@@ -132,6 +132,20 @@ def main_stack(fatal: FatalError) -> Optional[ThreadStack]:
     return candidates[0] if candidates else current
 
 
+#: What faulthandler calls the crash signals it caught (``Fatal Python error: <this>``).
+CRASH_FAULTS = ("Segmentation fault", "Bus error", "Illegal instruction",
+                "Floating point exception")
+
+
+def crash_fault(result: ExitResult) -> bool:
+    """Whether the run's (first) fatal error is a crash faulthandler caught, whatever ended
+    the process after it: glibc may abort it during the fault's dump (its heap check on
+    another thread, its message even written into the dump's lines), and the process then
+    dies by SIGABRT although a crash came first."""
+    fatal = result.fatal_error
+    return fatal is not None and not fatal.windows and fatal.message.strip() in CRASH_FAULTS
+
+
 def started_thread(thread: ThreadStack) -> bool:
     """Whether a dumped stack is a thread that ``threading`` started (its outermost frame
     is ``threading``'s ``_bootstrap``, or ``_bootstrap_inner`` where the dump was cut

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from ._diagnosis import Diagnosis, make_diagnosis
 from ._evidence import (
+    crash_fault,
     frame_text,
     in_exitsafe,
     late_threads,
@@ -74,12 +75,12 @@ def native_fatal(result: ExitResult) -> Optional[Diagnosis]:
     # (Qt's "QThread: Destroyed ..." is a qFatal: the process is already ending by its own
     # check, and may crash on the way, the thread printing its traceback meanwhile)
     dying = first.line.startswith("QThread: Destroyed") and result.signal in ("SIGSEGV", "SIGBUS")
-    if not dying and (result.signal not in (None, "SIGABRT") or (
+    if not dying and (crash_fault(result) or result.signal not in (None, "SIGABRT") or (
         result.ntstatus is not None and not (
             "BUFFER_OVERRUN" in result.ntstatus.name or "ABORT" in result.ntstatus.name
         )
     )):
-        return None  # a crash: the crash rules say where, and quote the line
+        return None  # a crash (first): the crash rules say where, and quote the line
     details = [f"{line.source}: {line.line}" for line in lines[1:4]]
     frames = result.fatal_error.top_frames if result.fatal_error is not None else ()
     if frames:

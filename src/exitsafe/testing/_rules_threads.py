@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Optional
 from ._diagnosis import Diagnosis, make_diagnosis
 from ._evidence import (
     LateThread,
+    crash_fault,
     frame_text,
     in_exitsafe,
     is_main_stack,
@@ -129,14 +130,16 @@ def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
     native code using what the exit freed (an ``atexit`` close, a finalizer, exitsafe's
     teardown without the thread declared).  A bare abort counts as a crash (no library
     message, no fatal error of the interpreter's own: FFmpeg's demuxer aborting on a
-    container closed under it, as PyAV's does on CPython 3.12)."""
+    container closed under it, as PyAV's does on CPython 3.12), and so does a crash
+    faulthandler caught before something else ended the process (`crash_fault`)."""
     fatal = result.fatal_error
     bare_abort = (
         result.signal == "SIGABRT"
         and not result.native_fatal
         and (fatal is None or fatal.message.strip() == "Aborted")
     )
-    crashed = bare_abort or result.signal in _CRASH_SIGNALS or (
+    faulted = crash_fault(result)
+    crashed = bare_abort or faulted or result.signal in _CRASH_SIGNALS or (
         result.ntstatus is not None and "ACCESS_VIOLATION" in result.ntstatus.name
     )
     if not crashed or result.timed_out:
@@ -172,6 +175,9 @@ def thread_crash_at_exit(result: ExitResult) -> Optional[Diagnosis]:
     if fatal is not None and fatal.extension_modules:
         details.append("extension modules loaded: " + ", ".join(fatal.extension_modules[:8]))
     crash = result.exit_description.split(" (")[0]
+    if faulted and fatal is not None and result.signal not in _CRASH_SIGNALS:
+        crash = f"{fatal.message.strip()}, then {crash}"
+        details += [f"then {line.source}: {line.line}" for line in result.native_fatal[:2]]
     name = f" {crashing[0].name!r}" if len(crashing) == 1 else "s"
     place = crashing[0].where() if len(crashing) == 1 else None
     where = f", in {place}" if place else ""
