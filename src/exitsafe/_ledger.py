@@ -260,7 +260,7 @@ class Ledger:
         #: The records, oldest first, `WIDTH` items each.  The registry's release hot path
         #: extends it directly (under the lock), then calls :meth:`trim` when it holds more
         #: than ``cap`` items.
-        self.records: list[Record] = []
+        self.records: list[Any] = []
         self._dropped_counts: dict[str, int] = {}
         self._dropped = 0
         # One entry per release request that arrived after close: appended without any
