@@ -253,6 +253,10 @@ class Case:
     #: (CPython itself changed), with what was measured there: the test then checks that
     #: every run is clean instead
     clean_from: Optional[Tuple[Version, str]] = None
+    #: the kinds of a failure that did not go with CPython's change, still seen now and then
+    #: from ``clean_from`` on: a run there is clean, or unclean without a signal and named
+    #: by one of these (the failure that went, a crash or an abort, never shows)
+    still_from: Tuple[str, ...] = ()
     #: other import names the program needs besides ``package`` (h5py for the shards the
     #: scaling programs' workers write)
     also_needs: Tuple[str, ...] = ()
@@ -455,6 +459,9 @@ CASES = [
         clean_from=(
             (3, 14), _UNWOUND_NO_MORE + " (3 runs of 3 clean on 3.14.10 and on 3.15.2, 2026-11-29)"
         ),
+        # (the interrupted query's exception did not go: once in CI on 3.15.2, 2026-11-30,
+        # the worker's traceback was printed, the process not killed)
+        still_from=("thread-exception",),
     ),
     Case(
         id="pyzmq-daemon-receiver",

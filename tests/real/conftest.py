@@ -71,14 +71,23 @@ def run_until_failure(case: Case, env: RealEnv, cwd: Path) -> tuple[list[ExitRes
     the way the case describes.  Returns the results and whether one did."""
     results = []
     for _ in range(case.runs):
-        result = run(
-            script=case.script,
-            python=env.python,
-            timeout=case.timeout,
-            cwd=cwd,
-            env=dict(case.env or ()),
-        )
+        result = _run_once(case, env, cwd)
         results.append(result)
         if case.fails(result, env.version):
             return results, True
     return results, False
+
+
+def run_all(case: Case, env: RealEnv, cwd: Path) -> list[ExitResult]:
+    """Run the case's program ``case.runs`` times, whatever each run does."""
+    return [_run_once(case, env, cwd) for _ in range(case.runs)]
+
+
+def _run_once(case: Case, env: RealEnv, cwd: Path) -> ExitResult:
+    return run(
+        script=case.script,
+        python=env.python,
+        timeout=case.timeout,
+        cwd=cwd,
+        env=dict(case.env or ()),
+    )
