@@ -22,7 +22,9 @@ ENGINE is ``pool`` (``multiprocessing.Pool``) or ``executor``
   keeps the teardown out from between the open and the adopt (blocking SIGTERM left 2
   shards of 16 unreadable);
 * ``forkserver-terminate`` (pool): the same with the forkserver start method, the
-  default on Linux from CPython 3.14;
+  default on Linux from CPython 3.14.  After either, one line per worker says how it
+  ended: ``worker ended by sigterm|itself: rows N, shard readable|unreadable|none``
+  (``itself``: it took the pool's stop sentinel before the SIGTERM reached it);
 * ``crash``: one task segfaults (``ctypes.string_at(0)``).  Nothing runs in that worker: its
   shard stays unreadable.  A ``Pool`` replaces it and is then terminated (``join()`` would
   wait for ever for the lost task); a ``ProcessPoolExecutor`` is broken and sends SIGTERM
@@ -58,7 +60,7 @@ import sys
 import tempfile
 import time
 
-from shards import SUFFIX, Stuck, open_shard, readable, write_row
+from shards import SUFFIX, Stuck, open_shard, readable, shard_path, write_row
 
 import exitsafe
 from exitsafe.signals import pool_initializer
@@ -150,13 +152,16 @@ def with_pool(directory: str, end: str) -> None:
     method = end.split("-")[0] if end in ("spawn-terminate", "forkserver-terminate") else None
     context = multiprocessing.get_context(method)
     pool = context.Pool(2, initializer=initializer(), initargs=initargs(directory))
-    print("rows", len(pool.map(work, range(40))), flush=True)
+    writers = pool.map(work, range(40))
+    print("rows", len(writers), flush=True)
     if end == "close":
         pool.close()
         pool.join()
         return
     if end in ("spawn-terminate", "forkserver-terminate"):
+        workers = list(pool._pool)
         pool.terminate()  # at once: the recipe's teardown in every worker it finds
+        endings(directory, workers, writers)
         return
     assert end == "crash", end
     pool.apply_async(crash, (directory,))
@@ -165,6 +170,20 @@ def with_pool(directory: str, end: str) -> None:
         time.sleep(0.05)
     idle([p.pid for p in pool._pool])  # the replacement too
     pool.terminate()  # SIGTERM: the recipe's teardown in each worker still alive
+
+
+def endings(directory: str, workers: list, writers: list) -> None:
+    """One line per worker of a terminated pool: how it ended (``sigterm``, or ``itself``
+    when it took the pool's stop sentinel before the SIGTERM came), the rows it wrote and
+    whether its shard reads back (``none``: it never opened one)."""
+    for process in workers:
+        ended = {0: "itself", -signal.SIGTERM: "sigterm"}.get(process.exitcode,
+                                                               f"exit-{process.exitcode}")
+        path = shard_path(directory, process.pid)
+        shard = ("none" if not os.path.exists(path)
+                 else "readable" if readable(path) else "unreadable")
+        print(f"worker ended by {ended}: rows {writers.count(process.pid)}, shard {shard}",
+              flush=True)
 
 
 def with_executor(directory: str, end: str) -> None:
