@@ -51,6 +51,31 @@
 #define LIBRARY_ROLE 2
 #define PHASE_OPEN 0
 
+/* Name_traverse, Name_clear and Name_dealloc of a garbage-collected type whose references
+ * are exactly the object fields FIELDS lists (X(field) each, visited and cleared in that
+ * order); GC_DEALLOC alone for a type with its own clear. */
+#define VISIT_FIELD(field) Py_VISIT(self->field);
+#define CLEAR_FIELD(field) Py_CLEAR(self->field);
+#define GC_DEALLOC(Name, Type)                                                              \
+    static void Name##_dealloc(Type *self)                                                  \
+    {                                                                                       \
+        PyObject_GC_UnTrack(self);                                                          \
+        Name##_clear(self);                                                                 \
+        Py_TYPE(self)->tp_free((PyObject *)self);                                           \
+    }
+#define GC_SLOTS(Name, Type, FIELDS)                                                        \
+    static int Name##_traverse(Type *self, visitproc visit, void *arg)                      \
+    {                                                                                       \
+        FIELDS(VISIT_FIELD)                                                                 \
+        return 0;                                                                           \
+    }                                                                                       \
+    static int Name##_clear(Type *self)                                                     \
+    {                                                                                       \
+        FIELDS(CLEAR_FIELD)                                                                 \
+        return 0;                                                                           \
+    }                                                                                       \
+    GC_DEALLOC(Name, Type)
+
 /* ------------------------------------------------------------------ Lock */
 
 /* The lock is one word, its owner's thread ident (0: free), taken by compare-and-swap.
@@ -418,31 +443,8 @@ typedef struct {
 
 static PyTypeObject RegistryType;
 
-static int
-Registry_traverse(RegistryObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->live);
-    Py_VISIT(self->records);
-    Py_VISIT(self->strict);
-    return 0;
-}
-
-static int
-Registry_clear(RegistryObject *self)
-{
-    Py_CLEAR(self->live);
-    Py_CLEAR(self->records);
-    Py_CLEAR(self->strict);
-    return 0;
-}
-
-static void
-Registry_dealloc(RegistryObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    Registry_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+#define REGISTRY_FIELDS(X) X(live) X(records) X(strict)
+GC_SLOTS(Registry, RegistryObject, REGISTRY_FIELDS)
 
 static PyMemberDef Registry_members[] = {
     {"phase", T_INT, offsetof(RegistryObject, phase), 0, NULL},
@@ -470,10 +472,11 @@ typedef struct LiveLink {
 typedef struct {
     PyObject *name, *policy, *timeout, *taint, *affinity;
 } NodeExtra;
+#define NODE_EXTRA_FIELDS(X) X(name) X(policy) X(timeout) X(taint) X(affinity)
 
 typedef struct {
     PyObject_HEAD
-    PyObject *registry, *raw, *fn, *kind, *parents;
+    PyObject *registry, *raw, *fn, *kind, *parents; /* NODE_FIELDS */
     NodeExtra *extra; /* NULL: all of its fields are None */
     /* Python ints, so that the pure-Python layers' attribute accesses of them are
      * specialized by CPython like those of __slots__ (only object members are); they hold
@@ -489,6 +492,8 @@ typedef struct {
     char owned;                     /* whether the table holds a reference to it */
     char in_child;
 } NodeObject;
+#define NODE_FIELDS(X) X(registry) X(raw) X(fn) X(kind) X(parents)
+#define NODE_INT_FIELDS(X) X(refs) X(children) X(borrows) X(state) X(role)
 
 /* The integer fields: always ints written by exitsafe (NULL only before initialization).
  * The values the fast paths write (0 to 4) are CPython's cached small ints, kept in
@@ -640,13 +645,7 @@ LiveTable_clear(LiveTableObject *self)
     return 0;
 }
 
-static void
-LiveTable_dealloc(LiveTableObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    LiveTable_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+GC_DEALLOC(LiveTable, LiveTableObject)
 
 static Py_ssize_t
 LiveTable_len(LiveTableObject *self)
@@ -846,21 +845,16 @@ static PyTypeObject LiveTableType = {
     .tp_new = LiveTable_new,
 };
 
+#define VISIT_EXTRA(field) Py_VISIT(x->field);
+#define CLEAR_EXTRA(field) Py_CLEAR(x->field);
+
 static int
 Node_traverse(NodeObject *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->registry);
-    Py_VISIT(self->raw);
-    Py_VISIT(self->fn);
-    Py_VISIT(self->kind);
-    Py_VISIT(self->parents);
+    NODE_FIELDS(VISIT_FIELD)
     NodeExtra *x = self->extra;
     if (x != NULL) {
-        Py_VISIT(x->name);
-        Py_VISIT(x->policy);
-        Py_VISIT(x->timeout);
-        Py_VISIT(x->taint);
-        Py_VISIT(x->affinity);
+        NODE_EXTRA_FIELDS(VISIT_EXTRA)
     }
     return 0;
 }
@@ -870,25 +864,13 @@ Node_clear(NodeObject *self)
 {
     /* first: clearing the fields below may run code that walks the table */
     Py_XDECREF((PyObject *)live_unlink(self));
-    Py_CLEAR(self->refs);
-    Py_CLEAR(self->children);
-    Py_CLEAR(self->borrows);
-    Py_CLEAR(self->state);
-    Py_CLEAR(self->role);
-    Py_CLEAR(self->registry);
-    Py_CLEAR(self->raw);
-    Py_CLEAR(self->fn);
-    Py_CLEAR(self->kind);
-    Py_CLEAR(self->parents);
+    NODE_INT_FIELDS(CLEAR_FIELD)
+    NODE_FIELDS(CLEAR_FIELD)
     NodeExtra *x = self->extra;
     if (x != NULL) {
         /* detached first: a field's destructor reading the handle sees None */
         self->extra = NULL;
-        Py_CLEAR(x->name);
-        Py_CLEAR(x->policy);
-        Py_CLEAR(x->timeout);
-        Py_CLEAR(x->taint);
-        Py_CLEAR(x->affinity);
+        NODE_EXTRA_FIELDS(CLEAR_EXTRA)
         PyMem_Free(x);
     }
     return 0;
@@ -971,14 +953,12 @@ extra_field(NodeObject *n, size_t offset) /* borrowed; never NULL */
     return value ? value : Py_None;
 }
 
-#define EXTRA(field) ((void *)offsetof(NodeExtra, field))
+#define EXTRA_GETSET(field)                                                                 \
+    {"_" #field, (getter)Node_get_extra, (setter)Node_set_extra, NULL,                          \
+     (void *)offsetof(NodeExtra, field)},
 
 static PyGetSetDef Node_getset[] = {
-    {"_name", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(name)},
-    {"_policy", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(policy)},
-    {"_timeout", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(timeout)},
-    {"_taint", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(taint)},
-    {"_affinity", (getter)Node_get_extra, (setter)Node_set_extra, NULL, EXTRA(affinity)},
+    NODE_EXTRA_FIELDS(EXTRA_GETSET)
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -994,12 +974,10 @@ Node_dealloc(NodeObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+#define NODE_MEMBER(field) {"_" #field, T_OBJECT_EX, offsetof(NodeObject, field), 0, NULL},
+
 static PyMemberDef Node_members[] = {
-    {"_registry", T_OBJECT_EX, offsetof(NodeObject, registry), 0, NULL},
-    {"_raw", T_OBJECT_EX, offsetof(NodeObject, raw), 0, NULL},
-    {"_fn", T_OBJECT_EX, offsetof(NodeObject, fn), 0, NULL},
-    {"_kind", T_OBJECT_EX, offsetof(NodeObject, kind), 0, NULL},
-    {"_parents", T_OBJECT_EX, offsetof(NodeObject, parents), 0, NULL},
+    NODE_FIELDS(NODE_MEMBER)
     {"_rank", T_DOUBLE, offsetof(NodeObject, rank), 0, NULL},
     {"_seq", T_PYSSIZET, offsetof(NodeObject, seq), 0, NULL},
     {"_refs", T_OBJECT_EX, offsetof(NodeObject, refs), 0, NULL},
@@ -1908,27 +1886,8 @@ typedef struct {
 
 static PyTypeObject FacadeType;
 
-static int
-Facade_traverse(FacadeObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->state);
-    return 0;
-}
-
-static int
-Facade_clear(FacadeObject *self)
-{
-    Py_CLEAR(self->state);
-    return 0;
-}
-
-static void
-Facade_dealloc(FacadeObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    Facade_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+#define FACADE_FIELDS(X) X(state)
+GC_SLOTS(Facade, FacadeObject, FACADE_FIELDS)
 
 static PyMemberDef Facade_members[] = {
     {"_state", T_OBJECT_EX, offsetof(FacadeObject, state), 0, NULL},
@@ -2101,33 +2060,8 @@ PointerRelease_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return pointer_release_alloc(type, release, address, keep);
 }
 
-static int
-PointerRelease_traverse(PointerReleaseObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->release);
-    Py_VISIT(self->address);
-    Py_VISIT(self->keep);
-    Py_VISIT(self->handle);
-    return 0;
-}
-
-static int
-PointerRelease_clear(PointerReleaseObject *self)
-{
-    Py_CLEAR(self->release);
-    Py_CLEAR(self->address);
-    Py_CLEAR(self->keep);
-    Py_CLEAR(self->handle);
-    return 0;
-}
-
-static void
-PointerRelease_dealloc(PointerReleaseObject *self)
-{
-    PyObject_GC_UnTrack(self);
-    PointerRelease_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+#define POINTER_RELEASE_FIELDS(X) X(release) X(address) X(keep) X(handle)
+GC_SLOTS(PointerRelease, PointerReleaseObject, POINTER_RELEASE_FIELDS)
 
 /* addresses.forget(address, handle): drop the entry if `handle` (or a dead handle) still
  * owns it.  In a section of its own when the lock is free; otherwise (held by another
