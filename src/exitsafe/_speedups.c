@@ -51,6 +51,16 @@
 #define LIBRARY_ROLE 2
 #define PHASE_OPEN 0
 
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *
+exitsafe_new_ref(PyObject *op)
+{
+    Py_INCREF(op);
+    return op;
+}
+#define Py_NewRef(op) exitsafe_new_ref((PyObject *)(op))
+#endif
+
 /* Name_traverse, Name_clear and Name_dealloc of a garbage-collected type whose references
  * are exactly the object fields FIELDS lists (X(field) each, visited and cleared in that
  * order); GC_DEALLOC alone for a type with its own clear. */
@@ -1078,8 +1088,7 @@ Record_item(PyObject *op, Py_ssize_t i)
         PyErr_SetString(PyExc_IndexError, "record index out of range");
         return NULL;
     }
-    Py_INCREF(value);
-    return value;
+    return Py_NewRef(value);
 }
 
 static PyObject *
@@ -1252,10 +1261,8 @@ append_record(RegistryObject *reg, NodeObject *n, int at_exit)
             return -1;
         }
         r->seq = n->seq;
-        Py_INCREF(kind);
-        r->kind = kind;
-        Py_INCREF(name);
-        r->name = name;
+        r->kind = Py_NewRef(kind);
+        r->name = Py_NewRef(name);
         r->at_exit = (char)at_exit;
         record = (PyObject *)r;
     }
@@ -1415,10 +1422,8 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
     lock_drop(the_lock);
     /* Outside the lock: dropping these may run the object's __del__. */
     PyObject *old_raw = n->raw, *old_fn = n->fn;
-    Py_INCREF(Py_None);
-    n->raw = Py_None;
-    Py_INCREF(Py_None);
-    n->fn = Py_None;
+    n->raw = Py_NewRef(Py_None);
+    n->fn = Py_NewRef(Py_None);
     Py_XDECREF(old_raw);
     Py_XDECREF(old_fn);
     Py_XDECREF(parents);
@@ -1547,16 +1552,14 @@ Node_retain_fast(NodeObject *self, PyObject *Py_UNUSED(ignored))
     if (after_call(0) < 0) {
         return NULL;
     }
-    Py_INCREF(self);
-    return (PyObject *)self;
+    return Py_NewRef(self);
 slow: {
         PyObject *r = PyObject_CallOneArg(retain_py, (PyObject *)self);
         if (r == NULL) {
             return NULL;
         }
         Py_DECREF(r);
-        Py_INCREF(self);
-        return (PyObject *)self;
+        return Py_NewRef(self);
     }
 }
 
@@ -1782,14 +1785,10 @@ state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ss
         Py_DECREF(parents);
         return NULL;
     }
-    Py_INCREF(self);
-    node->registry = (PyObject *)self;
-    Py_INCREF(raw);
-    node->raw = raw;
-    Py_INCREF(release);
-    node->fn = release;
-    Py_INCREF(kind);
-    node->kind = kind;
+    node->registry = Py_NewRef(self);
+    node->raw = Py_NewRef(raw);
+    node->fn = Py_NewRef(release);
+    node->kind = Py_NewRef(kind);
     node->parents = parents; /* name, policy, timeout, taint, affinity: None (no extra) */
     iset(&node->role, (kind != str_handle && PyUnicode_GET_LENGTH(kind) == 7
                        && PyUnicode_Compare(kind, str_library) == 0)
@@ -1943,8 +1942,7 @@ default_registry_ref(void)
 #else
     if (PyList_GET_SIZE(default_list)) {
         PyObject *reg = PyList_GET_ITEM(default_list, 0);
-        Py_INCREF(reg);
-        return reg;
+        return Py_NewRef(reg);
     }
 #endif
     return PyObject_CallNoArgs(default_registry_py);
@@ -2005,8 +2003,7 @@ weak_target(PyObject *ref)
     if (obj == Py_None) {
         return NULL;
     }
-    Py_INCREF(obj);
-    return obj;
+    return Py_NewRef(obj);
 #endif
 }
 
@@ -2030,14 +2027,10 @@ pointer_release_alloc(PyTypeObject *type, PyObject *release, PyObject *address, 
     if (self == NULL) {
         return NULL;
     }
-    Py_INCREF(release);
-    self->release = release;
-    Py_INCREF(address);
-    self->address = address;
-    Py_INCREF(keep);
-    self->keep = keep;
-    Py_INCREF(Py_None);
-    self->handle = Py_None;
+    self->release = Py_NewRef(release);
+    self->address = Py_NewRef(address);
+    self->keep = Py_NewRef(keep);
+    self->handle = Py_NewRef(Py_None);
     self->vectorcall = PointerRelease_vectorcall;
     return (PyObject *)self;
 }
@@ -2095,8 +2088,7 @@ pointer_forget(PointerReleaseObject *self)
     else if (entry != ptr_reserved && PyWeakref_Check(entry)) {
         current = weak_target(entry);
         if (current == NULL || current == handle) {
-            Py_INCREF(entry);
-            dropped = entry;
+            dropped = Py_NewRef(entry);
             rc = PyDict_DelItem(ptr_entries, self->address);
         }
     }
@@ -2170,8 +2162,7 @@ pointer_cancel(PyObject *address)
     int rc = entry == NULL ? (PyErr_Occurred() ? -1 : 0) : 0;
     PyObject *dropped = NULL;
     if (entry != NULL && entry == ptr_reserved) {
-        Py_INCREF(entry);
-        dropped = entry;
+        dropped = Py_NewRef(entry);
         rc = PyDict_DelItem(ptr_entries, address);
     }
     lock_drop(the_lock);
@@ -2339,8 +2330,7 @@ adapter_release_deps(PyObject *table, PyObject *release, int foreign, PyObject *
     if (!live) {
         return 0;
     }
-    Py_INCREF(found);
-    *deps = found;
+    *deps = Py_NewRef(found);
     return 1;
 #endif
 }
@@ -2741,12 +2731,9 @@ setup_pointers(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "setup_pointers(): forget must be callable");
         return NULL;
     }
-    Py_INCREF(entries);
-    Py_XSETREF(ptr_entries, entries);
-    Py_INCREF(reserved);
-    Py_XSETREF(ptr_reserved, reserved);
-    Py_INCREF(forget);
-    Py_XSETREF(ptr_forget_py, forget);
+    Py_XSETREF(ptr_entries, Py_NewRef(entries));
+    Py_XSETREF(ptr_reserved, Py_NewRef(reserved));
+    Py_XSETREF(ptr_forget_py, Py_NewRef(forget));
     Py_RETURN_NONE;
 }
 
@@ -2786,16 +2773,11 @@ setup_cffi(PyObject *module, PyObject *args)
     if (fn == NULL) {
         return NULL;
     }
-    Py_INCREF(slow);
-    Py_XSETREF(cffi_track_py, slow);
-    Py_INCREF(pins);
-    Py_XSETREF(cffi_pins, pins);
-    Py_INCREF(release_pins);
-    Py_XSETREF(cffi_release_pins, release_pins);
-    Py_INCREF(ffi_types);
-    Py_XSETREF(cffi_ffi_types, ffi_types);
-    Py_INCREF(pointer_ctypes);
-    Py_XSETREF(cffi_pointer_ctypes, pointer_ctypes);
+    Py_XSETREF(cffi_track_py, Py_NewRef(slow));
+    Py_XSETREF(cffi_pins, Py_NewRef(pins));
+    Py_XSETREF(cffi_release_pins, Py_NewRef(release_pins));
+    Py_XSETREF(cffi_ffi_types, Py_NewRef(ffi_types));
+    Py_XSETREF(cffi_pointer_ctypes, Py_NewRef(pointer_ctypes));
     return fn;
 }
 
@@ -2817,18 +2799,12 @@ setup_ctypes(PyObject *module, PyObject *args)
     if (fn == NULL) {
         return NULL;
     }
-    Py_INCREF(pins);
-    Py_XSETREF(ctypes_pins, pins);
-    Py_INCREF(release_pins);
-    Py_XSETREF(ctypes_release_pins, release_pins);
-    Py_INCREF(void_p);
-    Py_XSETREF(ctypes_void_p, void_p);
-    Py_INCREF(pointer);
-    Py_XSETREF(ctypes_pointer, pointer);
-    Py_INCREF(funcptr);
-    Py_XSETREF(ctypes_funcptr, funcptr);
-    Py_INCREF(slow);
-    Py_XSETREF(ctypes_track_py, slow); /* (all set before the function exists) */
+    Py_XSETREF(ctypes_pins, Py_NewRef(pins));
+    Py_XSETREF(ctypes_release_pins, Py_NewRef(release_pins));
+    Py_XSETREF(ctypes_void_p, Py_NewRef(void_p));
+    Py_XSETREF(ctypes_pointer, Py_NewRef(pointer));
+    Py_XSETREF(ctypes_funcptr, Py_NewRef(funcptr));
+    Py_XSETREF(ctypes_track_py, Py_NewRef(slow)); /* (all set before the function exists) */
     return fn;
 }
 
@@ -2869,12 +2845,9 @@ cffi_learned(PyObject *module, PyObject *args)
     if (LOAD_ACQUIRE(cffi_plain) == NULL) {
         /* learnt once: the same objects every time (one cffi backend per process), and
          * never replaced under a reader on another thread */
-        Py_INCREF(uintptr);
-        cffi_uintptr = uintptr;
-        Py_INCREF(typeof_fn);
-        cffi_typeof = typeof_fn;
-        Py_INCREF(cast_fn);
-        cffi_cast = cast_fn;
+        cffi_uintptr = Py_NewRef(uintptr);
+        cffi_typeof = Py_NewRef(typeof_fn);
+        cffi_cast = Py_NewRef(cast_fn);
         Py_INCREF(plain);
         STORE_RELEASE(cffi_plain, plain); /* last: it turns the fast path on */
     }
@@ -3139,10 +3112,8 @@ record_one(PyObject *regobj, PyObject *op, PyObject *outcome, PyObject *detail,
             return -1;
         }
         PyObject *old_raw = n->raw, *old_fn = n->fn;
-        Py_INCREF(Py_None);
-        n->raw = Py_None;
-        Py_INCREF(Py_None);
-        n->fn = Py_None;
+        n->raw = Py_NewRef(Py_None);
+        n->fn = Py_NewRef(Py_None);
         n->parents = PyTuple_New(0); /* the shared empty tuple */
         Py_XDECREF(old_raw); /* (each also held by the trash list) */
         Py_XDECREF(old_fn);
