@@ -289,6 +289,7 @@ static Py_ssize_t generation; /* exitsafe._sync.generation, mirrored */
 
 static PyObject *str_handle, *str_library, *str_trim, *str_ledger;
 static PyObject *kw_kind, *kw_depends_on, *kw_exit_policy, *kw_name, *kw_timeout, *kw_affinity;
+static PyObject *kw_registry, *kw_lib;
 
 static int
 ready(void)
@@ -345,6 +346,19 @@ call2(PyObject *fn, PyObject *a, PyObject *b)
 
 static PyObject *take_exception(void);
 
+/* Take the exception set into *first (a new reference) unless one is there already. */
+static void
+keep_first(PyObject **first)
+{
+    PyObject *exc = take_exception();
+    if (*first == NULL) {
+        *first = exc;
+    }
+    else {
+        Py_XDECREF(exc);
+    }
+}
+
 /* Call fn(*args) again while an interrupt stops it (KeyboardInterrupt, or the SystemExit of
  * exitsafe's signal handlers): the Python callbacks called this way finish what a claim or
  * a registration began (a release chain, the record of a failed release, undoing a
@@ -363,13 +377,7 @@ call_until_done(PyObject *fn, PyObject *const *args, size_t nargs, PyObject **in
             && !PyErr_ExceptionMatches(PyExc_SystemExit)) {
             return NULL;
         }
-        PyObject *exc = take_exception();
-        if (*interrupt == NULL) {
-            *interrupt = exc;
-        }
-        else {
-            Py_XDECREF(exc);
-        }
+        keep_first(interrupt);
     }
 }
 
@@ -413,27 +421,15 @@ static int
 enter_section_to_record(unsigned long me, PyObject **interrupt)
 {
     while (enter_section(me) < 0) {
-        if (LOAD(the_lock->owner) == me) { /* (raised once the wait had taken it) */
-            PyObject *exc = take_exception();
-            if (*interrupt == NULL) {
-                *interrupt = exc;
-            }
-            else {
-                Py_XDECREF(exc);
-            }
-            return 0;
-        }
-        if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)
+        int held = LOAD(the_lock->owner) == me; /* (raised once the wait had taken it) */
+        if (!held && !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)
             && !PyErr_ExceptionMatches(PyExc_SystemExit)) {
             Py_CLEAR(*interrupt);
             return -1;
         }
-        PyObject *exc = take_exception();
-        if (*interrupt == NULL) {
-            *interrupt = exc;
-        }
-        else {
-            Py_XDECREF(exc);
+        keep_first(interrupt);
+        if (held) {
+            return 0;
         }
     }
     return 0;
@@ -1669,6 +1665,37 @@ kw_is(PyObject *key, PyObject *name)
     return key == name || PyUnicode_Compare(key, name) == 0;
 }
 
+/* The keyword arguments of a track (`kwvalues`, named by `kwnames`) that a compiled path
+ * handles: `kind` and `depends_on` (stored in *kind and *deps); with `regarg` (an adapter's
+ * track), `registry` (stored in *regarg) and `lib` left None; and `name`, `exit_policy`,
+ * `timeout`, `affinity` left None.  Whether the call can take the compiled path. */
+static inline int
+fast_kwargs(PyObject *const *kwvalues, PyObject *kwnames, PyObject **kind, PyObject **deps,
+            PyObject **regarg)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject *value = kwvalues[i];
+        if (kw_is(key, kw_kind)) {
+            *kind = value;
+        }
+        else if (kw_is(key, kw_depends_on)) {
+            *deps = value;
+        }
+        else if (regarg != NULL && kw_is(key, kw_registry)) {
+            *regarg = value;
+        }
+        else if (value != Py_None
+                 || !((regarg != NULL && kw_is(key, kw_lib)) || kw_is(key, kw_name)
+                      || kw_is(key, kw_exit_policy) || kw_is(key, kw_timeout)
+                      || kw_is(key, kw_affinity))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* The pure-Python Registry.track, called as track_py(facade, *args, **kwargs). */
 static PyObject *
 call_track_py(PyObject *facade, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -1709,25 +1736,9 @@ state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ss
             PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     PyObject *kind = str_handle, *deps = NULL;
-    if (nargs != 2 || !ready()) {
+    if (nargs != 2 || !ready() || !fast_kwargs(args + nargs, kwnames, &kind, &deps, NULL)) {
         goto slow;
-    }
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-        PyObject *value = args[nargs + i];
-        if (kw_is(key, kw_kind)) {
-            kind = value;
-        }
-        else if (kw_is(key, kw_depends_on)) {
-            deps = value;
-        }
-        else if (value != Py_None
-                 || !(kw_is(key, kw_name) || kw_is(key, kw_exit_policy)
-                      || kw_is(key, kw_timeout) || kw_is(key, kw_affinity))) {
-            goto slow;
-        }
     }
     PyObject *raw = args[0], *release = args[1];
     unsigned long me = PyThread_get_thread_ident();
@@ -2374,29 +2385,6 @@ forgive_an_ended_pin(PyObject *deps)
     raise_exception(exc);
 }
 
-/* The common end of both adapters' compiled tracks: while libraries are pinned (`pins` not
- * empty), the pin `release` needs (adapter_release_deps over the adapter's `table`; `foreign`
- * as there), then pointer_track.  Returns the handle, or NULL with an exception, or NULL
- * without one when the Python path must take the call (the pin is not known, the address
- * is taken, or the pin lost its last owner meanwhile: forgive_an_ended_pin). */
-static PyObject *
-adapter_pointer_track(PyObject *pins, PyObject *table, PyObject *facade, PyObject *ptr,
-                      PyObject *release, int foreign, PyObject *address, PyObject *keep,
-                      PyObject *kind)
-{
-    PyObject *deps = NULL;
-    PyObject *reg = ((FacadeObject *)facade)->state;
-    if (PyDict_GET_SIZE(pins) && !adapter_release_deps(table, release, foreign, reg, &deps)) {
-        return NULL;
-    }
-    PyObject *handle = pointer_track((RegistryObject *)reg, facade, ptr, release, address, keep,
-                                     kind, deps);
-    if (handle == NULL) {
-        forgive_an_ended_pin(deps); /* (then no exception is left: the Python path) */
-    }
-    Py_XDECREF(deps);
-    return handle;
-}
 static PyObject *cffi_plain, *cffi_uintptr, *cffi_typeof, *cffi_cast;
 /* A weak reference to the last FFI object found to make cdata of class cffi_plain (its
  * `CData`), or NULL: most programs track with one FFI, and an attribute lookup per call
@@ -2408,38 +2396,17 @@ static PyObject *cffi_last_ffi;
 typedef char *(*to_c_pointer_fn)(PyObject *, PyObject *);
 static to_c_pointer_fn cffi_to_c_pointer;
 #define CFFI_TO_C_POINTER 11
-static PyObject *str_CData, *kw_registry, *kw_lib;
+static PyObject *str_CData;
 
-/* The keyword arguments of an adapter's track (`kwvalues`, named by `kwnames`) that the
- * compiled path handles: `kind` and `registry` (stored in *kind and *regarg), an empty
- * `depends_on`, and `lib`, `name`, `exit_policy`, `timeout`, `affinity` left None.  Whether
- * the call can take the compiled path. */
+/* fast_kwargs for an adapter's track, whose `depends_on` may only be empty. */
 static int
 adapter_fast_kwargs(PyObject *const *kwvalues, PyObject *kwnames, PyObject **kind,
                     PyObject **regarg)
 {
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-        PyObject *value = kwvalues[i];
-        if (kw_is(key, kw_kind)) {
-            *kind = value;
-        }
-        else if (kw_is(key, kw_registry)) {
-            *regarg = value;
-        }
-        else if (kw_is(key, kw_depends_on)) {
-            if (!((PyTuple_CheckExact(value) || PyList_CheckExact(value)) && Py_SIZE(value) == 0)) {
-                return 0;
-            }
-        }
-        else if (value != Py_None
-                 || !(kw_is(key, kw_lib) || kw_is(key, kw_name) || kw_is(key, kw_exit_policy)
-                      || kw_is(key, kw_timeout) || kw_is(key, kw_affinity))) {
-            return 0;
-        }
-    }
-    return 1;
+    PyObject *deps = NULL;
+    return fast_kwargs(kwvalues, kwnames, kind, &deps, regarg)
+           && (deps == NULL
+               || ((PyTuple_CheckExact(deps) || PyList_CheckExact(deps)) && Py_SIZE(deps) == 0));
 }
 
 /* The registry an adapter's track owns the pointer in (`registry=` or the default one):
@@ -2465,6 +2432,35 @@ adapter_registry(PyObject *regarg, PyObject **reg)
         return 0;
     }
     return 1;
+}
+
+/* The common end of both adapters' compiled tracks: the registry (adapter_registry of
+ * `regarg`), while libraries are pinned (`pins` not empty) the pin `release` needs
+ * (adapter_release_deps over the adapter's `table`; `foreign` as there), then pointer_track.
+ * Returns the handle, or NULL with an exception, or NULL without one when the Python path
+ * must take the call (not exactly an exitsafe.Registry, the pin is not known, the address
+ * is taken, or the pin lost its last owner meanwhile: forgive_an_ended_pin). */
+static PyObject *
+adapter_pointer_track(PyObject *pins, PyObject *table, PyObject *regarg, PyObject *ptr,
+                      PyObject *release, int foreign, PyObject *address, PyObject *keep,
+                      PyObject *kind)
+{
+    PyObject *facade;
+    if (adapter_registry(regarg, &facade) != 1) {
+        return NULL;
+    }
+    PyObject *deps = NULL, *handle = NULL;
+    PyObject *reg = ((FacadeObject *)facade)->state;
+    if (!PyDict_GET_SIZE(pins) || adapter_release_deps(table, release, foreign, reg, &deps)) {
+        handle = pointer_track((RegistryObject *)reg, facade, ptr, release, address, keep, kind,
+                               deps);
+        if (handle == NULL) {
+            forgive_an_ended_pin(deps); /* (then no exception is left: the Python path) */
+        }
+    }
+    Py_XDECREF(deps);
+    Py_DECREF(facade);
+    return handle;
 }
 
 static PyObject *
@@ -2535,22 +2531,12 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         PyErr_Clear();
         goto slow;
     }
-    PyObject *reg;
-    int found = adapter_registry(regarg, &reg);
-    if (found != 1) {
-        Py_DECREF(address);
-        if (found < 0) {
-            return NULL;
-        }
-        goto slow;
-    }
     /* keep: what the release call needs referenced; the Python path keeps (ffi, lib).  A
      * Python function, builtin or method is not a cdata function of a library. */
     PyObject *handle = adapter_pointer_track(
-        cffi_pins, cffi_release_pins, reg, ptr, release,
+        cffi_pins, cffi_release_pins, regarg, ptr, release,
         !(PyFunction_Check(release) || PyCFunction_Check(release) || PyMethod_Check(release)),
         address, ffi, kind);
-    Py_DECREF(reg);
     Py_DECREF(address);
     if (handle != NULL || PyErr_Occurred()) {
         return handle;
@@ -2652,19 +2638,9 @@ ctypes_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObjec
         }
         goto slow;
     }
-    PyObject *reg;
-    int found = adapter_registry(regarg, &reg);
-    if (found != 1) {
-        Py_DECREF(address);
-        if (found < 0) {
-            return NULL;
-        }
-        goto slow;
-    }
     /* keep: nothing more (a foreign function references its library itself) */
-    PyObject *handle = adapter_pointer_track(ctypes_pins, ctypes_release_pins, reg, ptr, release,
-                                             funcptr, address, Py_None, kind);
-    Py_DECREF(reg);
+    PyObject *handle = adapter_pointer_track(ctypes_pins, ctypes_release_pins, regarg, ptr,
+                                             release, funcptr, address, Py_None, kind);
     Py_DECREF(address);
     if (handle != NULL || PyErr_Occurred()) {
         return handle;
