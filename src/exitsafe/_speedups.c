@@ -242,12 +242,6 @@ Lock_at_fork_reinit(LockObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-static PyObject *
-Lock_exit(LockObject *self, PyObject *Py_UNUSED(args))
-{
-    return Lock_release(self, NULL);
-}
-
 static PyMethodDef Lock_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS,
      "acquire(blocking=True, timeout=-1)\n--\n\nTake the lock; whether it was taken."},
@@ -258,7 +252,7 @@ static PyMethodDef Lock_methods[] = {
     {"_at_fork_reinit", (PyCFunction)Lock_at_fork_reinit, METH_NOARGS,
      "Make the lock free again (in a forked child)."},
     {"__enter__", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS, NULL},
-    {"__exit__", (PyCFunction)Lock_exit, METH_VARARGS, NULL},
+    {"__exit__", (PyCFunction)Lock_release, METH_VARARGS, NULL}, /* (its arguments ignored) */
     {NULL, NULL, 0, NULL},
 };
 
@@ -3569,20 +3563,20 @@ PyInit__speedups(void)
     if (m == NULL) {
         return NULL;
     }
-    Py_INCREF(&LockType);
-    Py_INCREF(&NodeType);
-    Py_INCREF(&RegistryType);
-    Py_INCREF(&FacadeType);
-    Py_INCREF(&LiveTableType);
-    Py_INCREF(&PointerReleaseType);
-    if (PyModule_AddObject(m, "PointerRelease", (PyObject *)&PointerReleaseType) < 0
-        || PyModule_AddObject(m, "LiveTable", (PyObject *)&LiveTableType) < 0
-        || PyModule_AddObject(m, "Lock", (PyObject *)&LockType) < 0
-        || PyModule_AddObject(m, "Node", (PyObject *)&NodeType) < 0
-        || PyModule_AddObject(m, "RegistryCore", (PyObject *)&RegistryType) < 0
-        || PyModule_AddObject(m, "RegistryBase", (PyObject *)&FacadeType) < 0) {
-        Py_DECREF(m);
-        return NULL;
+    static const struct {
+        const char *name;
+        PyTypeObject *type;
+    } exported[] = {
+        {"PointerRelease", &PointerReleaseType}, {"LiveTable", &LiveTableType},
+        {"Lock", &LockType}, {"Node", &NodeType}, {"RegistryCore", &RegistryType},
+        {"RegistryBase", &FacadeType},
+    };
+    for (size_t i = 0; i < sizeof(exported) / sizeof(exported[0]); i++) {
+        Py_INCREF(exported[i].type);
+        if (PyModule_AddObject(m, exported[i].name, (PyObject *)exported[i].type) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     return m;
 }
