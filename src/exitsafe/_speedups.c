@@ -51,6 +51,7 @@
 #define LIBRARY_ROLE 2
 #define PHASE_OPEN 0
 
+/* Py_NewRef (3.10+) for 3.9 */
 #if PY_VERSION_HEX < 0x030A0000
 static inline PyObject *
 exitsafe_new_ref(PyObject *op)
