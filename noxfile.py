@@ -16,7 +16,9 @@ Each session runs ``pytest -q -m "not repeat and not real"`` plus the arguments 
 and against the pure-Python core (``EXITSAFE_PURE_PYTHON=1``).  The pure-core pass leaves
 out the tests marked ``any_core`` (docs, source layout, the test harness: their subject does
 not depend on the core, and the compiled pass runs them).  ``--repeat`` among the arguments
-after ``--`` includes the 20x repetition runs (``nox -s tests-3.15 -- --repeat -n 2``).
+after ``--`` includes the 20x repetition runs (``nox -s tests-3.15 -- --repeat -n 2``);
+``--compiled-only`` leaves out the pure-core pass (CI, for the interpreters between the
+oldest and the main one, to keep its run well under its time bound).
 ``tests/real`` (marker ``real``) runs once, from the main interpreter, over every
 interpreter's environment itself.
 """
@@ -47,12 +49,13 @@ CORES = [
 
 def _passes(posargs: list[str]) -> list[tuple[dict[str, str], list[str]]]:
     """``(environment, pytest arguments)`` of each core's pass; ``--repeat`` in ``posargs``
-    keeps the repetition runs in."""
+    keeps the repetition runs in, ``--compiled-only`` leaves the pure-core pass out."""
     repeat = "--repeat" in posargs
-    rest = [arg for arg in posargs if arg != "--repeat"]
+    cores = CORES[:1] if "--compiled-only" in posargs else CORES
+    rest = [arg for arg in posargs if arg not in ("--repeat", "--compiled-only")]
     return [
         (env, [*PYTEST, "-m", marks if repeat else f"not repeat and {marks}", *rest])
-        for env, marks in CORES
+        for env, marks in cores
     ]
 
 nox.options.reuse_existing_virtualenvs = True
