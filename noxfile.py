@@ -17,8 +17,8 @@ and against the pure-Python core (``EXITSAFE_PURE_PYTHON=1``).  The pure-core pa
 out the tests marked ``any_core`` (docs, source layout, the test harness: their subject does
 not depend on the core, and the compiled pass runs them).  ``--repeat`` among the arguments
 after ``--`` includes the 20x repetition runs (``nox -s tests-3.15 -- --repeat -n 2``);
-``--compiled-only`` leaves out the pure-core pass (CI, for the interpreters between the
-oldest and the main one, to keep its run well under its time bound).
+``--compiled-only`` leaves out the pure-core pass (CI, for the local interpreters between
+the oldest and the newest, to keep its run well under its time bound).
 ``tests/real`` (marker ``real``) runs once, from the main interpreter, over every
 interpreter's environment itself.
 """
