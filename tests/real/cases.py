@@ -482,7 +482,8 @@ CASES = [
         # or, seen once in CI on 3.13, the receiver's ContextTerminated and then ``term()``
         # waiting for ever for the socket whose close raced with the receiver's recv)
         # crash-at-exit: the receiver's exception printed while the interpreter finalized,
-        # and CPython aborted on stderr's buffer lock (_enter_buffered_busy: CI, 3.14.10)
+        # and CPython aborted on stderr's buffer lock (CI, 3.14.10): the diagnosis's
+        # headline names it ("<stderr>'s lock was held by another thread")
         kinds=("native-fatal", "thread-exception", "hang-in-atexit", "crash-at-exit"),
     ),
     Case(

@@ -148,10 +148,32 @@ def crash_after(result: ExitResult) -> Optional[Diagnosis]:
         (fatal is not None and (fatal.during_finalization or not fatal.top_frames))
         or any(f.function == "__del__" for f in frames)
     ):
+        stream = _stream_held(fatal.message) if fatal is not None else None
+        cause = (
+            f": CPython aborted because {stream}'s lock was held by another thread (a"
+            " daemon thread writing to it when the interpreter finalized)"
+            if stream is not None else ""
+        )
         return make_diagnosis(
             "crash-at-exit",
-            f"crash at exit{where} ({crash}), with no exitsafe teardown traced",
+            f"crash at exit{where} ({crash}), with no exitsafe teardown traced{cause}",
             details,
             "crash-at-exit-thread" if daemons else None,
         )
     return None
+
+
+#: CPython's fatal error when the finalizing thread cannot take a buffered stream's lock
+#: (``_io``'s ``_enter_buffered_busy``): the lock's holder is a daemon thread frozen by the
+#: finalization while it wrote.
+_STREAM_BUSY = "_enter_buffered_busy: could not acquire lock for "
+
+
+def _stream_held(message: str) -> Optional[str]:
+    """The stream named by CPython's ``_enter_buffered_busy`` fatal error (``<stderr>``),
+    or ``None`` for any other message."""
+    if not message.startswith(_STREAM_BUSY):
+        return None
+    rest = message[len(_STREAM_BUSY):]
+    start, end = rest.find("name='"), rest.find("'>")
+    return rest[start + 6:end] if 0 <= start < end else "a buffered stream"
