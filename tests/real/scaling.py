@@ -14,6 +14,21 @@ from exitsafe.testing import ExitResult, run
 from .cases import Case, RealEnv, real_envs
 from .conftest import environment_for
 
+#: The interpreters between the oldest and the newest local ones (pyenv's, the main one
+#: included), where a series of runs looking for a race (pools, dask, Ray tasks) makes at
+#: most `BETWEEN_RUNS` runs: each path is still seen to end as it must there.  Every other
+#: interpreter (3.9, 3.13, Debian sid's 3.14 and 3.15) makes the series' whole count: the
+#: oldest and the newest carry the frameworks' oldest and newest releases (Ray 2.51 and
+#: 2.60, distributed 2024.8 and 2026.8), and the 3.14 change of the default start method.
+#: The whole count everywhere would add about 6 minutes to CI's run.
+BETWEEN = ("3.10", "3.11", "3.12")
+BETWEEN_RUNS = 2
+
+
+def runs_on(version: str, runs: int) -> int:
+    """How many of a series' ``runs`` are made on CPython ``version`` (see `BETWEEN`)."""
+    return min(runs, BETWEEN_RUNS) if version in BETWEEN else runs
+
 
 def per_end_case(program: str, end: str, runs: int, **fields: Any) -> Case:
     """The case of ``program`` (in ``programs/``) with its workers ended by ``end``, id

@@ -15,7 +15,8 @@ understood, so each path has its own runs.)
 * protected (the recipe: a ``WorkerPlugin`` whose ``setup`` calls
   ``teardown_on_signals("SIGTERM", mode="immediate")``): the worker ended by
   ``client.restart()`` and those sent SIGTERM (from outside, or by the nanny's memory
-  monitor) run their teardown, 10 runs of 10.  A crash
+  monitor) run their teardown, 10 runs of 10 (2 of 2 on the interpreters between the
+  oldest and the newest local ones, ``scaling.BETWEEN``).  A crash
   (``os._exit``) runs nothing, with or without it;
 * bounded (docs/scaling.md's "bounded" column): each worker also adopts, before its shard,
   an object whose close never returns (``SHARD_HANG=1``).  With
@@ -39,7 +40,13 @@ from exitsafe.testing import ExitResult
 
 from .cases import Case
 from .conftest import versions
-from .scaling import assert_ends, per_end_case, run_two_at_a_time, shard_environment
+from .scaling import (
+    assert_ends,
+    per_end_case,
+    run_two_at_a_time,
+    runs_on,
+    shard_environment,
+)
 
 #: how each worker ends -> (shard readable, ledger records it released)
 UNPROTECTED = {"restart": (True, True), "sigterm": (False, False), "crash": (False, False),
@@ -103,8 +110,9 @@ def test_dask_workers_teardown_per_path(
     case: Case, expected: dict, version: str, tmp_path: Path
 ) -> None:
     env, shard_format = shard_environment(version, case)
-    results = run_two_at_a_time(case.script, case.runs, tmp_path, python=env.python,
-                                timeout=case.timeout, env={**dict(case.env or ()), **shard_format})
+    results = run_two_at_a_time(case.script, runs_on(version, case.runs), tmp_path,
+                                python=env.python, timeout=case.timeout,
+                                env={**dict(case.env or ()), **shard_format})
     want = {how: expected[how] for how in (dict(case.env or ())["DASK_END"], "close")}
     assert_ends(results, f"{case.program} on CPython {version}", ended, want,
                 "each worker's end -> (shard readable, ledger released)")

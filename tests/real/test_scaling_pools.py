@@ -2,8 +2,9 @@
 way a worker of ``multiprocessing.Pool`` or ``concurrent.futures.ProcessPoolExecutor`` ends
 where exitsafe's teardown can run (by itself, or with the initializer recipe), every
 worker's HDF5 shard reads back and its own ledger says ``released_at_exit``, 10 runs of 10
-on every interpreter with h5py (``programs/h5py_process_pools.py``), or with pyarrow (a
-Parquet shard instead: CPython 3.15, see ``scaling.shard_environment``).
+(2 of 2 on the interpreters between the oldest and the newest local ones,
+``scaling.BETWEEN``) on every interpreter with h5py (``programs/h5py_process_pools.py``),
+or with pyarrow (a Parquet shard instead: CPython 3.15, see ``scaling.shard_environment``).
 
 ``with Pool(...)`` right after the work (terminate while workers may be going idle) is the
 ``h5py-pool-terminate`` case of ``cases.py``; the crashed worker's own shard is never
@@ -21,7 +22,7 @@ from exitsafe.testing import ExitResult
 
 from .cases import PROGRAMS, Case
 from .conftest import versions
-from .scaling import run_two_at_a_time, shard_environment
+from .scaling import run_two_at_a_time, runs_on, shard_environment
 
 PROGRAM = PROGRAMS / "h5py_process_pools.py"
 RUNS = 10
@@ -66,13 +67,14 @@ def test_every_worker_shard_reads_back(
     engine: str, end: str, version: str, tmp_path: Path
 ) -> None:
     env, shard_format = shard_environment(version, H5PY)
-    results = run_two_at_a_time(PROGRAM, RUNS, tmp_path, python=env.python,
+    runs = runs_on(version, RUNS)
+    results = run_two_at_a_time(PROGRAM, runs, tmp_path, python=env.python,
                                 timeout=H5PY.timeout, args=[engine, end],
                                 env={"EXITSAFE_LEDGER": "ledger-{pid}.json", **shard_format})
     for attempt, result in enumerate(results):
         assert passed(result, end), (
             f"{PROGRAM.name} {engine} {end} on CPython {version}, run {attempt + 1} of "
-            f"{RUNS}: {result.summary()}\nstdout:\n{result.stdout}\n\n{result.report()}"
+            f"{runs}: {result.summary()}\nstdout:\n{result.stdout}\n\n{result.report()}"
         )
 
 
@@ -94,8 +96,9 @@ def test_a_release_that_hangs_is_bounded_in_every_worker(
     ``leaked_timeout`` and the shard ``released_at_exit`` (the program checks both).
     Without the bound the workers never end (measured: the parent's join waits for ever)."""
     env, shard_format = shard_environment(version, H5PY)
+    runs = runs_on(version, RUNS)
     results = run_two_at_a_time(
-        PROGRAM, RUNS, tmp_path, python=env.python, timeout=H5PY.timeout,
+        PROGRAM, runs, tmp_path, python=env.python, timeout=H5PY.timeout,
         args=[engine, end, "--hang"],
         env={"EXITSAFE_LEDGER": "ledger-{pid}.json", "EXITSAFE_TEARDOWN_TIMEOUT": HANG_BOUND,
              **shard_format},
@@ -103,7 +106,7 @@ def test_a_release_that_hangs_is_bounded_in_every_worker(
     for attempt, result in enumerate(results):
         assert passed(result, end), (
             f"{PROGRAM.name} {engine} {end} --hang on CPython {version}, run {attempt + 1} "
-            f"of {RUNS}: {result.summary()}\nstdout:\n{result.stdout}\n\n{result.report()}"
+            f"of {runs}: {result.summary()}\nstdout:\n{result.stdout}\n\n{result.report()}"
         )
         assert result.stderr.count("'stuck' release still running after") >= 1, result.stderr
 

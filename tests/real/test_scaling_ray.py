@@ -18,8 +18,8 @@ One driver run covers every way (a Ray node and nine actors take 10-15 s to star
 on an idle 2-core machine; two runs at a time, about 24 s a run).  10 runs on CPython 3.9
 and 3.13, which cover both Ray versions (2.51, the newest for 3.9, and the one every newer
 interpreter gets); 2 runs on the others (the same Ray as 3.13), keeping the file to about
-7 minutes of CI with the task workers' runs (10 on every interpreter: 4-6 s a run) and the
-bounded ones.
+5 minutes of CI with the task workers' runs (4-6 s a run: 10 runs, 2 on the interpreters
+between the oldest and the newest local ones, ``scaling.BETWEEN``) and the bounded ones.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from exitsafe.testing import ExitResult
 
 from .cases import Case
 from .conftest import environment_for, versions
-from .scaling import assert_ends, run_two_at_a_time
+from .scaling import assert_ends, run_two_at_a_time, runs_on
 
 #: the interpreters with the actor driver's full 10 runs (see the docstring); the others get 2
 FULL_RUNS = ("3.9", "3.13")
@@ -131,10 +131,11 @@ TASK_ENDS: dict[str, Optional[tuple[bool, bool]]] = {
 def test_ray_task_workers_teardown_per_path(version: str, tmp_path: Path) -> None:
     """Tasks (``programs/ray_task_shards.py``): a worker that keeps what its task adopted
     tears it down only where it exits normally, after a ``max_calls=1`` task; Ray
-    force-exits it on ``ray.cancel(force=True)`` and at ``ray.shutdown()``.  10 runs on
-    every interpreter (a run takes 4-6 s)."""
+    force-exits it on ``ray.cancel(force=True)`` and at ``ray.shutdown()``.  10 runs (a
+    run takes 4-6 s), 2 on the interpreters between the oldest and the newest local ones
+    (``scaling.BETWEEN``)."""
     env = environment_for(version, TASKS)
-    runs = TASKS.runs
+    runs = runs_on(version, TASKS.runs)
     results = run_two_at_a_time(TASKS.script, runs, tmp_path, python=env.python,
                                 timeout=TASKS.timeout, keep_stdout=True)
     assert_ends(
@@ -159,12 +160,12 @@ def test_a_release_that_hangs_is_bounded_in_ray_workers(
     Every worker whose teardown runs (a graceful end, the recipe's) closes its shard,
     abandons the hanging close at the bound and exits: the same ends as without it, and
     each such worker's ledger also records the object ``leaked_timeout`` (``shards.released``
-    checks both).  The task driver runs 10 times, as in its test above; the actor driver
+    checks both).  The task driver runs as often as in its test above; the actor driver
     (nine actors, six of them torn down, about 25 s a run) twice on every interpreter."""
     case = CASE if program == "actors" else TASKS
     env = environment_for(version, case)
     script = CASE.protected_script if program == "actors" else TASKS.script
-    runs = 2 if program == "actors" else TASKS.runs
+    runs = 2 if program == "actors" else runs_on(version, TASKS.runs)
     results = run_two_at_a_time(script, runs, tmp_path, python=env.python,
                                 timeout=case.timeout, keep_stdout=True, env=BOUNDED)
     if program == "actors":
