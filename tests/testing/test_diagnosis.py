@@ -999,14 +999,23 @@ def test_a_native_crash_at_exit_with_a_daemon_thread_running_gets_the_thread_rec
         assert not named
 
 
-def test_an_interpreter_abort_at_exit_possibly_due_to_daemon_threads_gets_the_thread_recipe():
+@pytest.mark.parametrize(
+    ("lock_of", "named"),
+    [
+        ("<_io.BufferedWriter name='<stdout>'>", "<stdout>'s lock"),
+        ("<_io.BufferedWriter>", "a buffered stream's lock"),  # (no name printed)
+    ],
+)
+def test_an_interpreter_abort_at_exit_possibly_due_to_daemon_threads_gets_the_thread_recipe(
+    lock_of: str, named: str
+):
     # the interpreter's own fatal error (not a bare abort: not taken for the thread's
-    # crash) with the daemon thread listed at exit: crash-at-exit, and its thread recipe
+    # crash) with the daemon thread listed at exit: crash-at-exit, and its thread recipe;
+    # the headline names the stream whose lock the thread held
     own = _BARE_ABORT.replace(
         "Fatal Python error: Aborted",
-        "Fatal Python error: _enter_buffered_busy: could not acquire lock for"
-        " <_io.BufferedWriter name='<stdout>'> at interpreter shutdown, possibly due to"
-        " daemon threads",
+        f"Fatal Python error: _enter_buffered_busy: could not acquire lock for {lock_of}"
+        " at interpreter shutdown, possibly due to daemon threads",
     )
     result = ExitResult.from_output(
         ["python", "play.py"], -6, "", own, exit_phase="finalizing 0x1"
@@ -1015,22 +1024,7 @@ def test_an_interpreter_abort_at_exit_possibly_due_to_daemon_threads_gets_the_th
     assert diagnosis is not None and diagnosis.kind == "crash-at-exit", result.report()
     assert (diagnosis.hint, diagnosis.doc) == HINTS["crash-at-exit-thread"]
     assert any("daemon thread 'player'" in d for d in diagnosis.details)
-    # the headline names the stream whose lock the thread held
-    assert "<stdout>'s lock was held by another thread" in diagnosis.headline
-
-
-def test_a_crash_at_exit_of_another_fatal_error_names_no_stream():
-    other = _BARE_ABORT.replace(
-        "Fatal Python error: Aborted",
-        "Fatal Python error: _enter_buffered_busy: could not acquire lock for"
-        " something else",
-    )
-    result = ExitResult.from_output(
-        ["python", "play.py"], -6, "", other, exit_phase="finalizing 0x1"
-    )
-    diagnosis = result.diagnosis
-    assert diagnosis is not None and diagnosis.kind == "crash-at-exit", result.report()
-    assert "a buffered stream's lock was held" in diagnosis.headline
+    assert f"{named} was held by another thread" in diagnosis.headline
 
 
 def test_a_child_record_left_half_written_is_not_read(tmp_path: Path) -> None:
