@@ -1317,6 +1317,69 @@ record_released(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject *
     return 0;
 }
 
+/* `release_one` of a node the Python release chain must release (see needs_python):
+ * its error kept in *error if it is the first (an interrupt replaces any).  Returns -1
+ * on an internal failure. */
+static int
+release_in_python(NodeObject *n, PyObject **error)
+{
+    PyObject *interrupt = NULL, *arg = (PyObject *)n;
+    PyObject *r = call_until_done(release_chain_py, &arg, 1, &interrupt);
+    if (r == NULL) {
+        Py_XDECREF(interrupt);
+        return -1;
+    }
+    if (interrupt != NULL) { /* (raised rather than a release function's error) */
+        Py_DECREF(r);
+        Py_XSETREF(*error, interrupt);
+    }
+    else if (r != Py_None && *error == NULL) {
+        *error = r;
+    }
+    else {
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* `release_one` after the release function of `n` raised (the exception set): recorded by
+ * the Python `_release_failed`, which also goes on with what it frees; the exception kept
+ * in *error if it is the first (an interrupt while recording replaces any).  Returns -1
+ * on an internal failure. */
+static int
+release_fn_failed(NodeObject *n, PyObject **error)
+{
+    PyObject *exc = take_exception();
+    /* the parents it frees are claimed into `freed`, kept across the tries */
+    PyObject *freed = PyList_New(0);
+    PyObject *interrupt = NULL;
+    PyObject *fargs[3] = {(PyObject *)n, exc, freed};
+    PyObject *done = freed ? call_until_done(release_failed_py, fargs, 3, &interrupt) : NULL;
+    Py_XDECREF(freed);
+    if (done == NULL) {
+        Py_DECREF(exc);
+        Py_XDECREF(interrupt);
+        return -1;
+    }
+    if (interrupt != NULL) {
+        Py_DECREF(done);
+        done = interrupt;
+    }
+    if (done != Py_None) { /* an interrupt while recording it: raised, not an error */
+        Py_XSETREF(*error, done);
+        Py_DECREF(exc);
+        return 0;
+    }
+    Py_DECREF(done);
+    if (*error == NULL) {
+        *error = exc;
+    }
+    else {
+        Py_DECREF(exc);
+    }
+    return 0;
+}
+
 /* Release one claimed node: its release function outside the lock, then its record.
  * Parents it frees are appended to `ready` (claimed).  A failure of the release function
  * is recorded by the Python `_release_failed` (which also goes on with what it frees)
@@ -1326,23 +1389,7 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
             PyObject **error)
 {
     if (needs_python(n)) {
-        PyObject *interrupt = NULL, *arg = (PyObject *)n;
-        PyObject *r = call_until_done(release_chain_py, &arg, 1, &interrupt);
-        if (r == NULL) {
-            Py_XDECREF(interrupt);
-            return -1;
-        }
-        if (interrupt != NULL) { /* (raised rather than a release function's error) */
-            Py_DECREF(r);
-            Py_XSETREF(*error, interrupt);
-        }
-        else if (r != Py_None && *error == NULL) {
-            *error = r;
-        }
-        else {
-            Py_DECREF(r);
-        }
-        return 0;
+        return release_in_python(n, error);
     }
     PyObject *fn = n->fn, *raw = n->raw;
     if (fn == NULL || raw == NULL) {
@@ -1355,36 +1402,7 @@ release_one(RegistryObject *reg, NodeObject *n, unsigned long me, PyObject **rea
     Py_DECREF(fn);
     Py_DECREF(raw);
     if (r == NULL) {
-        PyObject *exc = take_exception();
-        /* the parents it frees are claimed into `freed`, kept across the tries */
-        PyObject *freed = PyList_New(0);
-        PyObject *interrupt = NULL;
-        PyObject *fargs[3] = {(PyObject *)n, exc, freed};
-        PyObject *done = freed ? call_until_done(release_failed_py, fargs, 3, &interrupt)
-                               : NULL;
-        Py_XDECREF(freed);
-        if (done == NULL) {
-            Py_DECREF(exc);
-            Py_XDECREF(interrupt);
-            return -1;
-        }
-        if (interrupt != NULL) {
-            Py_DECREF(done);
-            done = interrupt;
-        }
-        if (done != Py_None) { /* an interrupt while recording it: raised, not an error */
-            Py_XSETREF(*error, done);
-            Py_DECREF(exc);
-            return 0;
-        }
-        Py_DECREF(done);
-        if (*error == NULL) {
-            *error = exc;
-        }
-        else {
-            Py_DECREF(exc);
-        }
-        return 0;
+        return release_fn_failed(n, error);
     }
     Py_DECREF(r);
     if (*ready == NULL && PyTuple_GET_SIZE(n->parents)) {
@@ -1724,28 +1742,14 @@ call_track_py(PyObject *facade, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return r;
 }
 
-/* The compiled Registry.track: `self` is the registry's state, `facade` the public
- * Registry it is the state of (the Python path is called as Registry.track(facade, ...)). */
-static PyObject *
-state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ssize_t nargsf,
-            PyObject *kwnames)
+/* The parents of a compiled track, from its depends_on (`deps`; NULL: not given): a
+ * handle, or a tuple or list of up to 8 distinct handles, of `self` and not hooks.
+ * Returns 1 with *out a new tuple of them; 0 for anything else (duplicates, objects to
+ * resolve, other iterables...), which the Python path checks and explains; -1 on an
+ * error. */
+static int
+track_parents(RegistryObject *self, PyObject *deps, PyObject **out)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *kind = str_handle, *deps = NULL;
-    if (nargs != 2 || !ready() || !fast_kwargs(args + nargs, kwnames, &kind, &deps, NULL)) {
-        goto slow;
-    }
-    PyObject *raw = args[0], *release = args[1];
-    unsigned long me = PyThread_get_thread_ident();
-    if (!PyUnicode_CheckExact(kind) || !PyCallable_Check(release)
-        || LOAD(self->phase) != PHASE_OPEN || LOAD(the_lock->owner) == me
-        || self->live == NULL || Py_TYPE(self->live) != &LiveTableType
-        || self->records == NULL || !PyList_CheckExact(self->records)) {
-        goto slow;
-    }
-    /* depends_on: a handle, or a tuple or list of up to 8 distinct handles, of this
-     * registry and not hooks; anything else (duplicates, objects to resolve, other
-     * iterables...) is checked and explained by the Python path. */
     PyObject *parents;
     if (deps == NULL || ((PyTuple_CheckExact(deps) || PyList_CheckExact(deps))
                          && Py_SIZE(deps) == 0)) {
@@ -1757,7 +1761,7 @@ state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ss
     else if ((PyTuple_CheckExact(deps) || PyList_CheckExact(deps)) && Py_SIZE(deps) <= 8) {
         parents = PyTuple_CheckExact(deps) ? (Py_INCREF(deps), deps) : PyList_AsTuple(deps);
         if (parents == NULL) {
-            return NULL;
+            return -1;
         }
         Py_ssize_t count = PyTuple_GET_SIZE(parents);
         for (Py_ssize_t i = 0; i < count; i++) {
@@ -1768,24 +1772,33 @@ state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ss
             }
             if (!distinct) {
                 Py_DECREF(parents);
-                goto slow;
+                return 0;
             }
         }
     }
     else {
-        goto slow;
+        return 0;
     }
     if (parents == NULL) {
-        return NULL;
+        return -1;
     }
-    Py_ssize_t nparents = PyTuple_GET_SIZE(parents);
-    for (Py_ssize_t i = 0; i < nparents; i++) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parents); i++) {
         NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, i);
         if (parent->registry != (PyObject *)self || ival(parent->role) == HOOK_ROLE) {
             Py_DECREF(parents);
-            goto slow;
+            return 0;
         }
     }
+    *out = parents;
+    return 1;
+}
+
+/* A new node for a compiled track, not registered yet, holding one owner; it takes the
+ * reference to `parents` (released when NULL is returned). */
+static NodeObject *
+new_tracked_node(RegistryObject *self, PyObject *raw, PyObject *release, PyObject *kind,
+                 PyObject *parents, unsigned long me)
+{
     NodeObject *node = (NodeObject *)handle_type->tp_alloc(handle_type, 0);
     if (node == NULL) {
         Py_DECREF(parents);
@@ -1806,37 +1819,101 @@ state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ss
     iset(&node->borrows, 0);
     node->gen = (int)generation;
     node->thread_id = me;
-    if (enter_section(me) < 0) {
-        /* interrupted while waiting (a KeyboardInterrupt): never registered, so its
-         * finalizer must not release what the caller still owns */
-        iset(&node->refs, 0);
-        iset(&node->state, 3);
+    return node;
+}
+
+/* Drop a node that was never registered (refused, or interrupted before): its finalizer
+ * must not release what the caller still owns. */
+static void
+drop_unregistered(NodeObject *node)
+{
+    iset(&node->refs, 0);
+    iset(&node->state, 3);
+    Py_DECREF(node);
+}
+
+/* The end of a compiled track that found its registry closed once in its section (the
+ * lock already dropped): recorded as the Python path does; the node, or NULL. */
+static PyObject *
+track_after_close(RegistryObject *self, NodeObject *node, int leaf)
+{
+    PyObject *r = call2(registered_after_close_py, (PyObject *)self, (PyObject *)node);
+    if (r == NULL) {
         Py_DECREF(node);
         return NULL;
     }
-    if (self->phase != PHASE_OPEN) {
-        /* closed meanwhile: recorded as the Python path does */
+    Py_DECREF(r);
+    if (after_call(leaf) < 0) { /* the Python path's: see state_track */
+        Py_DECREF(node);
+        return NULL;
+    }
+    return (PyObject *)node;
+}
+
+/* Queued work run after a registration raised: track() raises it, and its caller, who
+ * never gets the handle, still owns the object (Registry._undo_track detaches the node).
+ * Returns NULL with that error set. */
+static PyObject *
+track_undone(NodeObject *node)
+{
+    PyObject *exc = take_exception();
+    PyObject *again = NULL, *arg = (PyObject *)node;
+    PyObject *r = call_until_done(undo_track_py, &arg, 1, &again);
+    if (r == NULL) { /* (a second error: reported, the first one is raised) */
+        PyErr_WriteUnraisable((PyObject *)node);
+    }
+    Py_XDECREF(r);
+    Py_XDECREF(again); /* (the error in flight is raised) */
+    Py_DECREF(node);
+    raise_exception(exc);
+    return NULL;
+}
+
+/* The compiled Registry.track: `self` is the registry's state, `facade` the public
+ * Registry it is the state of (the Python path is called as Registry.track(facade, ...)). */
+static PyObject *
+state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ssize_t nargsf,
+            PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *kind = str_handle, *deps = NULL, *parents = NULL;
+    if (nargs != 2 || !ready() || !fast_kwargs(args + nargs, kwnames, &kind, &deps, NULL)) {
+        goto slow;
+    }
+    PyObject *raw = args[0], *release = args[1];
+    unsigned long me = PyThread_get_thread_ident();
+    if (!PyUnicode_CheckExact(kind) || !PyCallable_Check(release)
+        || LOAD(self->phase) != PHASE_OPEN || LOAD(the_lock->owner) == me
+        || self->live == NULL || Py_TYPE(self->live) != &LiveTableType
+        || self->records == NULL || !PyList_CheckExact(self->records)) {
+        goto slow;
+    }
+    int found = track_parents(self, deps, &parents);
+    if (found <= 0) {
+        if (found < 0) {
+            return NULL;
+        }
+        goto slow;
+    }
+    Py_ssize_t nparents = PyTuple_GET_SIZE(parents);
+    NodeObject *node = new_tracked_node(self, raw, release, kind, parents, me);
+    if (node == NULL) {
+        return NULL;
+    }
+    if (enter_section(me) < 0) { /* interrupted while waiting (a KeyboardInterrupt) */
+        drop_unregistered(node);
+        return NULL;
+    }
+    if (self->phase != PHASE_OPEN) { /* closed meanwhile */
         lock_drop(the_lock);
-        PyObject *r = call2(registered_after_close_py, (PyObject *)self, (PyObject *)node);
-        if (r == NULL) {
-            Py_DECREF(node);
-            return NULL;
-        }
-        Py_DECREF(r);
-        if (after_call(nparents == 0) < 0) { /* the Python path's: see below */
-            Py_DECREF(node);
-            return NULL;
-        }
-        return (PyObject *)node;
+        return track_after_close(self, node, nparents == 0);
     }
     for (Py_ssize_t i = 0; i < nparents; i++) {
         NodeObject *parent = (NodeObject *)PyTuple_GET_ITEM(parents, i);
         if (ival(parent->state) != LIVE || ival(parent->refs) <= 0) {
             /* no longer usable: the Python path explains it (HandleClosedError) */
             lock_drop(the_lock);
-            iset(&node->refs, 0);
-            iset(&node->state, 3);
-            Py_DECREF(node);
+            drop_unregistered(node);
             goto slow;
         }
     }
@@ -1853,27 +1930,13 @@ state_track(RegistryObject *self, PyObject *facade, PyObject *const *args, Py_ss
     }
     lock_drop(the_lock);
     if (failed) {
-        iset(&node->refs, 0); /* never registered: its finalizer must not release it */
-        iset(&node->state, 3);
-        Py_DECREF(node);
+        drop_unregistered(node);
         return NULL;
     }
     /* as the Python path: this thread's queued affine releases run after a handle with no
      * parents only (the registration of one with parents runs only the deferred work) */
     if (after_call(nparents == 0) < 0) {
-        /* queued work raised: track() raises it, and its caller, who never gets the
-         * handle, still owns the object (Registry._undo_track detaches the node) */
-        PyObject *exc = take_exception();
-        PyObject *again = NULL, *arg = (PyObject *)node;
-        PyObject *r = call_until_done(undo_track_py, &arg, 1, &again);
-        if (r == NULL) { /* (a second error: reported, the first one is raised) */
-            PyErr_WriteUnraisable((PyObject *)node);
-        }
-        Py_XDECREF(r);
-        Py_XDECREF(again); /* (the error in flight is raised) */
-        Py_DECREF(node);
-        raise_exception(exc);
-        return NULL;
+        return track_undone(node);
     }
     return (PyObject *)node;
 
@@ -2458,6 +2521,38 @@ adapter_pointer_track(PyObject *pins, PyObject *table, PyObject *regarg, PyObjec
     return handle;
 }
 
+/* Whether `ffi` is an FFI the cffi adapter accepted (its type) whose cdata class is
+ * `plain`, the pointer's: 1, else 0 (no error set).  The last one found is remembered. */
+static int
+cffi_known_ffi(PyObject *ffi, PyObject *plain)
+{
+    PyObject *last = cffi_last_ffi ? weak_target(cffi_last_ffi) : NULL;
+    Py_XDECREF(last); /* compared by identity only: ffi is alive (an argument) */
+    if (last == ffi) {
+        return 1;
+    }
+    if (PySet_Contains(cffi_ffi_types, (PyObject *)Py_TYPE(ffi)) != 1) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *cdata_class = PyObject_GetAttr(ffi, str_CData);
+    Py_XDECREF(cdata_class); /* compared by identity only; the class lives on */
+    if (cdata_class != plain) {
+        PyErr_Clear();
+        return 0;
+    }
+#ifndef Py_GIL_DISABLED
+    /* (without the GIL another thread could be reading the reference replaced here:
+     * there, every call looks the class up) */
+    PyObject *ref = PyWeakref_NewRef(ffi, NULL);
+    if (ref == NULL) {
+        PyErr_Clear(); /* an FFI without weak references: checked at every call */
+    }
+    Py_XSETREF(cffi_last_ffi, ref);
+#endif
+    return 1;
+}
+
 static PyObject *
 cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
@@ -2476,28 +2571,8 @@ cffi_track(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     }
     /* the checks the adapter learnt: an FFI it accepted, whose cdata class is that of the
      * pointer, and a C type it accepted; any failure or error: the Python path explains */
-    PyObject *last = cffi_last_ffi ? weak_target(cffi_last_ffi) : NULL;
-    Py_XDECREF(last); /* compared by identity only: ffi is alive (an argument) */
-    if (last != ffi) {
-        if (PySet_Contains(cffi_ffi_types, (PyObject *)Py_TYPE(ffi)) != 1) {
-            PyErr_Clear();
-            goto slow;
-        }
-        PyObject *cdata_class = PyObject_GetAttr(ffi, str_CData);
-        Py_XDECREF(cdata_class); /* compared by identity only; the class lives on */
-        if (cdata_class != plain) {
-            PyErr_Clear();
-            goto slow;
-        }
-#ifndef Py_GIL_DISABLED
-        /* (without the GIL another thread could be reading the reference replaced here:
-         * there, every call looks the class up) */
-        PyObject *ref = PyWeakref_NewRef(ffi, NULL);
-        if (ref == NULL) {
-            PyErr_Clear(); /* an FFI without weak references: checked at every call */
-        }
-        Py_XSETREF(cffi_last_ffi, ref);
-#endif
+    if (!cffi_known_ffi(ffi, plain)) {
+        goto slow;
     }
     PyObject *ctype = PyObject_Vectorcall(cffi_typeof, &ptr, 1, NULL);
     int pointer = ctype ? PySet_Contains(cffi_pointer_ctypes, ctype) : -1;
@@ -3187,39 +3262,22 @@ plan_slot(PlanSlot *slots, size_t mask, PyObject *node, int insert)
     }
 }
 
-static PyObject *
-plan_teardown_order(PyObject *module, PyObject *arg)
+/* Read the parents of each of `items` (n nodes) into parents_of (strong references) and
+ * count the edges into *edges.  Returns 0 when the Python function must plan instead (an
+ * item that is not a compiled node, a role or parents of an unexpected type), else 1. */
+static int
+plan_read(PyObject **items, Py_ssize_t n, PyObject **parents_of, size_t *edges)
 {
-    PyObject *seq = PySequence_Fast(arg, "teardown_order() needs a sequence of nodes");
-    if (seq == NULL) {
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    size_t room = (size_t)(n > 0 ? n : 1);
-    PyObject **parents_of = PyMem_Calloc(room, sizeof(PyObject *)); /* read once, strong */
-    Py_ssize_t *stack = PyMem_Malloc(sizeof(Py_ssize_t) * room * 3);
-    PlanSlot *slots = NULL;
-    size_t mask = 0;
-    PyObject *order = NULL;
-    int fallback = 0;
-    if (parents_of == NULL || stack == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    size_t edges = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *node = items[i];
         if (!PyObject_TypeCheck(node, &NodeType)) {
-            fallback = 1;
-            goto done;
+            return 0;
         }
         NodeObject *nd = (NodeObject *)node;
         long role = ival(nd->role);
         if (role < HOOK_ROLE || role > LIBRARY_ROLE) {
             PyErr_Clear(); /* (a role that is not an int) */
-            fallback = 1;
-            goto done;
+            return 0;
         }
 #ifdef Py_GIL_DISABLED
         /* another thread finishing a release may replace the tuple meanwhile: read it as
@@ -3234,41 +3292,45 @@ plan_teardown_order(PyObject *module, PyObject *arg)
 #endif
         parents_of[i] = parents;
         if (parents == NULL || !PyTuple_CheckExact(parents)) {
-            fallback = 1;
-            goto done;
+            return 0;
         }
-        edges += (size_t)PyTuple_GET_SIZE(parents);
+        *edges += (size_t)PyTuple_GET_SIZE(parents);
     }
-    if (edges) {
-        /* the nodes named as parents: their dependents among `nodes`, their index there */
-        size_t cap = 8;
-        while (cap < edges * 2) {
-            cap <<= 1;
-        }
-        mask = cap - 1;
-        slots = PyMem_Calloc(cap, sizeof(PlanSlot));
-        if (slots == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *parents = parents_of[i];
-            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(parents); j++) {
-                plan_slot(slots, mask, PyTuple_GET_ITEM(parents, j), 1)->count++;
-            }
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PlanSlot *slot = plan_slot(slots, mask, items[i], 0);
-            if (slot != NULL) {
-                if (slot->index >= 0) { /* given twice: the Python function decides */
-                    fallback = 1;
-                    goto done;
-                }
-                slot->index = i;
-            }
+    return 1;
+}
+
+/* Fill `slots` (a table of mask + 1 entries) with the nodes named as parents: their
+ * dependents among `items`, their index there.  Returns 0 when a node is given twice
+ * (the Python function decides), else 1. */
+static int
+plan_index(PlanSlot *slots, size_t mask, PyObject **items, Py_ssize_t n,
+           PyObject **parents_of)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *parents = parents_of[i];
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(parents); j++) {
+            plan_slot(slots, mask, PyTuple_GET_ITEM(parents, j), 1)->count++;
         }
     }
-    /* three stacks of indices (hooks, handles, libraries) in one array of 3n */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PlanSlot *slot = plan_slot(slots, mask, items[i], 0);
+        if (slot != NULL) {
+            if (slot->index >= 0) {
+                return 0;
+            }
+            slot->index = i;
+        }
+    }
+    return 1;
+}
+
+/* The order itself: a node is placed once none of its dependents among `items` is left,
+ * hooks first, then handles, then libraries, each kind newest ready first (three stacks
+ * of indices in `stack`, an array of 3n).  A new list, or NULL with an error set. */
+static PyObject *
+plan_place(PyObject **items, Py_ssize_t n, PyObject **parents_of, PlanSlot *slots,
+           size_t mask, Py_ssize_t *stack)
+{
     Py_ssize_t *stacks[3] = {stack, stack + n, stack + 2 * n};
     Py_ssize_t depth[3] = {0, 0, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -3278,9 +3340,9 @@ plan_teardown_order(PyObject *module, PyObject *arg)
             stacks[role][depth[role]++] = i;
         }
     }
-    order = PyList_New(n);
+    PyObject *order = PyList_New(n);
     if (order == NULL) {
-        goto done;
+        return NULL;
     }
     Py_ssize_t placed = 0;
     for (;;) {
@@ -3312,10 +3374,57 @@ plan_teardown_order(PyObject *module, PyObject *arg)
         }
     }
     if (placed != n) {
-        Py_CLEAR(order);
+        Py_DECREF(order);
         PyErr_SetString(PyExc_AssertionError,
                         "exitsafe: the handle graph has a cycle; this is a bug");
+        return NULL;
     }
+    return order;
+}
+
+static PyObject *
+plan_teardown_order(PyObject *module, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "teardown_order() needs a sequence of nodes");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    size_t room = (size_t)(n > 0 ? n : 1);
+    PyObject **parents_of = PyMem_Calloc(room, sizeof(PyObject *)); /* read once, strong */
+    Py_ssize_t *stack = PyMem_Malloc(sizeof(Py_ssize_t) * room * 3);
+    PlanSlot *slots = NULL;
+    size_t mask = 0;
+    PyObject *order = NULL;
+    int fallback = 0;
+    size_t edges = 0;
+    if (parents_of == NULL || stack == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!plan_read(items, n, parents_of, &edges)) {
+        fallback = 1;
+        goto done;
+    }
+    if (edges) {
+        /* the nodes named as parents: their dependents among `nodes`, their index there */
+        size_t cap = 8;
+        while (cap < edges * 2) {
+            cap <<= 1;
+        }
+        mask = cap - 1;
+        slots = PyMem_Calloc(cap, sizeof(PlanSlot));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (!plan_index(slots, mask, items, n, parents_of)) {
+            fallback = 1;
+            goto done;
+        }
+    }
+    order = plan_place(items, n, parents_of, slots, mask, stack);
 done:
     if (parents_of != NULL) {
         for (Py_ssize_t i = 0; i < n; i++) {
