@@ -19,6 +19,10 @@ from ._record import Record, display_name
 from ._releases import record_end, release_chain
 from ._report import error_from_finalizer
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
 __all__ = ["collected", "log_collected_failure"]
 
 _get_ident = _thread.get_ident
@@ -31,6 +35,7 @@ _run_deferred = _sync.run_deferred
 _defer = _sync.defer
 _RELEASED = Outcome.RELEASED
 _is_usable = _record.is_usable
+_collect = _record.collect
 _claim = _record.claim
 _end_released = _record.end_released
 
@@ -39,23 +44,19 @@ def collected(node: Record) -> None:
     """The garbage collection of a handle that still has owners (its finalizer), on any
     thread, possibly during interpreter finalization (then the registry is closed) or
     while this very thread is inside an exitsafe section (a collection can run at any
-    bytecode).  Attributes only until the registry is known open: module globals may
-    already be None.  Safe to call again after an interrupt cut it short: it goes on
-    from where it stopped, and does nothing once the handle has no owner."""
+    bytecode: then it is queued, and runs again from the queue).  Attributes only until
+    the registry is known open: module globals may already be None.  Safe to call again
+    after an interrupt cut it short: it goes on from where it stopped, and does nothing
+    once the handle has no owner."""
     if not getattr(node, "_refs", 0):  # no owner left, or never initialized
         return
     state = node._registry
     if state.phase and node._state:  # claimed by the teardown, or ended: no request
         return
     if _reentered():
-        _defer(_collected_now, node)
+        _defer(collected, node)
         return
-    _collected_now(node)
-
-
-def _collected_now(node: Record) -> None:
-    state = node._registry
-    trash: list[object] = []
+    trash: Optional[list[object]] = None
     me = _get_ident()
     target = None
     refs = None
@@ -65,23 +66,24 @@ def _collected_now(node: Record) -> None:
         else:  # possibly late in interpreter shutdown: see _sync.enter_if_possible
             _sync.enter_if_possible()  # (without the lock: no other thread runs)
         refs = node._refs
-        # (not in the live table: never registered, track() was interrupted and its
-        # caller still owns the object)
-        if _is_usable(node) and state.live.hold(node):
-            if state.phase:
-                # A teardown began but its snapshot did not hold this handle: a cyclic
-                # collection cleared our weak reference to it before running this
-                # finalizer.  Native code must not run any more: leak it, so that it
-                # still ends in exactly one outcome, and taint what it depends on.
-                state.finish(
-                    node, Outcome.LEAKED_AFTER_CLOSE,
-                    "collected while the teardown began, unseen by it", True, trash,
-                )
-            elif _record.release_all_owners(node, me):  # (held above: the teardown sees it)
+        if not state.phase:
+            if _collect(node, me, state.live):
                 target = node
+        # (below, and for a record not in the live table: never registered, track() was
+        # interrupted and its caller still owns the object)
+        elif _is_usable(node) and state.live.hold(node):
+            # A teardown began but its snapshot did not hold this handle: a cyclic
+            # collection cleared our weak reference to it before running this
+            # finalizer.  Native code must not run any more: leak it, so that it
+            # still ends in exactly one outcome, and taint what it depends on.
+            trash = []
+            state.finish(
+                node, Outcome.LEAKED_AFTER_CLOSE,
+                "collected while the teardown began, unseen by it", True, trash,
+            )
         if _reentered():  # (the section's shape: see exitsafe._sync.locked)
             _release()
-        trash.clear()
+        trash = None
         if target is not None:
             _release_collected(target)
             target = None
@@ -106,7 +108,13 @@ def _collected_now(node: Record) -> None:
 
 def _release_collected(node: Record) -> None:
     """Release ``node``, claimed after its last reference was dropped; log a failure
-    (nobody can receive it)."""
+    (nobody can receive it).  A leaf (no parents, no taint, no thread affinity, not
+    inherited) is released here: its release function is called at most once and its
+    end recorded once, whatever interrupts it; anything else needs the general chain.
+
+    No ``try`` line comes after the call (CPython 3.11+ covers none with a handler: see
+    `exitsafe._sync.locked`): an interrupt escaping from one would reach the caller with
+    the record still claimed, which would release it again."""
     if (
         node._parents
         or node._taint is not None
@@ -117,18 +125,7 @@ def _release_collected(node: Record) -> None:
         if error is not None:
             log_collected_failure(node, error)
             error = None  # (see release_chain)
-    else:
-        _release_leaf(node)
-
-
-def _release_leaf(node: Record) -> None:
-    """`_release_collected` for ``node`` with nothing else to let go of (no parents, no
-    taint, no thread affinity, not inherited): its release function is called at most
-    once and its end recorded once, whatever interrupts it; a failure is logged.
-
-    No ``try`` line comes after the call (CPython 3.11+ covers none with a handler: see
-    `exitsafe._sync.locked`): an interrupt escaping from one would reach the caller with
-    the record still claimed, which would release it again."""
+        return
     state = node._registry
     fn, raw = node._fn, node._raw  # (dropped as this returns: outside the lock)
     error = None

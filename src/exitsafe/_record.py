@@ -279,11 +279,23 @@ def release_owner(node: Record, me: int) -> bool:
     return True
 
 
-def release_all_owners(node: Record, me: int) -> bool:
-    """No owner any more (its last reference was dropped), and if nothing else holds
-    ``node`` (no live dependent, no borrow), thread ``me`` claims it: whether it did.
-    The caller checked it is ``LIVE`` and the registry open.  (`drop_all_owners` then
-    `claim`, in one call: the garbage collection's hot path.)"""
+def collect(node: Record, me: int, live: Any) -> bool:
+    """The garbage collection of ``node`` (its last reference was dropped) while its
+    registry is open: if it is usable and in ``live`` (its registry's live table; a
+    record an interrupted `track` left unregistered is not), it is held strongly there
+    from now on (see `exitsafe._live.LiveTable.hold`), it has no owner any more, and if
+    nothing else holds it (no live dependent, no borrow) thread ``me`` claims it:
+    whether it did.  (`is_usable`, the table's ``hold``, `drop_all_owners` and `claim`, in
+    one call: the garbage collection's hot path.)  The caller holds the lock."""
+    if node._state != LIVE or not node._refs:
+        return False
+    seq = node._seq
+    if _DICT_TABLE:  # (LiveTable.hold, written out)
+        if seq not in live:
+            return False
+        live[seq] = node
+    elif not live.hold(node):
+        return False
     node._refs = 0
     if node._children or node._borrows:
         return False
