@@ -259,7 +259,6 @@ class Adapter:
         ctx: Any,
         ptr: object,
         release: Callable[[Any], object],
-        *,
         registry: Optional[Registry],
         lib: object,
         kind: str,
@@ -269,7 +268,10 @@ class Adapter:
         timeout: Optional[float],
         affinity: Optional[str] = None,
     ) -> Handle:
-        """Own the native object at ``ptr``: the body of ``exitsafe.<ffi>.track``."""
+        """Own the native object at ``ptr``: the body of ``exitsafe.<ffi>.track``.  (No
+        keyword-only parameter, and the public functions call it with positions only:
+        CPython makes the cheapest call then, which the pure-Python core's hot path
+        feels.)"""
         if not callable(release):
             raise TypeError(release_not_callable(
                 ptr, release,
@@ -305,7 +307,7 @@ class Adapter:
         try:
             while True:
                 try:
-                    handle = reg.track(
+                    handle = reg.track(  # (by keyword: a subclass may take **options)
                         ptr,
                         releaser,
                         kind=kind,

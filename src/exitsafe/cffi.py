@@ -375,9 +375,9 @@ def track(
     """
     if type(ffi) not in _FFI_TYPES:  # (_check_ffi's own first test, on the hot path)
         _check_ffi(ffi, "exitsafe.cffi.track(ffi, ptr, release)")
-    return _ADAPTER.track(
-        ffi, ptr, release, registry=registry, lib=lib, kind=kind, depends_on=depends_on,
-        exit_policy=exit_policy, name=name, timeout=timeout, affinity=affinity,
+    return _ADAPTER.track(  # (positions only: the cheapest call, see Adapter.track)
+        ffi, ptr, release, registry, lib, kind, depends_on, exit_policy, name, timeout,
+        affinity,
     )
 
 
