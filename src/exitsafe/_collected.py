@@ -4,9 +4,9 @@ The finalizer of a handle whose last reference goes (pure-Python `OwnedHandle.__
 or the compiled record's) calls `collected`, on whatever thread the collection runs, maybe
 inside an exitsafe section of that very thread (then the work is queued), maybe during
 interpreter finalization (then the registry is closed and nothing runs).  The record is
-claimed in a section, released outside it (a leaf by `_release_leaf`, anything else by
-the general chain of `exitsafe._releases`), and a failure is logged: nobody can receive
-it.
+claimed in a section (`exitsafe._record.collect`), released outside it (a leaf by
+`_release_collected` itself, anything else by the general chain of `exitsafe._releases`),
+and a failure is logged: nobody can receive it.
 """
 
 from __future__ import annotations
