@@ -99,8 +99,8 @@ class held:
             before = _state["depth"]
             if self.at_exit:
                 _state["at_exit"] = True
-                while True:  # (not "while resent:", whose last jump CPython 3.12-3.14
-                    if not resent:  # leave out of the try: see test_try_coverage)
+                while True:  # (not "while resent:", whose last jump CPython 3.12 and
+                    if not resent:  # 3.13 leave out of the try: see test_try_coverage)
                         break
                     _pending.append(resent.pop())
             if self.drop:

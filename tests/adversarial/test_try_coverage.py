@@ -11,7 +11,7 @@ signal is acted on there, only an instruction tracer raises there; see
 the loop's body ends with a conditional jump: ``if ...: ...; break`` or ``if ...: return``
 on 3.14 (``RegistryState._add_dependent`` and ``_sync.wait`` had one: the first was found by
 the interrupt-everywhere sweep run at every instruction), the jump of ``while cond:`` on
-3.13 (``held.__enter__`` had one).  The loops are written so that their body ends with an
+3.12 and 3.13 (``held.__enter__`` had one).  The loops are written so that their body ends with an
 unconditional step (``if ok: continue``, ``while True: if done: break``).  This test reads
 the exception table of every ``try`` with an ``except BaseException`` handler in the
 package, so that a loop of those shapes is found on the first run of each interpreter, not
