@@ -127,7 +127,9 @@ def is_loaded_handle(handle: int) -> Optional[bool]:
         # struct link_map { l_addr; l_name; l_ld; l_next; l_prev; ... }
         next_offset = 3 * _c.sizeof(_c.c_void_p)
         entry = link_map.value
-        while entry:
+        while True:  # (not "while entry:": see tests/adversarial/test_try_coverage.py)
+            if not entry:
+                break
             if entry == handle:
                 return True
             entry = _c.c_void_p.from_address(entry + next_offset).value

@@ -239,8 +239,8 @@ class RegistryState(_StateBase):
             else:
                 for parent in node._parents:
                     # (is_usable, written out.  Not "if unusable: ...; break": CPython
-                    # 3.14 leaves that loop's backward jump, where a signal is acted on,
-                    # out of the try, and an interrupt there would leave the lock held:
+                    # 3.12-3.14 leave that loop's backward jump, where a signal is acted
+                    # on, out of the try, and an interrupt there would leave the lock held:
                     # tests/adversarial/test_try_coverage.py)
                     if parent._state == LIVE and parent._refs:
                         continue

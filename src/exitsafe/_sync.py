@@ -78,7 +78,7 @@ def wait() -> bool:
         for _ in range(YIELDS_BEFORE_BLOCKING):
             _sleep(0)
             if not acquire(False):
-                continue  # (not "if acquire(False): return": CPython 3.14 leaves the
+                continue  # (not "if acquire(False): return": CPython 3.12-3.14 leave the
             return True  # loop's backward jump out of the try: tests/.../test_try_coverage)
         acquire()
         return True
