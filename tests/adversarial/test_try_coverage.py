@@ -46,7 +46,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-
 def acts_on_signals(opname: str) -> bool:
     """Whether CPython may act on a pending signal at this instruction (run a Python
     handler, raise ``KeyboardInterrupt``): a call (the callee's start, or after a C
@@ -129,8 +128,9 @@ def _uncovered(path: Path) -> list[str]:
                 line = line_at[ins.offset]
                 if line is None or not start <= line <= end or not acts_on_signals(ins.opname):
                     continue
-                target = line_at.get(ins.argval) or 0
-                if ins.opname == "JUMP_BACKWARD" and not start <= target <= end:
+                if ins.opname == "JUMP_BACKWARD" and not (
+                    start <= (line_at.get(ins.argval) or 0) <= end
+                ):
                     continue  # (the jump of a loop around the try, not in it)
                 if any(e.start <= ins.offset < e.end for e in entries):
                     continue
