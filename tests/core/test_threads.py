@@ -856,18 +856,22 @@ def test_cpu_watch_tells_a_computing_thread_from_a_waiting_one():
 
 
 @pytest.mark.parametrize(("state", "computing"), [("R", True), ("S", False)])
+@pytest.mark.parametrize("ran_share", [0.0, 0.25], ids=["starved-all-look", "starved-at-end"])
 def test_cpu_watch_takes_a_thread_starved_of_a_cpu_for_computing(
-    monkeypatch: pytest.MonkeyPatch, state: str, computing: bool
+    monkeypatch: pytest.MonkeyPatch, state: str, computing: bool, ran_share: float
 ) -> None:
     """The kernel adds a thread's wait for a CPU to its statistics only once it gets one:
-    over a look where it never ran, a thread starved of a CPU (a hash on a loaded machine)
-    shows no change, as an asleep one does.  Its state tells them apart (a hash thread
-    judged idle, and released under, once in CI under a load of 6 on 2 cores)."""
+    a thread starved of a CPU (a hash on a loaded machine) for the whole look shows no
+    change, as an asleep one does, and one starved for the look's end shows only the
+    part it ran.  Its state tells them apart (a hash thread judged idle, and released
+    under, twice in CI: once under a load of 6 on 2 cores, once in a nox lane)."""
     import time
 
     from exitsafe import _threads
 
-    monkeypatch.setattr(_threads, "schedstat", lambda ident: (1_000_000, 0, 7))
+    looks = iter([(1_000_000, 0, 7), (1_000_000 + int(ran_share * _threads.CpuWatch.LOOK * 1e9),
+                                      0, 7 + (ran_share > 0))])
+    monkeypatch.setattr(_threads, "schedstat", lambda ident: next(looks))
     monkeypatch.setattr(_threads, "state", lambda ident: state)
     watch = _threads.CpuWatch()
     assert watch.computing(1) is True  # (one look: cannot tell yet)
