@@ -31,7 +31,8 @@ from ._claims import ClaimTable
 from ._closing import loaded_steps
 from ._core import speedups
 from ._errors import ExitsafeError, HandleClosedError
-from ._handle import Handle, enter_borrow, exit_borrow
+from ._gate import Borrow, borrow_enter, borrow_exit
+from ._handle import Handle
 from ._lookup import register_lookup, resolve
 from ._process import keep_forever, process_ending
 from ._registry import default_registry, state_of
@@ -573,28 +574,30 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     The counterpart of .NET's ``SafeHandle`` marshaling: a handle cannot be released
     in the middle of a native call that uses it (a release request waits for the call
     to end; a teardown waits for it, bounded), and once a teardown has begun the call
-    does not start on another thread (the thread is parked, or gets
-    [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).  A handle that
-    is no longer usable raises [`HandleClosedError`][exitsafe.HandleClosedError] before the call.
-    Handles are borrowed left to right and let go in reverse order.
+    does not start on another thread (parked; `HandleClosedError` on a non-daemon one).
+    A handle no longer usable raises `HandleClosedError` before the call.  Handles are
+    borrowed left to right and let go in reverse order.
     """
     for arg in args:
         if isinstance(arg, Handle):
             break
     else:
         return fn(*args)
-    entered: list[Handle] = []
+    # Each `Borrow` is listed before it is entered, and ended only if open: a Ctrl-C
+    # anywhere leaves none open (those one escaping the ``finally`` skips: finalizers).
+    borrows: list[tuple[Handle, Borrow]] = []
     raws = list(args)
     try:
         for index, arg in enumerate(args):
             if not isinstance(arg, Handle):  # (not "if handle: ...": CPython 3.12 and 3.13
                 continue  # leave that loop's backward jump out of the try, and a Ctrl-C
-            raws[index] = enter_borrow(arg)  # there skipped the borrows' end:
-            entered.append(arg)  # tests/adversarial/test_try_coverage.py)
+            borrow = Borrow(arg)  # there skipped the borrows' end:
+            borrows.append((arg, borrow))  # tests/adversarial/test_try_coverage.py)
+            raws[index] = borrow_enter(arg, borrow)
         return fn(*raws)
     finally:
-        for handle in reversed(entered):
-            exit_borrow(handle)
+        for handle, borrow in reversed(borrows):
+            borrow_exit(handle, borrow)
 
 
 #: What can never be a library whose attributes are functions: refused by `borrowing()`.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import _record, _sync
 from ._collected import collected
 from ._core import speedups
-from ._gate import Borrow, borrow_enter, borrow_exit, refuse_raw
+from ._gate import Borrow, refuse_raw
 from ._lookup import parents, resolve
 from ._record import LIVE, STATE_NAMES, Record, display_name
 from ._releases import detach, drop_owner, retain
@@ -422,9 +422,3 @@ class HandleInfo:
             f"<exitsafe.lowlevel.HandleInfo {self.kind} {self.name!r}"
             f" registry={self.registry!r}>"
         )
-
-
-#: ``handle.borrow().__enter__()`` without the context manager (automatic borrows), and
-#: its matching end.
-enter_borrow = borrow_enter
-exit_borrow = borrow_exit

@@ -616,7 +616,8 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     it: a release waits for the call to end, a teardown waits for it (bounded), and once a
     teardown has begun the call does not start on another thread (the thread is parked, or
     gets [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).
-    See the threads page.
+    See the threads page.  Handles are borrowed left to right, let go in reverse order,
+    and a Ctrl-C anywhere in the call leaves none borrowed (as `with handle.borrow():`).
 
     Args:
         fn: the foreign function (a function of an `ffi.dlopen` library).

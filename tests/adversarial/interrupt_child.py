@@ -556,6 +556,23 @@ def _borrow(p: Program) -> Callable[[], object]:
     return action
 
 
+@section("call")
+def _call(p: Program) -> Callable[[], object]:
+    import exitsafe.ctypes
+
+    p.track("a")
+    p.track("b", depends_on=[p.held["a"]])
+    p.held["a"].release()
+
+    def action() -> None:
+        b = p.held["b"]
+        exitsafe.ctypes.call(lambda raw, n, again: None, b, 1, b)  # (two borrows of b)
+        # a release during the call: deferred to the borrows' end, which releases b, then a
+        exitsafe.ctypes.call(lambda raw: b.release(), b)
+
+    return action
+
+
 @section("add_dependency")
 def _add_dependency(p: Program) -> Callable[[], object]:
     p.track("a")

@@ -45,6 +45,7 @@ SECTIONS = (
     "release_chain",
     "retain",
     "borrow",
+    "call",
     "add_dependency",
     "detach",
     "on_teardown",
