@@ -82,8 +82,9 @@ def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
 def _guarded_try_bodies(tree: ast.AST) -> dict[tuple[str, int], list[tuple[int, int]]]:
     """(function name, line of its ``def`` or first decorator) -> the line ranges of the
     bodies of its guarded ``try`` statements: those with an ``except BaseException``
-    handler (a section's shape) or a ``finally`` (a borrow's end, a lock's release), not
-    counting the ``try`` of functions nested in it (they have code objects of their own)."""
+    handler (a section's shape) or a ``finally`` (a borrow's end, a lock's release; its
+    ``except`` and ``else`` blocks too), not counting the ``try`` of functions nested in it
+    (they have code objects of their own)."""
     found: dict[tuple[str, int], list[tuple[int, int]]] = {}
 
     def visit(node: ast.AST, key: Optional[tuple[str, int]]) -> None:
@@ -106,10 +107,19 @@ def _guarded_try_bodies(tree: ast.AST) -> dict[tuple[str, int], list[tuple[int, 
                 end = (child.handlers[0].lineno if child.handlers
                        else child.finalbody[0].lineno) - 1
                 found[key].append((child.body[0].lineno, end))
+                if child.finalbody:  # (its except and else blocks are guarded by it too)
+                    for block in [h.body for h in child.handlers] + [child.orelse]:
+                        if block:
+                            found[key].append((block[0].lineno, _last_line(block)))
             visit(child, key)
 
     visit(tree, None)
     return found
+
+
+def _last_line(block: list[ast.stmt]) -> int:
+    last = block[-1]
+    return last.end_lineno if last.end_lineno is not None else last.lineno
 
 
 def _uncovered(path: Path) -> list[str]:
