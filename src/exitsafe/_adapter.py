@@ -27,13 +27,13 @@ from types import BuiltinFunctionType, FunctionType, MethodType
 
 from . import _sync
 from ._adopt import hook_after_leak, registry_arg
-from ._claims import ClaimTable
 from ._closing import loaded_steps
 from ._core import speedups
 from ._errors import ExitsafeError, HandleClosedError
 from ._gate import Borrow, borrow_enter, borrow_exit
 from ._handle import Handle
 from ._lookup import register_lookup, resolve
+from ._pointers import addresses, already_tracked, pointer_release, undo_claimed_track
 from ._process import keep_forever, process_ending
 from ._registry import default_registry, state_of
 from ._report import log_if_loaded
@@ -46,9 +46,6 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
     from ._registry import ExitPolicy, Registry
-
-#: Native addresses owned by live handles, whichever FFI tracked them.
-addresses = ClaimTable(strong=False)
 
 #: id(callback function pointer) -> its live handle, held strongly until it is retired.
 _callbacks: dict[int, Handle] = {}
@@ -105,42 +102,6 @@ class _Pin:
         self.base = base
         self.close = close
         self.closer = closer
-
-
-class _PointerRelease:
-    """The release function of a tracked pointer: forget the address, call ``release``."""
-
-    __slots__ = ("address", "handle", "keep", "release")
-
-    def __init__(self, release: Callable[[Any], object], address: int, keep: object) -> None:
-        self.release = release
-        self.address = address
-        self.keep = keep  # what the release call needs (ffi, library), kept referenced
-        self.handle: Optional[Callable[[], Optional[Handle]]] = None
-
-    def __call__(self, raw: Any) -> None:
-        addresses.forget(self.address, self.handle() if self.handle is not None else None)
-        self.release(raw)
-
-
-def _already_tracked(address: object, existing: Optional[Handle]) -> str:
-    """The message of a second ``track`` of a tracked pointer (see `ClaimTable.claim`)."""
-    where = (
-        f"as {existing.kind} {existing.name!r}" if existing is not None
-        else "by another thread right now"
-    )
-    return (
-        f"pointer 0x{address:x} is already tracked {where}; releasing it twice "
-        f"would be a double free (use handle_of(ptr).retain() to share ownership)"
-    )
-
-
-#: What `Adapter.track` makes: the compiled core's `PointerRelease` (the same fields and
-#: call, in C) when it runs, else the class above.
-_pointer_release: Callable[[Callable[[Any], object], int, object], Any] = _PointerRelease
-if speedups is not None:
-    speedups.setup_pointers(*addresses.shared_with_core(), addresses.forget)
-    _pointer_release = speedups.PointerRelease
 
 
 class _LibraryCloser:
@@ -255,6 +216,11 @@ class Adapter:
 
     # ------------------------------------------------------------------ pointers
 
+    @staticmethod
+    def tracked(address: int) -> Optional[Handle]:
+        """The live handle owning ``address``, tracked by either adapter, or ``None``."""
+        return addresses.get(address)
+
     def track(
         self,
         ctx: Any,
@@ -303,34 +269,34 @@ class Adapter:
                 # nothing may be registered then)
                 self._remember_pin(release, pin, reg, pins_changed)
         deps = (*parents, pin) if pin is not None and pin not in parents else parents
-        addresses.claim(address, None, _already_tracked)
-        releaser = _pointer_release(self.release_call(release), address, (ctx, lib))
-        try:
-            while True:
-                try:
-                    handle = reg.track(  # (by keyword: a subclass may take **options)
-                        ptr,
-                        releaser,
-                        kind=kind,
-                        depends_on=deps,
-                        exit_policy=exit_policy,
-                        name=name,
-                        timeout=timeout,
-                        affinity=affinity,
-                    )
-                    break
-                except HandleClosedError:
-                    # The library's pin lost its last owner on another thread since it was
-                    # found: as a track just after that, the handle depends on no pin.
-                    if deps is parents or pin is None or pin.owners:
-                        raise
-                    deps = parents
-        except BaseException:
-            addresses.cancel(address)
-            raise
-        releaser.handle = _weakref(handle)
-        addresses.bind(address, handle)
-        return handle
+        while True:
+            claimed: list[object] = []
+            handle = None
+            try:  # (the claim inside: an interrupt anywhere leaves nothing claimed or tracked)
+                addresses.claim(address, None, already_tracked, claimed)
+                releaser = pointer_release(self.release_call(release), address, (ctx, lib))
+                handle = reg.track(  # (by keyword: a subclass may take **options)
+                    ptr,
+                    releaser,
+                    kind=kind,
+                    depends_on=deps,
+                    exit_policy=exit_policy,
+                    name=name,
+                    timeout=timeout,
+                    affinity=affinity,
+                )
+                releaser.handle = _weakref(handle)
+                addresses.bind(address, handle)
+                return handle
+            except BaseException as exc:
+                if claimed:
+                    undo_claimed_track(handle, address)
+                # The library's pin lost its last owner on another thread since it was
+                # found: as a track just after that, the handle depends on no pin.
+                if (not isinstance(exc, HandleClosedError) or handle is not None
+                        or deps is parents or pin is None or pin.owners):
+                    raise
+            deps = parents
 
     def is_foreign_function(self, release: object, ctx: Any) -> bool:
         """Whether the compiled track looks ``release`` up among the pins found by release

@@ -72,16 +72,22 @@ class ClaimTable:
         key: object,
         identity: object,
         describe: Callable[[object, Optional[Handle]], str],
+        mark: Optional[list[object]] = None,
     ) -> None:
         """Reserve ``key``; raise [`AlreadyTrackedError`][exitsafe.AlreadyTrackedError] if a live
         handle owns it, with the message ``describe(key, that handle)`` (``None``: another
         thread is registering the key right now).  When the queued work run on leaving
-        the section raises, the reservation is dropped before that error is raised."""
+        the section raises, the reservation is dropped before that error is raised.
+
+        ``mark``: an empty list of the caller's, which gets ``key`` in the section that
+        reserves it: from then on the reservation is the caller's, to `bind` or `cancel`
+        whatever raises (in here too, an interrupt as this returns included).  Without
+        it, an interrupt anywhere in here drops the reservation it made."""
         if _sync.reentered():
             raise _sync.refused("track()")
         entries, identities = self._entries, self._identities
-        taken = False
-        entry = existing = _UNREAD
+        taken = reserved = False
+        existing = _UNREAD
         try:
             _sync.acquire(False) or _sync.wait()
             entry = entries.get(key)
@@ -92,29 +98,29 @@ class ClaimTable:
                     existing = self.get(key, identity)
                     taken = existing is not None
             if not taken:
+                reserved = True  # (first: an interrupt before the store finds it free)
                 entries[key] = _RESERVED
                 if identity is not None:
                     identities[key] = identity
                 elif identities:
                     identities.pop(key, None)
+                if mark is not None:
+                    mark.append(key)  # (the caller's now)
             _sync.release()  # (the section's shape: see exitsafe._sync.locked)
-        except BaseException:  # (an interrupt: the reservation, if made, is dropped)
+            if taken:
+                found = None if existing is _UNREAD else existing
+                raise AlreadyTrackedError(describe(key, found), found)
+            if _sync.deferred:
+                _sync.run_deferred()
+        except BaseException:  # (an interrupt, or the queued work raised: the error first)
+            ours = reserved and not mark  # (reserved here, and not handed to the caller)
             if _sync.reentered():
-                if entry is None and entries.get(key) is _RESERVED:  # (found free: ours)
+                if ours and entries.get(key) is _RESERVED:
                     self._drop_reserved(key)
                 _sync.release()
-            elif entry is None:  # (reserved, then interrupted as the section ended)
+            elif ours:
                 _sync.locked_quietly(self._drop_reserved, key)
             raise
-        if taken:
-            found = None if existing is _UNREAD else existing
-            raise AlreadyTrackedError(describe(key, found), found)
-        if _sync.deferred:
-            try:
-                _sync.run_deferred()
-            except BaseException:  # (the queued work raised: the error first)
-                _sync.locked_quietly(self._drop_reserved, key)
-                raise
 
     def bind(self, key: object, handle: Handle) -> None:
         """Record the handle of a claimed key (or drop the claim if it is not live)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 
-from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses, check_library
+from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, check_library
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
 from ._adopt import registry_arg
@@ -227,7 +227,7 @@ class _CffiAdapter(Adapter):
             address = int(backend.cast(self._uintptr, obj))
         except (TypeError, ValueError):
             return None
-        return addresses.get(address) if address else None
+        return self.tracked(address) if address else None
 
 
 _ADAPTER = _CffiAdapter()
@@ -327,8 +327,9 @@ def track(
     [`Registry.track`][exitsafe.Registry.track]: the release runs when the handle's last
     owner lets go (`handle.release()`, `with handle:`, or garbage collection of the handle)
     and no dependent is alive; at teardown in dependency order (children first, libraries
-    last); never twice; never after teardown (a late drop is a recorded no-op).  It runs on
-    the thread dropping the last owner, or on the teardown thread.
+    last); never twice; never after teardown (a late drop is a recorded no-op), on the
+    thread dropping the last owner or the teardown's.  Whenever `track` raises (a Ctrl-C in
+    it included), the caller still owns `ptr`.
 
     Args:
         ffi: the `FFI` instance the pointer comes from; kept referenced by the handle.
@@ -614,10 +615,9 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 
     A handle cannot be released, nor torn down, in the middle of a native call that uses
     it: a release waits for the call to end, a teardown waits for it (bounded), and once a
-    teardown has begun the call does not start on another thread (the thread is parked, or
-    gets [`HandleClosedError`][exitsafe.HandleClosedError] if it is a non-daemon thread).
-    See the threads page.  Handles are borrowed left to right, let go in reverse order,
-    and a Ctrl-C anywhere in the call leaves none borrowed (as `with handle.borrow():`).
+    teardown has begun the call does not start on another thread (parked; see the threads
+    page).  Handles are borrowed left to right, let go in reverse order, and a Ctrl-C
+    anywhere in the call leaves none borrowed (as `with handle.borrow():`).
 
     Args:
         fn: the foreign function (a function of an `ffi.dlopen` library).

@@ -26,7 +26,7 @@ from __future__ import annotations
 import _ctypes
 import ctypes as _c
 
-from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, addresses, check_library
+from ._adapter import Adapter, BorrowingLibrary, LibraryInfo, check_library
 from ._adapter import call as _call
 from ._adopt import handle_of as _handle_of
 from ._adopt import registry_arg
@@ -246,10 +246,10 @@ class _CtypesAdapter(Adapter):
             return found
         if isinstance(obj, int):
             key = int.__index__(obj)  # an exact int, as track() keys it
-            return addresses.get(key) if key > 0 else None
+            return self.tracked(key) if key > 0 else None
         if isinstance(obj, _POINTERS):
             address = _c.cast(obj, _c.c_void_p).value
-            return addresses.get(address) if address else None
+            return self.tracked(address) if address else None
         return None
 
 
@@ -315,7 +315,8 @@ def track(
     The ctypes counterpart of `ffi.gc`, with the lifetime rules of
     [`Registry.track`][exitsafe.Registry.track]: released when the handle's last owner lets
     go (`handle.release()`, `with`, or garbage collection of the handle) and no dependent
-    lives, on that thread; at teardown in dependency order; never twice.
+    lives, on that thread; at teardown in dependency order; never twice.  Whenever `track`
+    raises (a Ctrl-C in it included), the caller still owns `ptr`.
 
     Args:
         ptr: a `c_void_p`, `c_char_p`, `POINTER(T)` instance or an `int` address;

@@ -594,6 +594,35 @@ def test_a_registry_subclass_overriding_track_sees_every_pointer(abi):
     reg.teardown()
 
 
+def test_a_track_interrupted_as_the_registry_hands_the_handle_over_releases_nothing(abi):
+    # CPython acts on a Ctrl-C right after a C function returns: the compiled registry's
+    # track returned the handle, and the KeyboardInterrupt dropped it before the adapter
+    # held it.  track() raises, so the caller still owns the pointer: the dropped handle's
+    # release must not free it, and the address must stay free to track again.
+    ffi, lib = abi
+    freed: list[object] = []
+
+    class Interrupted(exitsafe.Registry):
+        def track(self, raw, release, **options):
+            super().track(raw, release, **options)  # (the handle dropped at once)
+            raise KeyboardInterrupt
+
+    reg = Interrupted("adapters-interrupted")
+    ptr = lib.toy_ctx_new()
+    with pytest.raises(KeyboardInterrupt):
+        es_cffi.track(ffi, ptr, lambda p: freed.append(p), registry=reg, name="ctx")
+    gc.collect()
+    assert freed == []
+    [entry] = reg.ledger()
+    assert (entry.name, entry.outcome) == ("ctx", "release_failed")
+    assert "interrupted before it returned the handle" in entry.detail
+    again = exitsafe.Registry("adapters-again")
+    handle = es_cffi.track(ffi, ptr, lib.toy_ctx_free, registry=again)  # (not refused)
+    handle.release()
+    again.teardown()
+    reg.teardown()
+
+
 def test_track_inside_a_section_of_this_thread_is_refused_not_deadlocked(abi, reg):
     from exitsafe import _sync
     from exitsafe.lowlevel import ReentrancyError

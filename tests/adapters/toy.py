@@ -42,7 +42,7 @@ class PinReleasedInACollection:
     would a profile hook's frame objects."""
 
     def __init__(self, pin: Any, address: int) -> None:
-        from exitsafe._adapter import addresses
+        from exitsafe._pointers import addresses
 
         self._pin = pin
         self._address = address

@@ -54,6 +54,9 @@ The checks after each run (the ``failures`` of a line, each ``[check, detail]``)
                      returned, at the return of its outermost frame: the handle is then
                      handed over (see ``Registry.track``);
 ``queued-left``      work is still queued after the teardown;
+``claims-left``      after the teardown an address is still reserved, or owned by a live
+                     handle, in the adapters' table (a pointer there can never be tracked
+                     again);
 ``signals``          SIGINT is left held back, or exitsafe's hold of signals is left broken
                      (the next teardowns would not hold Ctrl-C back);
 ``stuck-state``      the thread is left marked as running the queued work (queued
@@ -78,6 +81,7 @@ from collections import Counter
 import exitsafe
 from exitsafe import _interrupts, _sync, _teardown
 from exitsafe._core import CORE
+from exitsafe._pointers import addresses
 from exitsafe._record import RELEASING
 from exitsafe._state import LOST
 
@@ -117,11 +121,27 @@ def _at_return(event: str, what: str) -> bool:
     return event == "return" or what in ("opcode RETURN_VALUE", "opcode RETURN_CONST")
 
 
-def _ours_caller(frame: FrameType) -> bool:
-    """Whether ``frame`` was called by exitsafe's runtime code (else it is the outermost
-    frame of an API call: the program, or a C function of exitsafe's, called it)."""
+def _handing_over(frame: FrameType) -> bool:
+    """Whether what ``frame`` returns goes to the program as it is: every frame of
+    exitsafe's runtime code calling it returns at once what its call returns
+    (``exitsafe.ctypes.track`` returning ``Adapter.track(...)``), so that its return is
+    the API's (else it is the outermost frame of an API call itself)."""
     caller = frame.f_back
-    return caller is not None and ours(caller.f_code)
+    while caller is not None and ours(caller.f_code):
+        if not _returns_its_call(caller):
+            return False
+        caller = caller.f_back
+    return True
+
+
+def _returns_its_call(frame: FrameType) -> bool:
+    """Whether the instruction after the call ``frame`` is making returns (``return
+    f(...)``)."""
+    lasti = frame.f_lasti * (2 if sys.version_info[:2] == (3, 10) else 1)  # (3.10: an index)
+    for following in dis.get_instructions(frame.f_code):  # (3.11+: lasti is the call's
+        if following.offset > lasti:  # last cache entry, which this walk skips)
+            return following.opname == "RETURN_VALUE"
+    return False
 
 
 # ---------------------------------------------------------------------- the interrupter
@@ -329,8 +349,9 @@ class Interrupter:
             what = event
         self.fired = {
             "event": what,
-            # (at the return of the outermost frame of exitsafe's code: the API returns)
-            "boundary": _at_return(event, what) and not _ours_caller(frame),
+            # (at the return of the outermost frame of exitsafe's code, or of one whose
+            # callers in exitsafe's code only return what it returns: the API returns)
+            "boundary": _at_return(event, what) and _handing_over(frame),
             # (as a finalizer starts, before any of its instructions ran: see
             # exitsafe._live.take_lost; on CPython 3.9 and 3.10 a tracer's first ``line``
             # event comes there too, before the try's SETUP_FINALLY at offset 0)
@@ -412,11 +433,32 @@ class Program:
         self.tracked: list[str] = []  # got a handle: must end with exactly one outcome
         self.refused: list[str] = []  # track() raised: the caller still owns the object
         self.hooks: list[str] = []  # on_teardown() returned their handle
+        self.buffers: dict[str, Any] = {}  # the memory of the pointers tracked (by name)
 
     def track(self, name: str, raw: Any = None, **options: Any) -> exitsafe.Handle:
         try:
             handle = self.reg.track(
                 name if raw is None else raw, record, name=name, **options
+            )
+        except BaseException:
+            self.refused.append(name)
+            raise
+        self.tracked.append(name)
+        self.held[name] = handle
+        return handle
+
+    def track_pointer(self, name: str) -> exitsafe.Handle:
+        """Track a native pointer of its own through ``exitsafe.ctypes.track`` (the
+        adapters' address table: a second track of the address is refused)."""
+        import ctypes
+
+        import exitsafe.ctypes
+
+        buffer = self.buffers[name] = ctypes.create_string_buffer(8)
+        pointer = ctypes.cast(buffer, ctypes.c_void_p)
+        try:
+            handle = exitsafe.ctypes.track(
+                pointer, lambda raw: record(name), name=name, registry=self.reg
             )
         except BaseException:
             self.refused.append(name)
@@ -569,6 +611,17 @@ def _call(p: Program) -> Callable[[], object]:
         exitsafe.ctypes.call(lambda raw, n, again: None, b, 1, b)  # (two borrows of b)
         # a release during the call: deferred to the borrows' end, which releases b, then a
         exitsafe.ctypes.call(lambda raw: b.release(), b)
+
+    return action
+
+
+@section("adapter_track")
+def _adapter_track(p: Program) -> Callable[[], object]:
+    p.track_pointer("first")
+
+    def action() -> None:
+        p.track_pointer("second")
+        p.held["first"].release()  # (its address forgotten as it is released)
 
     return action
 
@@ -775,6 +828,14 @@ def run_once(name: str, inter: Optional[Interrupter], at: int) -> dict[str, Any]
             _sync.release()
     if _sync.pending():
         failures.append(("queued-left", f"{len(_sync.deferred)} item(s)"))
+    claims, reserved = addresses.shared_with_core()
+    # (an entry left to a handle that ended is harmless: a new track of the address finds
+    # no live owner; a reservation, or a live owner, refuses every track of it for good)
+    refusing = [key for key, entry in claims.items()
+                if entry is reserved or addresses.get(key) is not None]
+    if refusing:
+        failures.append(("claims-left", f"{len(refusing)} address(es) still claimed"))
+    claims.clear()
 
     entries = p.reg.ledger()
     counts = p.reg.ledger_counts()

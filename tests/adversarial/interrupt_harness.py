@@ -46,6 +46,7 @@ SECTIONS = (
     "retain",
     "borrow",
     "call",
+    "adapter_track",
     "add_dependency",
     "detach",
     "on_teardown",
