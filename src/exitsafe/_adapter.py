@@ -272,6 +272,7 @@ class Adapter:
         while True:
             claimed: list[object] = []
             handle = None
+            bound = False
             try:  # (the claim inside: an interrupt anywhere leaves nothing claimed or tracked)
                 addresses.claim(address, None, already_tracked, claimed)
                 releaser = pointer_release(self.release_call(release), address, (ctx, lib))
@@ -287,10 +288,11 @@ class Adapter:
                 )
                 releaser.handle = _weakref(handle)
                 addresses.bind(address, handle)
+                bound = True
                 return handle
             except BaseException as exc:
                 if claimed:
-                    undo_claimed_track(handle, address)
+                    undo_claimed_track(handle, address, bound)
                 # The library's pin lost its last owner on another thread since it was
                 # found: as a track just after that, the handle depends on no pin.
                 if (not isinstance(exc, HandleClosedError) or handle is not None
@@ -549,8 +551,9 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
             break
     else:
         return fn(*args)
-    # Each `Borrow` is listed before it is entered, and ended only if open: a Ctrl-C
-    # anywhere leaves none open (those one escaping the ``finally`` skips: finalizers).
+    # Each `Borrow` is listed before it is entered, and ended only if open; each is ended
+    # even if ending another raised: a Ctrl-C anywhere leaves none open (those one at the
+    # ending loop's own steps skips, their finalizers end).
     borrows: list[tuple[Handle, Borrow]] = []
     raws = list(args)
     try:
@@ -562,8 +565,18 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
             raws[index] = borrow_enter(arg, borrow)
         return fn(*raws)
     finally:
+        error = None
         for handle, borrow in reversed(borrows):
-            borrow_exit(handle, borrow)
+            try:
+                borrow_exit(handle, borrow)
+            except BaseException as exc:  # (ended all the same: the others end too)
+                if error is None:
+                    error = exc
+        if error is not None:
+            try:
+                raise error  # (the first: a release it let run failed, or an interrupt)
+            finally:
+                error = None  # (no frame of ours keeps it)
 
 
 #: What can never be a library whose attributes are functions: refused by `borrowing()`.

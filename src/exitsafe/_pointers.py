@@ -7,10 +7,12 @@ function, a `PointerRelease`, forgets the address and calls the program's releas
 compiled core makes the same objects and steps in C (`pointer_release` is its
 ``PointerRelease`` then).
 
-An interrupt anywhere in a track leaves nothing behind (`undo_claimed_track`), and a
-handle that the registry's track made but that never reached its caller (a Ctrl-C acted on
-as the registry's track returned it, which dropped it) is never released: its
-`PointerRelease` was never bound to it, and refuses to run.
+An interrupt anywhere in a track leaves no address claimed and no handle registered that
+its caller did not get (`undo_claimed_track`), except as the handle is handed over: an
+interrupt acted on as the registry's track returns it to the adapter (CPython acts on a
+signal right after a C function returns), or as the adapter's track returns it, reaches the
+caller with the handle tracked, and dropped with the exception: released then, as for
+`Registry.track` (see its documentation).
 """
 
 from __future__ import annotations
@@ -26,24 +28,15 @@ if TYPE_CHECKING:
     from ._handle import Handle
 
 __all__ = [
-    "UNBOUND_POINTER", "PointerRelease", "addresses", "already_tracked", "pointer_release",
-    "undo_claimed_track",
+    "PointerRelease", "addresses", "already_tracked", "pointer_release", "undo_claimed_track",
 ]
 
 #: Native addresses owned by live handles, whichever FFI tracked them.
 addresses = ClaimTable(strong=False)
 
-#: Why a pointer's release refuses to run (the compiled core's says the same).
-UNBOUND_POINTER = (
-    "the track of this pointer was interrupted before it returned the handle: not released "
-    "(the caller of track still owns the pointer)"
-)
-
-
 class PointerRelease:
     """The release function of a tracked pointer: forget the address, call ``release``.
-    ``handle`` (a weak reference) is bound once the track has the handle; until then it
-    refuses to run."""
+    ``handle`` is a weak reference to the handle once its track bound it (else ``None``)."""
 
     __slots__ = ("address", "handle", "keep", "release")
 
@@ -54,13 +47,7 @@ class PointerRelease:
         self.handle: Optional[Callable[[], Optional[Handle]]] = None
 
     def __call__(self, raw: Any) -> None:
-        if self.handle is None:
-            # Registered, but its track never got the handle: an interrupt as the
-            # registry's track returned it (CPython acts on a signal right after a C
-            # function returns) dropped it, so track raised and its caller still owns the
-            # pointer (or a teardown on another thread came first: then it is leaked).
-            raise RuntimeError(UNBOUND_POINTER)
-        addresses.forget(self.address, self.handle())
+        addresses.forget(self.address, self.handle() if self.handle is not None else None)
         self.release(raw)
 
 
@@ -76,13 +63,17 @@ def already_tracked(address: object, existing: Optional[Handle]) -> str:
     )
 
 
-def undo_claimed_track(handle: Optional[Handle], address: int) -> None:
+def undo_claimed_track(handle: Optional[Handle], address: int, bound: bool) -> None:
     """A track that claimed ``address`` raises (an interrupt): its registration, if it got
     the handle, is undone as `Registry.track` undoes its own (detached, never released:
-    the caller still owns the pointer), and the address is given back."""
-    if handle is not None:
-        undo_track(handle)
-    addresses.cancel(address)
+    the caller still owns the pointer), and the address, unless already ``bound`` to the
+    handle, is given back."""
+    try:
+        if handle is not None:
+            undo_track(handle)
+    finally:
+        if not bound:
+            addresses.cancel(address)
 
 
 #: What `Adapter.track` makes: the compiled core's `PointerRelease` (the same fields and

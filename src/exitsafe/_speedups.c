@@ -2076,12 +2076,8 @@ weak_target(PyObject *ref)
 #endif
 }
 
-/* The release function of a tracked pointer (exitsafe._adapter._PointerRelease): forget
- * the address, then call `release(raw)`; refused while `handle` is None (its track never
- * returned the handle). */
-#define UNBOUND_POINTER                                                                        \
-    "the track of this pointer was interrupted before it returned the handle: not released " \
-    "(the caller of track still owns the pointer)"
+/* The release function of a tracked pointer (exitsafe._pointers.PointerRelease): forget
+ * the address, then call `release(raw)`. */
 typedef struct {
     PyObject_HEAD
     PyObject *release, *address, *keep, *handle;
@@ -2184,10 +2180,6 @@ PointerRelease_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, Py
         return NULL;
     }
     PyObject *raw = args[0];
-    if (self->handle == Py_None) { /* see exitsafe._adapter._PointerRelease.__call__ */
-        PyErr_SetString(PyExc_RuntimeError, UNBOUND_POINTER);
-        return NULL;
-    }
     if (pointer_forget(self) < 0) {
         return NULL;
     }

@@ -367,20 +367,20 @@ class CpuWatch:
     waited for a CPU, and how many times it was given one).  Over a look of at least
     `LOOK` seconds, a thread *computes* when it was runnable (running, or ready to run and
     waiting for a CPU) for at least `SHARE` of the wall time, each time it ran for at
-    least `SLICE` seconds on average; or when it is runnable at the look's end: the
-    kernel counts a wait for a CPU only once the wait ends, so a thread starved of a CPU
-    for the end of the look, or all of it, shows too little.  A thread blocked in a wait
-    (a lock, a queue, ``select``) runs only for its wake-ups, tens of microseconds each,
-    however often it wakes (an event loop polling every half millisecond) and however long
-    it then waits for a CPU on a loaded machine, and is runnable only during them (a look
-    that ends in one says "computing"; the next look tells); one in a long C call that is
-    not a wait (a hash, a compression) runs for whole time slices, milliseconds, and is
-    runnable all the time (measured on a 2-core machine with 4 busy processes: 1 to 4 ms
-    per slice, runnable 90-100 %; an event loop polling every 0.5 ms: 0.03 ms per
-    slice).  Where no statistics can be read (another platform, a thread ``threading``
-    does not know), `computing` is ``None``: the caller decides without it.  Reads one or
-    two files per thread and look; takes no lock but ``threading``'s own
-    (``threading.enumerate``), which no thread it watches can hold in its own code."""
+    least `SLICE` seconds on average; or when it is runnable at the look's end and ran that
+    long a time: the kernel counts a wait for a CPU only once the wait ends, so a thread
+    starved of a CPU for the end of the look, or all of it, shows too little.  A thread
+    blocked in a wait (a lock, a queue, ``select``) runs only for its wake-ups, tens of
+    microseconds each, however often it wakes (an event loop polling every half
+    millisecond) and however long it then waits for a CPU on a loaded machine, and is
+    runnable only during them; one in a long C call that is not a wait (a hash, a
+    compression) runs for whole time slices, milliseconds, and is runnable all the time
+    (measured on a 2-core machine with 4 busy processes: 1 to 4 ms per slice, runnable
+    90-100 %; an event loop polling every 0.5 ms: 0.03 ms per slice).  Where no
+    statistics can be read (another platform, a thread ``threading`` does not know),
+    `computing` is ``None``: the caller decides without it.  Reads one or two files per
+    thread and look; takes no lock but ``threading``'s own (``threading.enumerate``),
+    which no thread it watches can hold in its own code."""
 
     SHARE = 0.5
     SLICE = 0.00025
@@ -414,8 +414,10 @@ class CpuWatch:
         # one: a thread runnable and still waiting for a CPU at the look's end shows too
         # little (nothing at all when starved the whole look).  A hash thread on a loaded
         # machine was judged idle, and released under, twice in CI (once starved the whole
-        # look, once part of it).  Its state tells: runnable ("R"), or asleep in a wait.
-        return state(ident) == "R"
+        # look, once part of it).  Its state tells: runnable ("R"), or asleep in a wait;
+        # a waiting thread caught runnable in a wake-up (a poller) still ran only tens of
+        # microseconds a time.
+        return (slices == 0 or ran >= self.SLICE * 1e9 * slices) and state(ident) == "R"
 
 
 def schedstat(ident: int) -> Optional[tuple[int, int, int]]:

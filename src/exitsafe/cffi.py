@@ -323,13 +323,14 @@ def track(
 ) -> Handle:
     """Own the native object `ptr` points to: `release(ptr)` runs exactly once, or never.
 
-    Use instead of `ffi.gc(ptr, release)`.  The lifetime rules are those of
+    Use instead of `ffi.gc(ptr, release)`, with the lifetime rules of
     [`Registry.track`][exitsafe.Registry.track]: the release runs when the handle's last
-    owner lets go (`handle.release()`, `with handle:`, or garbage collection of the handle)
-    and no dependent is alive; at teardown in dependency order (children first, libraries
-    last); never twice; never after teardown (a late drop is a recorded no-op), on the
-    thread dropping the last owner or the teardown's.  Whenever `track` raises (a Ctrl-C in
-    it included), the caller still owns `ptr`.
+    owner lets go (`handle.release()`, `with handle:`, or its garbage collection) and no
+    dependent is alive; at teardown in dependency order (children first, libraries last);
+    never twice; never after teardown (a late drop is a recorded no-op), on the thread
+    dropping the last owner or the teardown's.  If `track` raises, `ptr` is still yours,
+    but for a Ctrl-C as the handle is handed over (see `Registry.track`): an `except
+    KeyboardInterrupt` around `track` must not release `ptr` itself.
 
     Args:
         ffi: the `FFI` instance the pointer comes from; kept referenced by the handle.
@@ -616,8 +617,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     A handle cannot be released, nor torn down, in the middle of a native call that uses
     it: a release waits for the call to end, a teardown waits for it (bounded), and once a
     teardown has begun the call does not start on another thread (parked; see the threads
-    page).  Handles are borrowed left to right, let go in reverse order, and a Ctrl-C
-    anywhere in the call leaves none borrowed (as `with handle.borrow():`).
+    page).  Borrowed left to right, let go in reverse order; a Ctrl-C leaves none borrowed.
 
     Args:
         fn: the foreign function (a function of an `ffi.dlopen` library).

@@ -315,8 +315,9 @@ def track(
     The ctypes counterpart of `ffi.gc`, with the lifetime rules of
     [`Registry.track`][exitsafe.Registry.track]: released when the handle's last owner lets
     go (`handle.release()`, `with`, or garbage collection of the handle) and no dependent
-    lives, on that thread; at teardown in dependency order; never twice.  Whenever `track`
-    raises (a Ctrl-C in it included), the caller still owns `ptr`.
+    lives, on that thread; at teardown in dependency order; never twice.  If `track` raises,
+    `ptr` is still yours, but for a Ctrl-C as the handle is handed over (see
+    `Registry.track`): an `except KeyboardInterrupt` around `track` must not release `ptr`.
 
     Args:
         ptr: a `c_void_p`, `c_char_p`, `POINTER(T)` instance or an `int` address;

@@ -358,6 +358,24 @@ def test_a_registry_subclass_overriding_track_is_called(ctoy):
     assert calls == ["handle"]
 
 
+def test_call_ends_every_borrow_when_a_release_it_let_run_fails(reg):
+    # b's release, asked for during the call, runs as b's borrow ends, and fails: a's
+    # borrow must end all the same (it stayed open until the call's frame died, a review
+    # finding: while pytest kept the traceback, a's release was deferred for good).
+    released: list[str] = []
+
+    def fail(raw: object) -> None:
+        raise OSError("device lost")
+
+    a = reg.track("a", released.append, name="a")
+    b = reg.track("b", fail, name="b")
+    with pytest.raises(OSError, match="device lost") as caught:  # (kept, with its frames)
+        es_ctypes.call(lambda x, y: b.release(), a, b)
+    a.release()
+    assert released == ["a"]
+    del caught
+
+
 def test_a_ctypes_release_that_raises_leaves_the_address_free(ctoy, reg):
     address = ctoy.toy_ctx_new()
 

@@ -134,6 +134,43 @@ def _handing_over(frame: FrameType) -> bool:
     return True
 
 
+def _registry_hands_over(code: CodeType, event: str, what: str, lasti: int) -> bool:
+    """Whether an event is where the registry's track hands the handle it made to its
+    caller in exitsafe's code (an adapter's track): the return of ``Registry.track``, or
+    the instruction right after a call of ``reg.track(...)`` (the compiled one has no
+    frame; CPython acts on a signal right after a C function returns).  An interrupt there
+    drops the handle, which is then released as dropped: ``Registry.track``'s documented
+    hand-over, which the adapters' track documents too."""
+    if _at_return(event, what):
+        return getattr(code, "co_qualname", code.co_name) in ("Registry.track", "track") and (
+            code.co_filename.endswith("_registry.py")
+        )
+    if not event.startswith("opcode"):
+        return False
+    found = _handover_points.get(code)
+    if found is None:
+        found = _handover_points[code] = _after_registry_track_calls(code)
+    return lasti in found
+
+
+_handover_points: dict[CodeType, frozenset[int]] = {}
+
+
+def _after_registry_track_calls(code: CodeType) -> frozenset[int]:
+    """Offsets of the instructions right after each ``reg.track(...)`` call in ``code``
+    (its arguments make no call: the first call after the method's load is it)."""
+    offsets = set()
+    instructions = list(dis.get_instructions(code))
+    for index, ins in enumerate(instructions):
+        if not (ins.argval == "track" and index and instructions[index - 1].argval == "reg"):
+            continue
+        for position in range(index + 1, len(instructions) - 1):
+            if instructions[position].opname.startswith("CALL"):
+                offsets.add(instructions[position + 1].offset)
+                break
+    return frozenset(offsets)
+
+
 def _returns_its_call(frame: FrameType) -> bool:
     """Whether the instruction after the call ``frame`` is making returns (``return
     f(...)``)."""
@@ -350,8 +387,10 @@ class Interrupter:
         self.fired = {
             "event": what,
             # (at the return of the outermost frame of exitsafe's code, or of one whose
-            # callers in exitsafe's code only return what it returns: the API returns)
-            "boundary": _at_return(event, what) and _handing_over(frame),
+            # callers in exitsafe's code only return what it returns: the API returns;
+            # or as the registry's track hands its handle to an adapter's track)
+            "boundary": (_at_return(event, what) and _handing_over(frame))
+            or _registry_hands_over(code, event, what, lasti),
             # (as a finalizer starts, before any of its instructions ran: see
             # exitsafe._live.take_lost; on CPython 3.9 and 3.10 a tracer's first ``line``
             # event comes there too, before the try's SETUP_FINALLY at offset 0)

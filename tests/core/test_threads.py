@@ -855,28 +855,36 @@ def test_cpu_watch_tells_a_computing_thread_from_a_waiting_one():
         waiting.join()
 
 
-@pytest.mark.parametrize(("state", "computing"), [("R", True), ("S", False)])
-@pytest.mark.parametrize("ran_share", [0.0, 0.25], ids=["starved-all-look", "starved-at-end"])
+@pytest.mark.parametrize(("state", "runnable"), [("R", True), ("S", False)])
+@pytest.mark.parametrize(
+    ("ran_share", "slices", "computes"),
+    [(0.0, 0, True), (0.25, 1, True), (0.05, 30, False)],
+    ids=["starved-all-look", "starved-at-end", "a-poller-in-a-wake-up"],
+)
 def test_cpu_watch_takes_a_thread_starved_of_a_cpu_for_computing(
-    monkeypatch: pytest.MonkeyPatch, state: str, computing: bool, ran_share: float
+    monkeypatch: pytest.MonkeyPatch, state: str, runnable: bool, ran_share: float,
+    slices: int, computes: bool,
 ) -> None:
     """The kernel adds a thread's wait for a CPU to its statistics only once it gets one:
     a thread starved of a CPU (a hash on a loaded machine) for the whole look shows no
     change, as an asleep one does, and one starved for the look's end shows only the
     part it ran.  Its state tells them apart (a hash thread judged idle, and released
-    under, twice in CI: once under a load of 6 on 2 cores, once in a nox lane)."""
+    under, twice in CI: once under a load of 6 on 2 cores, once in a nox lane); a waiting
+    thread caught runnable in one of its wake-ups (a poller: 30 short slices) is not
+    computing (a review: such threads read "computing" in about half the looks, and one
+    at the bound would have left every handle leaked)."""
     import time
 
     from exitsafe import _threads
 
-    looks = iter([(1_000_000, 0, 7), (1_000_000 + int(ran_share * _threads.CpuWatch.LOOK * 1e9),
-                                      0, 7 + (ran_share > 0))])
+    ran = int(ran_share * _threads.CpuWatch.LOOK * 1e9)
+    looks = iter([(1_000_000, 0, 7), (1_000_000 + ran, 0, 7 + slices)])
     monkeypatch.setattr(_threads, "schedstat", lambda ident: next(looks))
     monkeypatch.setattr(_threads, "state", lambda ident: state)
     watch = _threads.CpuWatch()
     assert watch.computing(1) is True  # (one look: cannot tell yet)
     time.sleep(_threads.CpuWatch.LOOK)
-    assert watch.computing(1) is computing
+    assert watch.computing(1) is (runnable and computes)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/task: Linux")
