@@ -34,6 +34,7 @@ __all__ = [
 #: Native addresses owned by live handles, whichever FFI tracked them.
 addresses = ClaimTable(strong=False)
 
+
 class PointerRelease:
     """The release function of a tracked pointer: forget the address, call ``release``.
     ``handle`` is a weak reference to the handle once its track bound it (else ``None``)."""
