@@ -36,6 +36,7 @@ from ._lookup import register_lookup, resolve
 from ._pointers import addresses, already_tracked, pointer_release, undo_claimed_track
 from ._process import keep_forever, process_ending
 from ._registry import default_registry, state_of
+from ._releases import first_error
 from ._report import log_if_loaded
 from ._threads import running_elsewhere, thread_name
 from ._usage import describe, release_not_callable
@@ -570,11 +571,10 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
             try:
                 borrow_exit(handle, borrow)
             except BaseException as exc:  # (ended all the same: the others end too)
-                if error is None:
-                    error = exc
+                error = first_error(error, exc)
         if error is not None:
             try:
-                raise error  # (the first: a release it let run failed, or an interrupt)
+                raise error  # (an interrupt first, else the first: a release failed)
             finally:
                 error = None  # (no frame of ours keeps it)
 

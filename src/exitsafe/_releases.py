@@ -137,7 +137,7 @@ def drop_owner(node: Record) -> None:
                 else:
                     error = record_end(target, _RELEASED, None, None)
             if ready:  # (an exception from here on finds the end recorded, once)
-                error = _first_error(error, release_all(ready))
+                error = first_error(error, release_all(ready))
         if _deferred:
             _run_deferred()
     except BaseException as exc:
@@ -154,7 +154,7 @@ def drop_owner(node: Record) -> None:
             if target is not None and target is not state and _record.claimed_by(target, me):
                 release_chain(target)  # claimed, not yet released: released all the same
         if ready:  # the parents its end left due (claimed): released all the same
-            error = _first_error(error, release_all(ready))
+            error = first_error(error, release_all(ready))
         if error is None or error is exc:
             error = None  # (no frame of ours keeps the exception: see release_chain)
             raise
@@ -184,7 +184,7 @@ def _end_dependent(
     return record_end(node, _RELEASED, None, None, None, ready)
 
 
-def _first_error(
+def first_error(
     first: Optional[BaseException], then: Optional[BaseException]
 ) -> Optional[BaseException]:
     """The error to raise of two: an interrupt first, else the earlier one."""
